@@ -1,0 +1,64 @@
+"""The chat-model interface the team talks to.
+
+A ``ChatModel`` answers a *batch* of requests in one call, so the team can send all nodes of a
+superstep together (one batched ``generate`` locally; concurrent requests to a server).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["Message", "ChatRequest", "ChatResult", "ChatModel"]
+
+#: One chat message: ``{"role": "system"|"user"|"assistant", "content": str}``.
+Message = Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One generation request.
+
+    Attributes:
+        messages: the chat messages, oldest first.
+        temperature: 0 means greedy decoding.
+        max_new_tokens: generation budget.
+        adapter: name of the LoRA adapter (per-agent policy) to use; None for the base model.
+        seed: optional sampling seed for reproducible rollouts.
+    """
+
+    messages: tuple[Message, ...]
+    temperature: float = 0.0
+    max_new_tokens: int = 256
+    adapter: str | None = None
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    """One generation: the text and its accounting."""
+
+    text: str
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_s: float = 0.0
+    extra: Mapping[str, object] = field(default_factory=dict)
+
+
+class ChatModel(ABC):
+    """Abstract chat model. Implement ``generate``; override ``agenerate`` for native async."""
+
+    #: A short human-readable name, recorded in traces.
+    name: str = "chat-model"
+
+    @abstractmethod
+    def generate(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        """Answer every request; results in request order."""
+
+    async def agenerate(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        return await asyncio.to_thread(self.generate, requests)
+
+    def close(self) -> None:
+        """Release resources (servers, GPU memory). Safe to call twice."""

@@ -1,0 +1,1 @@
+"""Message graphs (DAGs over the team's agents)."""
