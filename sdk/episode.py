@@ -1,0 +1,262 @@
+"""Running a team on a device for one episode, with the trace written step by step."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from collabui.actions import Action
+from collabui.devices.base import Device, Observation, StepOutcome
+from collabui.errors import ConfigError, DeviceError
+from collabui.trace import SCHEMA_NAME, SCHEMA_VERSION, EpisodeRecorder, JsonlTraceStore, TraceStore
+
+__all__ = ["StepRecord", "EpisodeResult", "run_episode", "arun_episode"]
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One environment step of an episode."""
+
+    t: int
+    observation: Observation
+    team_step: Any  # collabui.team.TeamStep
+    executed: Action
+    reward: float
+    done: bool
+    error: str | None
+    timings: dict[str, float]
+
+    @property
+    def vote(self):
+        return self.team_step.vote
+
+    @property
+    def matrix(self) -> list[list[Action]]:
+        return self.team_step.action_matrix()
+
+
+@dataclass
+class EpisodeResult:
+    """What ``team.run`` returns."""
+
+    task: str
+    reward: float = 0.0
+    success: bool = False
+    steps: list[StepRecord] = field(default_factory=list)
+    error: str | None = None
+    trace_path: str | None = None
+    duration_s: float = 0.0
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.steps)
+
+    @property
+    def executed_actions(self) -> list[Action]:
+        return [s.executed for s in self.steps]
+
+    @property
+    def matrices(self) -> list[list[list[Action]]]:
+        return [s.matrix for s in self.steps]
+
+    @property
+    def votes(self) -> list[Any]:
+        return [s.vote for s in self.steps]
+
+    def timings(self) -> dict[str, float]:
+        """Total seconds spent in the team, the device and overall."""
+        team = sum(s.timings.get("team_s", 0.0) for s in self.steps)
+        device = sum(s.timings.get("act_s", 0.0) for s in self.steps)
+        return {"team_s": team, "device_s": device, "total_s": self.duration_s}
+
+
+class _Run:
+    """State shared by the sync and async episode loops."""
+
+    def __init__(self, team, task, device: Device, *, seed, max_steps, trace, episode_id, env_name, on_step) -> None:
+        self.team, self.device, self.seed, self.env_name, self.on_step = team, device, seed, env_name, on_step
+        self.task = task
+        self.max_steps = max_steps or team.config.max_steps
+        self.episode_id = episode_id or _episode_id(env_name)
+        store = JsonlTraceStore(trace) if isinstance(trace, (str, Path)) else trace
+        self.recorder: EpisodeRecorder | None = store.start(self.episode_id) if store is not None else None
+        self.history: list[str] = []
+        self.started = time.perf_counter()
+        self.result: EpisodeResult | None = None
+
+    def begin(self, obs: Observation) -> None:
+        task = self.task or obs.task
+        if not task:
+            raise ConfigError("no task: pass task= (or --task) or use an environment that defines one")
+        self.task = task
+        self.result = EpisodeResult(task=task, trace_path=self.recorder.location if self.recorder else None)
+        self._write({
+            "type": "episode",
+            "schema": SCHEMA_NAME,
+            "version": SCHEMA_VERSION,
+            "episode_id": self.episode_id,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "env": self.env_name,
+            "task": task,
+            "seed": self.seed,
+            "model": ",".join(sorted({m.name for m in self.team.models})),
+            "action_space": self.team.space.name,
+            "team": self.team.config.to_dict(),
+            "topology": self.team.topology.to_dict(),
+        })
+
+    def record(self, t: int, obs: Observation, step, outcome: StepOutcome | None, error: str | None, timings) -> StepRecord:
+        executed = step.action
+        reward = outcome.reward if outcome else 0.0
+        done = bool(outcome.done) if outcome else True
+        rec = StepRecord(t, obs, step, executed, reward, done, error, timings)
+        shot = None
+        if obs.screenshot is not None and self.recorder is not None:
+            shot = self.recorder.add_screenshot(t, obs.screenshot)
+        self._write({
+            "type": "step",
+            "t": t,
+            "observation": obs.to_dict(),
+            "rendered_observation": step.rendered_observation,
+            "screenshot": shot,
+            "history": list(self.history),
+            "topology": self.team.topology.to_dict(),
+            "proposals": [[p.to_record() for p in row] for row in step.proposals],
+            "vote": step.vote.to_dict(),
+            "executed": executed.to_dict(),
+            "reward": reward,
+            "done": done,
+            "error": error,
+            "info": dict(outcome.info) if outcome else {},
+            "timings": {k: round(v, 4) for k, v in timings.items()},
+        })
+        if self.result is None:  # begin() always runs first; keep the record anyway
+            self.result = EpisodeResult(task=self.task or '')
+        self.result.steps.append(rec)
+        self.history.append(executed.to_call())
+        if outcome is not None and outcome.done:
+            self.result.reward = outcome.reward
+        if self.on_step is not None:
+            self.on_step(rec)
+        return rec
+
+    def end(self, error: str | None) -> EpisodeResult:
+        result = self.result or EpisodeResult(task=self.task or "")
+        result.error = result.error or error
+        result.success = result.reward > 0
+        result.duration_s = time.perf_counter() - self.started
+        if self.recorder is not None:
+            if self.result is not None:
+                self._write({
+                    "type": "end",
+                    "reward": result.reward,
+                    "success": result.success,
+                    "steps": result.n_steps,
+                    "error": result.error,
+                    "duration_s": round(result.duration_s, 3),
+                })
+            self.recorder.close()
+        return result
+
+    def _write(self, record: dict[str, Any]) -> None:
+        if self.recorder is not None:
+            self.recorder.write(record)
+
+
+def _episode_id(env_name: str | None) -> str:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    slug = (env_name or "episode").replace("/", "-")
+    return f"{slug}-{stamp}-{uuid.uuid4().hex[:6]}"
+
+
+def _should_stop(outcome: StepOutcome, action: Action) -> bool:
+    return bool(outcome.done) or action.terminal
+
+
+def run_episode(
+    team,
+    task: str | None,
+    device: Device,
+    *,
+    seed: int | None = None,
+    max_steps: int | None = None,
+    trace: TraceStore | str | Path | None = None,
+    episode_id: str | None = None,
+    env_name: str | None = None,
+    on_step: Callable[[StepRecord], None] | None = None,
+) -> EpisodeResult:
+    """Reset ``device``, then step the team until the environment is done, a terminal action
+    runs, or ``max_steps`` pass. A ``DeviceError`` ends the episode with the error recorded
+    (the trace so far stays valid); other errors are recorded in the trace and re-raised."""
+    run = _Run(team, task, device, seed=seed, max_steps=max_steps, trace=trace,
+               episode_id=episode_id, env_name=env_name, on_step=on_step)
+    error: str | None = None
+    try:
+        obs = device.reset(seed=seed)
+        run.begin(obs)
+        for t in range(run.max_steps):
+            t0 = time.perf_counter()
+            step = team.step(run.task, obs, run.history, t=t)
+            t1 = time.perf_counter()
+            try:
+                outcome = device.act(step.action)
+            except DeviceError as exc:
+                error = f"{type(exc).__name__}: {exc}"
+                run.record(t, obs, step, None, error, {"team_s": t1 - t0})
+                break
+            run.record(t, obs, step, outcome, None, {"team_s": t1 - t0, "act_s": time.perf_counter() - t1})
+            if _should_stop(outcome, step.action):
+                break
+            obs = outcome.observation
+    except DeviceError as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    except BaseException as exc:
+        run.end(f"{type(exc).__name__}: {exc}")
+        raise
+    return run.end(error)
+
+
+async def arun_episode(
+    team,
+    task: str | None,
+    device: Device,
+    *,
+    seed: int | None = None,
+    max_steps: int | None = None,
+    trace: TraceStore | str | Path | None = None,
+    episode_id: str | None = None,
+    env_name: str | None = None,
+    on_step: Callable[[StepRecord], None] | None = None,
+) -> EpisodeResult:
+    """Async twin of ``run_episode`` (uses the device's and the team's async methods)."""
+    run = _Run(team, task, device, seed=seed, max_steps=max_steps, trace=trace,
+               episode_id=episode_id, env_name=env_name, on_step=on_step)
+    error: str | None = None
+    try:
+        obs = await device.areset(seed=seed)
+        run.begin(obs)
+        for t in range(run.max_steps):
+            t0 = time.perf_counter()
+            step = await team.astep(run.task, obs, run.history, t=t)
+            t1 = time.perf_counter()
+            try:
+                outcome = await device.aact(step.action)
+            except DeviceError as exc:
+                error = f"{type(exc).__name__}: {exc}"
+                run.record(t, obs, step, None, error, {"team_s": t1 - t0})
+                break
+            run.record(t, obs, step, outcome, None, {"team_s": t1 - t0, "act_s": time.perf_counter() - t1})
+            if _should_stop(outcome, step.action):
+                break
+            obs = outcome.observation
+    except DeviceError as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    except BaseException as exc:
+        run.end(f"{type(exc).__name__}: {exc}")
+        raise
+    return run.end(error)

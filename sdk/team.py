@@ -1,0 +1,359 @@
+"""CollabAgentTeam: n role-free agents on a message DAG, m conversation rounds, majority vote.
+
+One environment step is one invocation of a compiled LangGraph ``StateGraph`` whose nodes are
+``agent{i}_round{j}`` plus ``vote``. Node (i, j) waits for its DAG predecessors in round j and
+for (i, j-1), so it runs in superstep ``depth(i) + j`` and a step takes ``L + m - 1`` supersteps
+(L = nodes on the DAG's longest path). Nodes of one superstep run concurrently and their
+generation requests are sent to the model as one batch.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, TypedDict
+
+from collabui.actions import Action, ActionSpace, get_action_space
+from collabui.batching import SuperstepBatcher
+from collabui.config import TeamConfig
+from collabui.devices.base import Observation
+from collabui.errors import ConfigError
+from collabui.models.base import ChatModel, ChatRequest, ChatResult, Message
+from collabui.parsing import parse_proposal
+from collabui.prompts import PeerOutput, build_messages, render_observation
+from collabui.vote import VoteResult, majority_vote
+
+__all__ = ["CollabAgentTeam", "Proposal", "TeamStep"]
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One entry of the action matrix: agent ``agent``'s output in round ``round``."""
+
+    agent: int
+    round: int
+    predecessors: tuple[int, ...]
+    messages: tuple[Message, ...]
+    raw: str
+    thought: str | None
+    action: Action
+    parse_error: str | None
+    temperature: float
+    adapter: str | None
+    superstep: int
+    latency_s: float
+    prompt_tokens: int | None
+    completion_tokens: int | None
+
+    def as_peer(self) -> PeerOutput:
+        ok = self.parse_error is None
+        return PeerOutput(self.agent, self.round, self.thought, self.action.to_json() if ok else None, self.raw)
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "agent": self.agent,
+            "round": self.round,
+            "predecessors": list(self.predecessors),
+            "messages": [dict(m) for m in self.messages],
+            "raw": self.raw,
+            "thought": self.thought,
+            "action": self.action.to_dict(),
+            "parse_error": self.parse_error,
+            "temperature": self.temperature,
+            "adapter": self.adapter,
+            "superstep": self.superstep,
+            "latency_s": round(self.latency_s, 4),
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+        }
+
+
+@dataclass(frozen=True)
+class TeamStep:
+    """The outcome of one team step: the n x m proposals and the vote."""
+
+    proposals: tuple[tuple[Proposal, ...], ...]
+    vote: VoteResult
+    rendered_observation: str
+    seconds: float
+
+    @property
+    def action(self) -> Action:
+        return self.vote.action
+
+    def action_matrix(self) -> list[list[Action]]:
+        return [[p.action for p in row] for row in self.proposals]
+
+
+def _merge(left: dict, right: dict) -> dict:
+    return {**left, **right}
+
+
+class _StepState(TypedDict, total=False):
+    step_key: str
+    t: int
+    task: str
+    observation: str
+    history: list[str]
+    proposals: Annotated[dict[tuple[int, int], Proposal], _merge]
+    vote: VoteResult
+
+
+def _resolve_topology(config: TeamConfig):
+    from collabui.topologies import Topology, make_topology
+
+    topo = config.topology
+    if isinstance(topo, Topology):
+        if topo.n_agents != config.n_agents:
+            raise ConfigError(
+                f"topology has {topo.n_agents} agents but n_agents={config.n_agents}; make them equal"
+            )
+        return topo
+    if isinstance(topo, str):
+        return make_topology(topo, config.n_agents, seed=config.seed)
+    raise ConfigError(f"topology must be a name or a Topology, got {type(topo).__name__}")
+
+
+class CollabAgentTeam:
+    """A team of role-free agents that proposes, discusses and votes on one action per step.
+
+    Example:
+        >>> from collabui import CollabAgentTeam
+        >>> from collabui.models.fake import ScriptedChatModel
+        >>> team = CollabAgentTeam(ScriptedChatModel(lambda req: 'Action: {"action": "click", "element_id": "B"}'),
+        ...                        n_agents=2, rounds=2, topology="chain")
+        >>> print(team.graph.get_graph().draw_mermaid().splitlines()[0])
+        ---
+
+    Args:
+        model: the chat model all agents share (agents differ by temperature, adapter and what
+            they read), or one model per agent.
+        config: a TeamConfig; keyword arguments override its fields.
+    """
+
+    def __init__(
+        self,
+        model: ChatModel | Sequence[ChatModel],
+        *,
+        config: TeamConfig | None = None,
+        **overrides: Any,
+    ) -> None:
+        base = config or TeamConfig()
+        if overrides:
+            unknown = sorted(set(overrides) - set(TeamConfig.__dataclass_fields__))
+            if unknown:
+                raise ConfigError(f"unknown team option(s) {unknown}; see TeamConfig for the options")
+            base = TeamConfig(**{**{f: getattr(base, f) for f in TeamConfig.__dataclass_fields__}, **overrides})
+        self.config = base
+        self.models = self._resolve_models(model)
+        self.space: ActionSpace = get_action_space(base.action_space)
+        self.batcher = SuperstepBatcher(fallback_s=base.batch_fallback_s)
+        self._set_topology(_resolve_topology(base))
+
+    def _resolve_models(self, model: ChatModel | Sequence[ChatModel]) -> tuple[ChatModel, ...]:
+        n = self.config.n_agents
+        if isinstance(model, ChatModel):
+            return (model,) * n
+        models = tuple(model)
+        if len(models) != n or not all(isinstance(m, ChatModel) for m in models):
+            raise ConfigError(f"give one ChatModel or a list of {n} ChatModels (one per agent)")
+        return models
+
+    # -- topology and graph ------------------------------------------------------------------
+
+    @property
+    def topology(self):
+        """The current message DAG (a ``collabui.topologies.Topology``)."""
+        return self._topology
+
+    def set_topology(self, topology) -> None:
+        """Replace the message DAG and rebuild the graph."""
+        from collabui.topologies import Topology
+
+        if not isinstance(topology, Topology) or topology.n_agents != self.config.n_agents:
+            raise ConfigError(f"set_topology needs a Topology over {self.config.n_agents} agents")
+        self._set_topology(topology)
+
+    def resample_topology(self, seed: int | None = None):
+        """The paper's edge update: resample the DAG (fixed topologies stay) and rebuild."""
+        self._set_topology(self._topology.resample(seed))
+        return self._topology
+
+    def _set_topology(self, topology) -> None:
+        self._topology = topology
+        m = self.config.rounds
+        self._superstep = {
+            (i, j): topology.depth(i) + j for i in range(self.config.n_agents) for j in range(m)
+        }
+        self._width: dict[int, int] = {}
+        for level in self._superstep.values():
+            self._width[level] = self._width.get(level, 0) + 1
+        self.graph = self._build_graph()
+
+    @staticmethod
+    def node_name(i: int, j: int) -> str:
+        return f"agent{i}_round{j}"
+
+    def _build_graph(self):
+        from langchain_core.runnables import RunnableLambda
+        from langgraph.graph import END, START, StateGraph
+
+        builder = StateGraph(_StepState)
+        n, m = self.config.n_agents, self.config.rounds
+        for j in range(m):
+            for i in range(n):
+                sync_fn, async_fn = self._make_node(i, j)
+                builder.add_node(self.node_name(i, j), RunnableLambda(sync_fn, afunc=async_fn, name=self.node_name(i, j)))
+        builder.add_node("vote", RunnableLambda(self._vote_node, name="vote"))
+        for j in range(m):
+            for i in range(n):
+                sources = [self.node_name(k, j) for k in self._topology.predecessors(i)]
+                if j > 0:
+                    sources.append(self.node_name(i, j - 1))
+                target = self.node_name(i, j)
+                if not sources:
+                    builder.add_edge(START, target)
+                elif len(sources) == 1:
+                    builder.add_edge(sources[0], target)
+                else:
+                    builder.add_edge(sources, target)
+        builder.add_edge([self.node_name(i, m - 1) for i in range(n)], "vote")
+        builder.add_edge("vote", END)
+        return builder.compile(name="collab_agent_team")
+
+    def draw_mermaid(self) -> str:
+        """The compiled step graph as a Mermaid diagram."""
+        return self.graph.get_graph().draw_mermaid()
+
+    # -- nodes -------------------------------------------------------------------------------
+
+    def _request(self, state: _StepState, i: int, j: int) -> tuple[ChatRequest, tuple[Message, ...]]:
+        props = state.get("proposals", {})
+        preds = self._topology.predecessors(i)
+        peers = [props[(k, j)].as_peer() for k in preds]
+        own = props[(i, j - 1)].as_peer() if j > 0 else None
+        messages = build_messages(
+            space=self.space,
+            task=state["task"],
+            observation=state["observation"],
+            history=state.get("history", []),
+            peers=peers,
+            own_previous=own,
+            style=self.config.prompt_style,
+        )
+        seed = None
+        if self.config.seed is not None:
+            seed = (self.config.seed * 1_000_003 + state.get("t", 0) * 1009 + i * 31 + j) % (2**31)
+        request = ChatRequest(
+            messages=messages,
+            temperature=self.config.agent_temperature(i),
+            max_new_tokens=self.config.max_new_tokens,
+            adapter=self.config.agent_adapter(i),
+            seed=seed,
+        )
+        return request, messages
+
+    def _proposal(self, i: int, j: int, request: ChatRequest, result: ChatResult) -> Proposal:
+        parsed = parse_proposal(result.text, self.space)
+        return Proposal(
+            agent=i,
+            round=j,
+            predecessors=tuple(self._topology.predecessors(i)),
+            messages=request.messages,
+            raw=result.text,
+            thought=parsed.thought,
+            action=parsed.action,
+            parse_error=parsed.error,
+            temperature=request.temperature,
+            adapter=request.adapter,
+            superstep=self._superstep[(i, j)],
+            latency_s=result.latency_s,
+            prompt_tokens=result.prompt_tokens,
+            completion_tokens=result.completion_tokens,
+        )
+
+    def _make_node(self, i: int, j: int):
+        level = self._superstep[(i, j)]
+        width = self._width[level]
+        model = self.models[i]
+
+        def run(state: _StepState) -> dict[str, Any]:
+            request, _ = self._request(state, i, j)
+            result = self.batcher.submit((state["step_key"], level), width, model, request)
+            return {"proposals": {(i, j): self._proposal(i, j, request, result)}}
+
+        async def arun(state: _StepState) -> dict[str, Any]:
+            request, _ = self._request(state, i, j)
+            result = await self.batcher.asubmit((state["step_key"], level), width, model, request)
+            return {"proposals": {(i, j): self._proposal(i, j, request, result)}}
+
+        return run, arun
+
+    def _vote_node(self, state: _StepState) -> dict[str, Any]:
+        props = state["proposals"]
+        n, m = self.config.n_agents, self.config.rounds
+        matrix = [[props[(i, j)].action for j in range(m)] for i in range(n)]
+        return {"vote": majority_vote(matrix)}
+
+    # -- one step ----------------------------------------------------------------------------
+
+    def _inputs(self, task: str, observation: Observation | str, history: Sequence[str], t: int) -> _StepState:
+        rendered = (
+            observation
+            if isinstance(observation, str)
+            else render_observation(observation, max_chars=self.config.max_observation_chars)
+        )
+        return {
+            "step_key": uuid.uuid4().hex,
+            "t": t,
+            "task": task,
+            "observation": rendered,
+            "history": list(history),
+            "proposals": {},
+        }
+
+    def _run_config(self) -> dict[str, Any]:
+        # max_concurrency must sit at the top level of the run config (LangGraph ignores it
+        # under "configurable"); the widest superstep must run at once for batching.
+        return {"max_concurrency": max(self._width.values()), "recursion_limit": 10 + len(self._width) * 2}
+
+    def _finish(self, state: dict[str, Any], inputs: _StepState, started: float) -> TeamStep:
+        props = state["proposals"]
+        n, m = self.config.n_agents, self.config.rounds
+        matrix = tuple(tuple(props[(i, j)] for j in range(m)) for i in range(n))
+        return TeamStep(matrix, state["vote"], inputs["observation"], time.perf_counter() - started)
+
+    def step(self, task: str, observation: Observation | str, history: Sequence[str] = (), *, t: int = 0) -> TeamStep:
+        """Run one team step: every agent in every round proposes, then the vote decides."""
+        started = time.perf_counter()
+        inputs = self._inputs(task, observation, history, t)
+        state = self.graph.invoke(inputs, config=self._run_config())
+        return self._finish(state, inputs, started)
+
+    async def astep(self, task: str, observation: Observation | str, history: Sequence[str] = (), *, t: int = 0) -> TeamStep:
+        """Async twin of ``step``."""
+        started = time.perf_counter()
+        inputs = self._inputs(task, observation, history, t)
+        state = await self.graph.ainvoke(inputs, config=self._run_config())
+        return self._finish(state, inputs, started)
+
+    @property
+    def supersteps(self) -> int:
+        """Supersteps per team step: L + m - 1."""
+        return len(self._width)
+
+    # -- episodes ----------------------------------------------------------------------------
+
+    def run(self, task: str | None, device, **kwargs: Any):
+        """Run an episode on ``device`` to its end or ``max_steps``; see ``collabui.episode``."""
+        from collabui.episode import run_episode
+
+        return run_episode(self, task, device, **kwargs)
+
+    async def arun(self, task: str | None, device, **kwargs: Any):
+        """Async twin of ``run``."""
+        from collabui.episode import arun_episode
+
+        return await arun_episode(self, task, device, **kwargs)
