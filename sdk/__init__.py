@@ -41,7 +41,36 @@ _EXPORTS = {
     "TraceStore": "collabui.trace",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+__all__ = [
+    "Action",
+    "ActionSpace",
+    "ChatModel",
+    "ChatRequest",
+    "ChatResult",
+    "CollabAgentTeam",
+    "Device",
+    "EpisodeResult",
+    "JsonlTraceStore",
+    "MOBILE",
+    "MemoryTraceStore",
+    "Observation",
+    "Proposal",
+    "StepOutcome",
+    "StepRecord",
+    "TeamConfig",
+    "TeamStep",
+    "TraceStore",
+    "VoteResult",
+    "WEB",
+    "list_envs",
+    "load_model",
+    "majority_vote",
+    "make_env",
+    "parse_action",
+    "parse_proposal",
+    "read_trace",
+    "__version__",
+]
 
 if TYPE_CHECKING:  # pragma: no cover
     from collabui.actions import MOBILE, WEB, Action, ActionSpace

@@ -13,6 +13,7 @@ import dataclasses
 import sys
 import time
 from collections.abc import Sequence
+
 from collabui.config import TeamConfig
 from collabui.errors import CollabUIError, ConfigError
 

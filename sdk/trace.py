@@ -76,7 +76,7 @@ class EpisodeRecorder(ABC):
     def add_screenshot(self, t: int, png: bytes) -> str:
         """Store a screenshot for step t; return the reference to put in the step record."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, no-op by default
         """Finish the episode. Safe to call twice."""
 
     @property

@@ -26,7 +26,7 @@ def matrix_table(record: Any):
     for row in step.proposals:
         cells = []
         for p in row:
-            text = _short(p.action.to_call()) if p.parse_error is None else f"[red]unparsable[/red]"
+            text = _short(p.action.to_call()) if p.parse_error is None else "[red]unparsable[/red]"
             if p.parse_error is None and p.action.key() == vote_key:
                 text = f"[bold green]{text}[/bold green]"
             cells.append(text)

@@ -60,5 +60,5 @@ class ChatModel(ABC):
     async def agenerate(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         return await asyncio.to_thread(self.generate, requests)
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, no-op by default
         """Release resources (servers, GPU memory). Safe to call twice."""

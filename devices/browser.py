@@ -1,0 +1,429 @@
+"""A Chromium browser as a Device, driven by Playwright's async API on a private event loop.
+
+Why a private loop: Playwright's sync API refuses to run inside a running asyncio loop (the
+trap BrowserGym fell into), and its async API would tie the device to one caller's loop. The
+device owns an event loop in a daemon thread; sync methods submit coroutines to it and block on
+the result, async twins await the same future without blocking their own loop. One lock on the
+private loop serialises operations, so concurrent callers cannot interleave half-actions.
+
+Chromium comes from the system (Debian's ``/usr/bin/chromium``; ``COLLABUI_CHROMIUM`` or
+``executable_path`` override it): Playwright's own browser download is not needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextlib
+import dataclasses
+import os
+import shutil
+import threading
+import weakref
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from collabui.actions import WEB, Action
+from collabui.devices import simplify
+from collabui.devices.base import Device, Observation, StepOutcome
+from collabui.errors import (
+    ActionError,
+    BrowserNotFoundError,
+    ConfigError,
+    DeviceClosedError,
+    DeviceError,
+)
+
+__all__ = ["BrowserConfig", "BrowserDevice", "DEFAULT_CHROMIUM", "CHROMIUM_ARGS",
+           "resolve_chromium"]
+
+T = TypeVar("T")
+
+DEFAULT_CHROMIUM = "/usr/bin/chromium"
+#: Flags that keep a headless Chromium quiet, offline-friendly and container-safe.
+CHROMIUM_ARGS = ("--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run", "--disable-sync",
+                 "--disable-quic")
+_CLOSED_MARKERS = ("has been closed", "Target closed", "Browser closed", "browser has disconnected",
+                   "Connection closed")
+
+
+def resolve_chromium(executable_path: str | None) -> str:
+    """The Chromium executable to launch: explicit path, else $COLLABUI_CHROMIUM, else Debian's.
+
+    Raises:
+        BrowserNotFoundError: nothing executable at that path.
+    """
+    path = executable_path or os.environ.get("COLLABUI_CHROMIUM") or DEFAULT_CHROMIUM
+    found = path if os.sep in path else shutil.which(path)
+    if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
+        raise BrowserNotFoundError(
+            f"Chromium not found at {path}; install it with `apt-get install -y chromium` or set "
+            "COLLABUI_CHROMIUM / executable_path")
+    return found
+
+
+@dataclass(frozen=True)
+class BrowserConfig:
+    """How a BrowserDevice launches and drives Chromium.
+
+    Attributes:
+        executable_path: Chromium binary; None means $COLLABUI_CHROMIUM or /usr/bin/chromium.
+        headless: run without a window.
+        viewport: CSS pixel size (width, height) of every tab.
+        start_url: page opened by ``reset()`` unless ``options={"url": ...}`` overrides it.
+        task: task text reported in ``Observation.task`` (``options={"task": ...}`` overrides).
+        screenshots: attach a PNG screenshot to every observation.
+        action_timeout_s: longest wait for one element action (click, type, ...).
+        navigation_timeout_s: longest wait for a page load.
+        extra_args: more Chromium command-line flags.
+        max_text: longest text run kept in the simplified HTML.
+    """
+
+    executable_path: str | None = None
+    headless: bool = True
+    viewport: tuple[int, int] = (1280, 720)
+    start_url: str | None = None
+    task: str | None = None
+    screenshots: bool = False
+    action_timeout_s: float = 5.0
+    navigation_timeout_s: float = 30.0
+    extra_args: tuple[str, ...] = ()
+    max_text: int = 300
+
+    def __post_init__(self) -> None:
+        vp = self.viewport
+        if (not isinstance(vp, tuple | list) or len(vp) != 2
+                or not all(isinstance(v, int) and v > 0 for v in vp)):
+            raise ConfigError(f"viewport must be (width, height) in positive pixels, got {vp!r}")
+        object.__setattr__(self, "viewport", tuple(vp))
+        object.__setattr__(self, "extra_args", tuple(self.extra_args))
+        for name in ("action_timeout_s", "navigation_timeout_s"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or value <= 0:
+                raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+
+    @classmethod
+    def build(cls, config: BrowserConfig | None = None, **overrides: Any) -> BrowserConfig:
+        """``config`` (or the defaults) with ``overrides`` applied; unknown names raise."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ConfigError(f"unknown browser option(s) {unknown}; valid options: {sorted(known)}")
+        return dataclasses.replace(config or cls(), **overrides)
+
+
+class _LoopThread:
+    """An asyncio event loop running forever in a daemon thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="collabui-browser",
+                                       daemon=True)
+        self.thread.start()
+
+    def submit(self, coro: Awaitable[T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        if self.loop.is_closed():
+            return
+
+        async def _cancel_rest() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        if self.thread.is_alive():
+            # Best effort: the loop is going away anyway.
+            with contextlib.suppress(Exception):
+                self.submit(_cancel_rest()).result(5)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(5)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+_LIVE: weakref.WeakSet[BrowserDevice] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    # A forgotten device must not leave Chromium running after the interpreter exits.
+    for device in list(_LIVE):
+        with contextlib.suppress(Exception):  # exiting: nothing useful to report
+            device.close()
+
+
+class BrowserDevice(Device):
+    """A Chromium tab set driven through the web action space (paper Table 6).
+
+    Chromium starts on the first ``reset()`` and stops in ``close()`` (idempotent; no process is
+    left behind). Recoverable action failures come back as ``last_action_error``; a crashed or
+    closed browser raises ``DeviceClosedError``.
+    """
+
+    action_space = WEB
+    #: CSS selectors of subtrees left out of the observation text.
+    skip_selectors: tuple[str, ...] = ()
+    #: Page globals read with every observation (into ``self._page_globals``).
+    page_globals: tuple[str, ...] = ()
+
+    def __init__(self, *, config: BrowserConfig | None = None, **overrides: Any) -> None:
+        self.config = BrowserConfig.build(config, **overrides)
+        self._executable = resolve_chromium(self.config.executable_path)
+        self._runner: _LoopThread | None = None
+        self._lock: asyncio.Lock | None = None
+        self._pw: Any = None
+        self._browser: Any = None
+        self._context: Any = None
+        self._page: Any = None
+        self._closed = False
+        self._dead: str | None = None
+        self._task: str | None = self.config.task
+        self._page_globals: dict[str, Any] = {}
+        _LIVE.add(self)
+
+    # ---- sync / async plumbing -------------------------------------------------------------
+
+    @property
+    def _op_timeout(self) -> float:
+        c = self.config
+        return c.navigation_timeout_s * 2 + c.action_timeout_s * 4 + 15
+
+    def _submit(self, fn: Callable[..., Awaitable[T]], *args: Any) -> concurrent.futures.Future[T]:
+        if self._closed:
+            raise DeviceClosedError(f"{type(self).__name__} is closed; create a new device")
+        if self._runner is None:
+            self._runner = _LoopThread()
+        if threading.current_thread() is self._runner.thread:
+            raise DeviceError("a BrowserDevice method was called from its own event loop; call "
+                              "it from your code, not from a Playwright callback")
+        return self._runner.submit(self._guarded(fn, *args))
+
+    def _call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        future = self._submit(fn, *args)
+        try:
+            return future.result(self._op_timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise DeviceError(f"the browser did not answer within {self._op_timeout:.0f} s; "
+                              "close() this device and create a new one") from None
+
+    async def _acall(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        future = self._submit(fn, *args)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), self._op_timeout)
+        except asyncio.TimeoutError:
+            future.cancel()
+            raise DeviceError(f"the browser did not answer within {self._op_timeout:.0f} s; "
+                              "close() this device and create a new one") from None
+
+    async def _guarded(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        from playwright.async_api import Error as PlaywrightError
+
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            self._check_alive()
+            try:
+                return await fn(*args)
+            except PlaywrightError as exc:
+                self._raise_if_dead(exc)
+                raise DeviceError(f"browser operation failed: {_first_line(exc)}; retry, or "
+                                  "close() and create a new device") from None
+
+    def _check_alive(self) -> None:
+        if self._closed:
+            raise DeviceClosedError(f"{type(self).__name__} is closed; create a new device")
+        if self._dead:
+            raise DeviceClosedError(f"{self._dead}; close() this device and create a new one")
+
+    def _raise_if_dead(self, exc: BaseException) -> None:
+        message = str(exc)
+        if self._dead or any(marker in message for marker in _CLOSED_MARKERS):
+            self._dead = self._dead or "the browser or its page was closed"
+            raise DeviceClosedError(f"{self._dead}; close() this device and create a new one") from None
+
+    # ---- public API ------------------------------------------------------------------------
+
+    def reset(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None) -> Observation:
+        return self._call(self._reset, seed, dict(options or {}))
+
+    def observe(self) -> Observation:
+        return self._call(self._observe)
+
+    def act(self, action: Action) -> StepOutcome:
+        return self._call(self._act, _require_action(action))
+
+    async def areset(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None) -> Observation:
+        return await self._acall(self._reset, seed, dict(options or {}))
+
+    async def aobserve(self) -> Observation:
+        return await self._acall(self._observe)
+
+    async def aact(self, action: Action) -> StepOutcome:
+        return await self._acall(self._act, _require_action(action))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        _LIVE.discard(self)
+        runner, self._runner = self._runner, None
+        if runner is None:
+            return
+        if threading.current_thread() is runner.thread:
+            return  # cannot block our own loop; atexit/daemon teardown finishes the job
+        with contextlib.suppress(Exception):  # shutting down: stop the loop regardless
+            runner.submit(self._shutdown()).result(20)
+        runner.stop()
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
+
+    # ---- coroutines run on the private loop --------------------------------------------------
+
+    async def _launch(self) -> None:
+        from playwright.async_api import Error as PlaywrightError
+        from playwright.async_api import async_playwright
+
+        c = self.config
+        self._pw = await async_playwright().start()
+        try:
+            self._browser = await self._pw.chromium.launch(
+                executable_path=self._executable, headless=c.headless,
+                args=[*CHROMIUM_ARGS, *c.extra_args], timeout=c.navigation_timeout_s * 1000)
+        except PlaywrightError as exc:
+            await self._pw.stop()
+            self._pw = None
+            raise DeviceError(f"Chromium at {self._executable} failed to start: "
+                              f"{_first_line(exc)}; check `{self._executable} --version`") from None
+        self._browser.on("disconnected", lambda _b: self._mark_dead("the browser process exited"))
+
+    async def _new_context(self) -> None:
+        c = self.config
+        if self._context is not None:
+            await self._context.close()
+        width, height = c.viewport
+        self._context = await self._browser.new_context(viewport={"width": width, "height": height})
+        self._context.set_default_timeout(c.action_timeout_s * 1000)
+        self._context.set_default_navigation_timeout(c.navigation_timeout_s * 1000)
+        await self._context.add_init_script(simplify.listener_script())
+        # A page opened by the site (target=_blank, window.open) becomes the current tab, as in
+        # a real browser.
+        self._context.on("page", self._adopt_page)
+        self._page = await self._context.new_page()
+        self._adopt_page(self._page)
+
+    def _adopt_page(self, page: Any) -> None:
+        self._page = page
+        page.on("crash", lambda _p: self._mark_dead("the browser page crashed"))
+
+    def _mark_dead(self, reason: str) -> None:
+        if not self._closed:
+            self._dead = self._dead or reason
+
+    async def _shutdown(self) -> None:
+        try:
+            if self._browser is not None:
+                await self._browser.close()
+        finally:
+            self._browser = self._context = self._page = None
+            if self._pw is not None:
+                pw, self._pw = self._pw, None
+                await pw.stop()
+
+    async def _reset(self, seed: int | None, options: dict[str, Any]) -> Observation:
+        url = options.get("url", self.config.start_url)
+        if not url:
+            raise ConfigError("no page to open: pass start_url=... (or url=... to make_env) or "
+                              "reset(options={'url': ...})")
+        if self._browser is None:
+            await self._launch()
+        await self._new_context()
+        self._task = options.get("task", self.config.task)
+        error = await self._goto(_normalize_url(str(url)))
+        if error:
+            raise DeviceError(f"{error}; check the URL and your network")
+        return await self._observe()
+
+    async def _goto(self, url: str) -> str | None:
+        from playwright.async_api import Error as PlaywrightError
+
+        try:
+            await self._current_page().goto(url, wait_until="domcontentloaded")
+        except PlaywrightError as exc:
+            self._raise_if_dead(exc)
+            return f"could not open {url}: {_first_line(exc)}"
+        return None
+
+    def _current_page(self) -> Any:
+        if self._context is None:
+            raise DeviceError("no episode yet; call reset() before observe() or act()")
+        if self._page is None or self._page.is_closed():
+            pages = self._context.pages
+            if not pages:
+                self._dead = "every tab was closed"
+                self._check_alive()
+            self._page = pages[-1]
+        return self._page
+
+    async def _observe(self, error: str | None = None) -> Observation:
+        from playwright.async_api import Error as PlaywrightError
+
+        page = self._current_page()
+        options = simplify.walk_options(skip=self.skip_selectors, globals_=self.page_globals,
+                                        max_text=self.config.max_text)
+        for attempt in range(3):
+            try:
+                await page.wait_for_load_state("domcontentloaded")
+                snap = await page.evaluate(simplify.walk_script(), options)
+                break
+            except PlaywrightError as exc:
+                self._raise_if_dead(exc)
+                if attempt == 2:  # navigating the whole time: report, do not crash the team
+                    raise DeviceError(f"could not read the page: {_first_line(exc)}; retry "
+                                      "observe()") from None
+        self._page_globals = snap.get("globals") or {}
+        pages = self._context.pages
+        titles = tuple([snap["title"] if p is page else await p.title() for p in pages])
+        shot = await self._screenshot(page) if self.config.screenshots else None
+        return Observation(
+            text=snap["text"], task=self._task, url=snap["url"], tabs=titles,
+            current_tab=pages.index(page) if page in pages else 0,
+            viewport=simplify.format_viewport(snap["scrollY"], snap["innerHeight"],
+                                              snap["scrollHeight"]),
+            last_action_error=error, screenshot=shot, extra={"elements": snap["count"]})
+
+    async def _screenshot(self, page: Any) -> bytes:
+        return await page.screenshot()
+
+    async def _act(self, action: Action) -> StepOutcome:
+        from collabui.devices import _web_actions
+
+        error, info = await _web_actions.execute(self, action)
+        observation = await self._observe(error)
+        return StepOutcome(observation, 0.0, bool(action.terminal), info)
+
+
+def _require_action(action: Any) -> Action:
+    if not isinstance(action, Action):
+        raise ActionError(f"act() needs an Action, got {type(action).__name__}; build one with "
+                          "collabui.actions.WEB.from_dict({...}) or a class like web.Click")
+    return action
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__
+
+
+def _normalize_url(url: str) -> str:
+    url = url.strip()
+    if "://" in url or url.startswith(("about:", "data:", "file:", "javascript:")):
+        return url
+    return "https://" + url

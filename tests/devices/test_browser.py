@@ -1,0 +1,260 @@
+"""BrowserDevice on local pages: simplified HTML, every web action, errors, process hygiene."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from collabui.actions import Unknown, web
+from collabui.devices import BrowserConfig, BrowserDevice, make_env
+from collabui.devices.simplify import format_viewport, parse_elements
+from collabui.errors import (
+    ActionError,
+    BrowserNotFoundError,
+    ConfigError,
+    DeviceClosedError,
+    DeviceError,
+)
+
+FORM = """<html><head><title>Form</title></head><body>
+<h2>Sign in</h2>
+<div><div>Amazon <a href="second.html"><span>Amazon</span></a></div></div>
+<form onsubmit="document.title = 'sent ' + document.getElementById('q').value; return false;">
+  <input id="q" placeholder="Search...">
+</form>
+<label><input type="checkbox" checked> Stay signed in</label>
+<select id="color"><option value="r">Red</option><option value="b">Blue</option></select>
+<div style="display:none"><button>Invisible</button></div>
+<p>Some <b>bold</b> text</p>
+<span id="pointer" style="cursor:pointer">pointy</span>
+<div id="listened">listened</div>
+<button id="vanish">Vanish</button>
+<button onclick="document.title = 'clicked'">Submit</button>
+<div onmouseover="document.title = 'hovered'">hover me</div>
+<textarea>old text</textarea>
+<div style="height:3000px"></div>
+<script>document.getElementById('listened').addEventListener('click', () => {});</script>
+</body></html>"""
+
+SECOND = "<html><head><title>Second</title></head><body><p>second page</p></body></html>"
+MANY = "<html><body>" + "".join(f"<button onclick=\"document.title='b{i}'\">b{i}</button>"
+                                for i in range(30)) + "</body></html>"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("site")
+    for name, html in (("form.html", FORM), ("second.html", SECOND), ("many.html", MANY)):
+        (root / name).write_text(html)
+    return root
+
+
+@pytest.fixture(scope="module")
+def device():
+    dev = BrowserDevice(action_timeout_s=0.5, task="test the browser")
+    yield dev
+    dev.close()
+
+
+def _open(device, site, name="form.html"):
+    return device.reset(options={"url": (site / name).as_uri()})
+
+
+def _id(observation, text):
+    return next(e.id for e in parse_elements(observation.text) if e.id and e.full_text == text)
+
+
+@pytest.mark.browser
+def test_simplified_html_format(device, site):
+    obs = _open(device, site)
+    text = obs.text
+    assert "<h2| Sign in>" in text
+    assert "<div| Amazon <a[A]| <span| Amazon> > >" in text
+    assert "<input[B]| placeholder: Search...>" in text
+    assert "<label[C]| <input[D]| checkbox; true> Stay signed in>" in text
+    assert "<select[E]| Red; options: Red | Blue>" in text
+    assert "Invisible" not in text  # display:none subtree dropped
+    assert "<p| Some bold text>" in text  # inline formatting merged into the text run
+    assert "<span[F]| pointy>" in text  # cursor:pointer makes it interactive
+    assert "<div[G]| listened>" in text  # a click listener makes it interactive
+    assert "<button[I]| Submit>" in text and "<textarea[K]| old text>" in text
+    assert (obs.task, obs.tabs, obs.current_tab) == ("test the browser", ("Form",), 0)
+    assert obs.url.endswith("form.html") and obs.last_action_error is None
+    assert obs.viewport.startswith("0 / ") and float(obs.viewport.split(" / ")[1]) > 3
+
+
+@pytest.mark.browser
+def test_ids_go_past_z(device, site):
+    obs = _open(device, site, "many.html")
+    ids = [e.id for e in parse_elements(obs.text) if e.id]
+    assert ids[:3] == ["A", "B", "C"] and ids[25:] == ["Z", "AA", "AB", "AC", "AD"]
+    outcome = device.act(web.Click("AB"))
+    assert outcome.observation.tabs == ("b27",)
+
+
+@pytest.mark.browser
+def test_click_hover_type_and_enter(device, site):
+    obs = _open(device, site)
+    assert device.act(web.Click(_id(obs, "Submit"))).observation.tabs == ("clicked",)
+    assert device.act(web.Hover(_id(obs, "hover me"))).observation.tabs == ("hovered",)
+    typed = device.act(web.TypeString("K", "new words"))
+    assert "<textarea[K]| new words>" in typed.observation.text  # cleared, then typed
+    sent = device.act(web.TypeString("B", "shoes", press_enter=True)).observation
+    assert sent.tabs == ("sent shoes",) and "<input[B]| shoes>" in sent.text
+    checkbox = device.act(web.Click("D")).observation
+    assert "<input[D]| checkbox; false>" in checkbox.text
+
+
+@pytest.mark.browser
+def test_select_by_label_or_value_and_its_errors(device, site):
+    _open(device, site)
+    assert "<select[E]| Blue;" in device.act(web.Select("E", "Blue")).observation.text
+    assert "<select[E]| Red;" in device.act(web.Select("E", "r")).observation.text
+    wrong_tag = device.act(web.Select("I", "Blue")).observation.last_action_error
+    assert wrong_tag == "element [I] (<button>) is not a drop-down (<select>); use click instead"
+    missing = device.act(web.Select("E", "Green")).observation.last_action_error
+    assert "has no option 'Green'" in missing and "'Red', 'Blue'" in missing
+
+
+@pytest.mark.browser
+def test_recoverable_failures_never_raise(device, site):
+    _open(device, site)
+    assert "no element [ZZ]" in device.act(web.Click("ZZ")).observation.last_action_error
+    device._call(_hide_vanish, device)  # the element disappears after it was listed
+    error = device.act(web.Click("H")).observation.last_action_error
+    assert error.startswith("clicking [H] timed out")
+    assert "not a text field" in device.act(web.TypeString("E", "x")).observation.last_action_error
+    unknown = device.act(Unknown(raw="???", reason="no JSON object found"))
+    assert unknown.observation.last_action_error == "no action was executed: no JSON object found"
+    assert not unknown.done
+
+
+async def _hide_vanish(device):
+    await device._current_page().evaluate(
+        "document.getElementById('vanish').style.visibility = 'hidden'")
+
+
+@pytest.mark.browser
+def test_scroll_go_tabs(device, site):
+    _open(device, site)
+    assert device.act(web.ScrollPage("up")).observation.last_action_error.startswith(
+        "the page is already at the top")
+    down = device.act(web.ScrollPage("down")).observation
+    assert down.viewport.startswith("1 / ") and down.last_action_error is None
+    second = device.act(web.Click("A")).observation
+    assert second.tabs == ("Second",) and "<p| second page>" in second.text
+    back = device.act(web.Go("backward")).observation
+    assert back.tabs == ("Form",) and back.last_action_error is None
+    assert device.act(web.Go("forward")).observation.tabs == ("Second",)
+    device.act(web.Go("backward"))
+    no_history = device.act(web.Go("backward")).observation.last_action_error
+    assert no_history == "there is no earlier page in this tab's history"
+    tab = device.act(web.JumpTo((site / "second.html").as_uri(), new_tab=True)).observation
+    assert tab.tabs == ("Form", "Second") and tab.current_tab == 1
+    assert device.act(web.SwitchTab(0)).observation.current_tab == 0
+    assert "no tab 5" in device.act(web.SwitchTab(5)).observation.last_action_error
+
+
+@pytest.mark.browser
+def test_terminal_actions_record_their_text(device, site):
+    _open(device, site)
+    asked = device.act(web.UserInput("please log in"))
+    assert asked.done and asked.info == {"user_input": "please log in"}
+    finished = device.act(web.Finish("42"))
+    assert finished.done and finished.info == {"answer": "42"}
+
+
+def _chromium_descendants() -> set[int]:
+    """Pids of chromium processes descending from this python (read from /proc)."""
+    parents: dict[int, int] = {}
+    names: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            name = stat[stat.index("(") + 1:stat.rindex(")")]
+            parents[int(entry)] = int(stat[stat.rindex(")") + 2:].split()[1])
+            names[int(entry)] = name
+    found = set()
+    for pid, name in names.items():
+        if "chrom" not in name:
+            continue
+        ancestor = parents.get(pid, 0)
+        while ancestor > 1 and ancestor != os.getpid():
+            ancestor = parents.get(ancestor, 0)
+        if ancestor == os.getpid():
+            found.add(pid)
+    return found
+
+
+@pytest.mark.browser
+def test_close_leaves_no_chromium_and_blocks_use(site):
+    before = _chromium_descendants()
+    dev = BrowserDevice(start_url=(site / "second.html").as_uri())
+    dev.reset()
+    assert _chromium_descendants() - before  # it really started Chromium
+    dev.close()
+    dev.close()  # idempotent
+    assert _chromium_descendants() - before == set()
+    for call in (dev.observe, dev.reset, lambda: dev.act(web.Click("A"))):
+        with pytest.raises(DeviceClosedError, match="closed; create a new device"):
+            call()
+
+
+@pytest.mark.browser
+def test_crashed_page_raises_device_closed():
+    with BrowserDevice(start_url="about:blank") as dev:
+        dev.reset()
+        with pytest.raises(DeviceClosedError):
+            dev.act(web.JumpTo("chrome://crash"))
+            dev.observe()
+
+
+def test_missing_chromium_is_a_clear_error(monkeypatch):
+    with pytest.raises(BrowserNotFoundError, match=r"Chromium not found at /nope/chromium; install it"
+                                                   r" with `apt-get install -y chromium`"):
+        BrowserDevice(executable_path="/nope/chromium")
+    monkeypatch.setenv("COLLABUI_CHROMIUM", "/nope/env-chromium")
+    with pytest.raises(BrowserNotFoundError, match="/nope/env-chromium.*COLLABUI_CHROMIUM"):
+        make_env("web", url="https://example.org")
+
+
+def test_config_validation():
+    with pytest.raises(ConfigError, match="unknown browser option"):
+        BrowserDevice(viewprot=(1, 1))
+    with pytest.raises(ConfigError, match="viewport"):
+        BrowserConfig(viewport=(0, 10))
+    with pytest.raises(ConfigError, match="action_timeout_s"):
+        BrowserConfig(action_timeout_s=-1)
+    with pytest.raises(ConfigError, match="either url= or start_url="):
+        make_env("web", url="a", start_url="b")
+
+
+@pytest.mark.browser
+def test_misuse_gives_one_line_errors():
+    with BrowserDevice() as dev:
+        with pytest.raises(ConfigError, match="no page to open"):
+            dev.reset()
+        with pytest.raises(DeviceError, match=r"call reset\(\) before observe"):
+            dev.observe()
+        with pytest.raises(ActionError, match="needs an Action, got dict"):
+            dev.act({"action": "click", "element_id": "A"})
+
+
+def test_viewport_format():
+    assert format_viewport(0, 720, 720) == "0 / 1.0"
+    assert format_viewport(720, 720, 2952) == "1 / 4.1"
+    assert format_viewport(0, 720, 10) == "0 / 1.0"
+
+
+def test_import_stays_light():
+    code = ("import sys, collabui.devices as d; d.BrowserDevice; d.make_env; "
+            "print(any(m.startswith('playwright') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

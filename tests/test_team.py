@@ -1,0 +1,161 @@
+import asyncio
+import json
+import re
+
+import pytest
+
+from collabui import CollabAgentTeam
+from collabui.actions.web import Click
+from collabui.devices.base import Observation
+from collabui.devices.fake import FakeDevice
+from collabui.errors import ConfigError
+from collabui.models.fake import ScriptedChatModel
+from collabui.topologies import Custom, make_topology
+from collabui.trace import MemoryTraceStore
+
+N, M = 4, 3
+OBS = Observation(text="<button[B]| Submit> <button[C]| Cancel>", task="Click Submit.")
+
+
+def _by_agent_and_round():
+    """A fake whose every answer names its author: agent i's j-th call answers id X{i}{j}.
+
+    Requests carry the agent's adapter name (a0..a3), and an agent's calls are sequential
+    across rounds, so the per-adapter call count is the round.
+    """
+    counts: dict[str, int] = {}
+
+    def answer(req):
+        i = req.adapter[1:]
+        j = counts.get(req.adapter, 0)
+        counts[req.adapter] = j + 1
+        return f'Thought: I am {i} in {j}.\nAction: {{"action": "click", "element_id": "X{i}{j}"}}'
+
+    return ScriptedChatModel(answer)
+
+
+def _team(topology, **kw):
+    model = _by_agent_and_round()
+    team = CollabAgentTeam(model, n_agents=N, rounds=M, topology=topology,
+                           adapters=tuple(f"a{i}" for i in range(N)), batch_fallback_s=30, **kw)
+    return team, model
+
+
+def _markers(text):
+    return set(re.findall(r"X\d\d", text))
+
+
+@pytest.mark.parametrize("topology", ["random", "chain", "star", "complete", "independent", "edges:0-2,1-2,2-3"])
+def test_each_node_sees_exactly_its_predecessors_and_own_previous_round(topology):
+    team, model = _team(topology)
+    team.step("Click Submit.", OBS)
+    assert len(model.requests) == N * M
+    seen = {}
+    for req in model.requests:
+        i = int(req.adapter[1:])
+        j = sum(1 for k in seen if k[0] == i)
+        seen[(i, j)] = req
+    for (i, j), req in seen.items():
+        user = req.messages[-1]["content"]
+        expected = {f"X{k}{j}" for k in team.topology.predecessors(i)}
+        if j > 0:
+            expected.add(f"X{i}{j - 1}")
+        assert _markers(user) == expected, (i, j, user)
+        assert "Task: Click Submit." in user and "<button[B]| Submit>" in user
+        assert req.temperature == team.config.agent_temperature(i)
+
+
+def test_peer_block_labels_agents_and_warns():
+    team, model = _team("chain")
+    team.step("Click Submit.", OBS)
+    user = [r for r in model.requests if r.adapter == "a1"][0].messages[-1]["content"]
+    assert "may contain errors" in user
+    assert '[Agent 0] Thought: I am 0 in 0.\nAction: {"action": "click", "element_id": "X00"}' in user
+
+
+def _superstep_of_nodes(team):
+    steps = {}
+    inputs = team._inputs("Click Submit.", OBS, [], 0)
+    for event in team.graph.stream(inputs, config=team._run_config(), stream_mode="debug"):
+        if event["type"] == "task":
+            steps[event["payload"]["name"]] = event["step"]
+    return steps
+
+
+@pytest.mark.parametrize("topology", ["chain", "star", "independent", "edges:0-2,1-2,2-3", "random"])
+def test_nodes_of_one_layer_share_a_superstep_and_one_batch(topology):
+    team, model = _team(topology)
+    steps = _superstep_of_nodes(team)
+    topo = team.topology
+    for j in range(M):
+        for i in range(N):
+            assert steps[team.node_name(i, j)] == steps[team.node_name(0, 0)] - topo.depth(0) + topo.depth(i) + j
+    assert len({s for n, s in steps.items() if n != "vote"}) == topo.longest_path_nodes + M - 1 == team.supersteps
+    widths = {}
+    for name, s in steps.items():
+        if name != "vote":
+            widths[s] = widths.get(s, 0) + 1
+    # One generate call per superstep, of exactly the superstep's width.
+    assert sorted(model.batch_sizes) == sorted(widths.values())
+
+
+def test_step_vote_and_matrix():
+    model = ScriptedChatModel(lambda r: 'Thought: ok\nAction: {"action": "click", "element_id": "b"}' if r.temperature < 0.4
+                              else "I do not know")
+    team = CollabAgentTeam(model, n_agents=4, rounds=3, topology="chain")
+    step = team.step("Click Submit.", OBS)
+    assert step.action == Click("B")
+    assert step.vote.parsed == 6 and step.vote.total == 12
+    assert [[p.parse_error is None for p in row] for row in step.proposals] == [[True] * 3] * 2 + [[False] * 3] * 2
+
+
+def test_async_step_matches_sync():
+    team, model = _team("star")
+    sync = team.step("Click Submit.", OBS)
+    team2, model2 = _team("star")
+    asy = asyncio.run(team2.astep("Click Submit.", OBS))
+    assert [[p.raw for p in row] for row in sync.proposals] == [[p.raw for p in row] for row in asy.proposals]
+    assert sorted(model2.batch_sizes) == sorted(model.batch_sizes)
+
+
+def test_edge_update_rebuilds_graph():
+    team, _ = _team("random")
+    before = team.topology
+    after = team.resample_topology()
+    assert after != before and team.topology == after
+    team.set_topology(Custom(N, [(0, 1)]))
+    assert team.topology.predecessors(1) == (0,)
+
+
+def test_config_errors_are_one_line():
+    model = ScriptedChatModel(["x"])
+    with pytest.raises(ConfigError, match="temperatures has 2 values for 4 agents"):
+        CollabAgentTeam(model, temperatures=(0.1, 0.2))
+    with pytest.raises(ConfigError, match="unknown team option"):
+        CollabAgentTeam(model, agents=3)
+    with pytest.raises(ConfigError, match="3 agents but n_agents=4"):
+        CollabAgentTeam(model, topology=make_topology("chain", 3))
+    with pytest.raises(ConfigError, match="rounds must be an integer >= 1"):
+        CollabAgentTeam(model, rounds=0)
+
+
+def test_episode_runs_to_success_and_traces_every_step():
+    screens = [Observation(text="<button[B]| Next>", task="Press Next then OK."),
+               Observation(text="<button[C]| OK>", task="Press Next then OK.")]
+    device = FakeDevice(screens, success_when=lambda a: a == Click("C"))
+    ids = iter(["B"] * 12 + ["C"] * 12)
+    model = ScriptedChatModel(lambda r: f'Action: {{"action": "click", "element_id": "{next(ids)}"}}')
+    team = CollabAgentTeam(model, n_agents=4, rounds=3, topology="random", max_steps=5)
+    store = MemoryTraceStore()
+    result = team.run(None, device, seed=3, trace=store, episode_id="ep")
+    assert result.success and result.reward == 1 and result.n_steps == 2
+    assert result.executed_actions == [Click("B"), Click("C")]
+    records = store.episodes["ep"].records
+    assert [r["type"] for r in records] == ["episode", "step", "step", "end"]
+    step1 = records[2]
+    assert step1["history"] == ["click('B')"]
+    assert len(step1["proposals"]) == 4 and len(step1["proposals"][0]) == 3
+    assert step1["vote"]["votes"] == 12 and step1["executed"] == {"action": "click", "element_id": "C"}
+    # The exact prompt of every entry is in the trace: training rebuilds contexts from it.
+    prompts = [json.dumps(p["messages"]) for row in step1["proposals"] for p in row]
+    assert all("<button[C]| OK>" in p for p in prompts)
