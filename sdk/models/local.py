@@ -1,0 +1,358 @@
+"""A transformers chat model that answers a whole batch of requests in one ``generate`` call.
+
+Per-request settings that ``transformers.generate`` only knows per batch are handled by one
+logits processor (:func:`_row_processor_class`), so a batch never has to be split:
+
+* **temperature**: rows with temperature 0 stay greedy; other rows are sampled from
+  ``softmax(logits / temperature)`` with their own ``torch.Generator``.
+* **seed**: each sampled row owns a generator seeded with the request's seed. A request's
+  sampled tokens thus depend only on its seed and its own logits, not on its neighbours in the
+  batch (up to the tiny float differences that left padding can cause). Requests without a seed
+  draw a fresh random seed.
+* **max_new_tokens**: the batch runs for the largest budget; a row that used its own budget is
+  forced to emit the stop token.
+* **adapter**: named LoRA adapters are loaded once through PEFT and selected per row with PEFT's
+  ``adapter_names`` (``"__base__"`` for requests without an adapter).
+
+torch, transformers and peft are imported inside functions so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from collabui.errors import ConfigError, ModelError, ModelLoadError
+from collabui.models.base import ChatModel, ChatRequest, ChatResult
+
+__all__ = ["LocalModel", "BASE_ADAPTER"]
+
+log = logging.getLogger(__name__)
+
+#: The adapter name PEFT uses for "no adapter" rows in a mixed batch.
+BASE_ADAPTER = "__base__"
+
+
+class LocalModel(ChatModel):
+    """A local causal LM (a folder with ``config.json``, weights and a chat-template tokenizer).
+
+    Args:
+        path_or_dir: the model folder.
+        device: ``"auto"`` (CUDA when available, else CPU), or any torch device string.
+        dtype: ``"auto"`` (bfloat16 on CUDA, float32 on CPU), a dtype name, or a torch dtype.
+        adapters: optional ``{name: adapter_folder}`` of PEFT LoRA adapters to serve.
+        max_batch_size: the largest batch one ``generate`` call of transformers receives;
+            longer request lists are answered chunk by chunk.
+        threads: if given, ``torch.set_num_threads(threads)`` (process-wide).
+
+    ``generate`` is thread-safe: calls from several threads are serialized by a lock.
+
+    Raises:
+        ModelLoadError: the folder or an adapter folder is missing or not loadable.
+        ConfigError: an argument is invalid.
+    """
+
+    def __init__(
+        self,
+        path_or_dir: str | Path,
+        *,
+        device: str = "auto",
+        dtype: Any = "auto",
+        adapters: Mapping[str, str | Path] | None = None,
+        max_batch_size: int = 8,
+        threads: int | None = None,
+    ) -> None:
+        if max_batch_size < 1:
+            raise ConfigError(f"max_batch_size must be >= 1, got {max_batch_size}; pass 1 or more")
+        self.path = Path(path_or_dir).expanduser()
+        self.name = f"local:{self.path.name}"
+        self.max_batch_size = max_batch_size
+        self._lock = threading.Lock()
+        self._adapters: dict[str, Path] = {}
+        started = time.perf_counter()
+        torch = _import_torch()
+        if threads is not None:
+            torch.set_num_threads(int(threads))
+        self.device = _resolve_device(torch, device)
+        self.dtype = _resolve_dtype(torch, dtype, self.device)
+        self.tokenizer, self.model = _load(self.path, self.device, self.dtype)
+        self._stop_ids = _stop_token_ids(self.tokenizer)
+        for adapter_name, adapter_dir in (adapters or {}).items():
+            self._load_adapter(adapter_name, adapter_dir)
+        self.load_seconds = time.perf_counter() - started
+        log.info("loaded %s on %s (%s) in %.1f s", self.path, self.device, self.dtype, self.load_seconds)
+
+    @classmethod
+    def embedded(cls, name: str = "smollm2", **kwargs: Any) -> LocalModel:
+        """Load the embedded model (converted once into the user cache dir); kwargs as ``__init__``."""
+        from collabui.models.embedded import embedded_model_dir
+
+        model = cls(embedded_model_dir(name), **kwargs)
+        model.name = name
+        return model
+
+    @property
+    def adapters(self) -> tuple[str, ...]:
+        """Names of the loaded LoRA adapters, in load order."""
+        return tuple(self._adapters)
+
+    def add_adapter(self, name: str, path: str | Path) -> None:
+        """Load one more LoRA adapter (e.g. one just trained) under ``name``."""
+        with self._lock:
+            self._load_adapter(name, path)
+
+    def generate(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        """Answer ``requests`` in order, ``max_batch_size`` at a time in one batched generate."""
+        requests = list(requests)
+        for request in requests:
+            self._check_adapter(request.adapter)
+        results: list[ChatResult] = []
+        with self._lock:
+            for start in range(0, len(requests), self.max_batch_size):
+                results.extend(self._generate_chunk(requests[start : start + self.max_batch_size]))
+        return results
+
+    def close(self) -> None:
+        """Drop the weights; the object is unusable afterwards. Safe to call twice."""
+        with self._lock:
+            self.model = None
+            self.tokenizer = None
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _load_adapter(self, name: str, path: str | Path) -> None:
+        if not name or name == BASE_ADAPTER:
+            raise ConfigError(f"invalid adapter name {name!r}; use a non-empty name other than {BASE_ADAPTER}")
+        folder = Path(path).expanduser()
+        if not (folder / "adapter_config.json").is_file():
+            raise ModelLoadError(
+                f"adapter {name!r}: {folder} is not a PEFT adapter folder (no adapter_config.json); "
+                "pass the folder written by save_pretrained of a PEFT model"
+            )
+        try:
+            from peft import PeftModel
+        except ImportError:
+            raise ModelLoadError(
+                "LoRA adapters need peft; run `pip install 'collabui-agents[train]'`"
+            ) from None
+        try:
+            if isinstance(self.model, PeftModel):
+                self.model.load_adapter(str(folder), adapter_name=name)
+            else:
+                self.model = PeftModel.from_pretrained(self.model, str(folder), adapter_name=name)
+        except Exception as exc:
+            raise ModelLoadError(
+                f"adapter {name!r} from {folder} does not fit {self.path} ({type(exc).__name__}: "
+                f"{_first_line(exc)}); train the adapter on this base model"
+            ) from exc
+        self.model.eval()
+        self._adapters[name] = folder
+
+    def _check_adapter(self, adapter: str | None) -> None:
+        if adapter is not None and adapter not in self._adapters:
+            loaded = ", ".join(self._adapters) or "none"
+            raise ConfigError(
+                f"unknown adapter {adapter!r} for {self.name}; loaded adapters: {loaded} "
+                "(pass adapters={name: folder} to LocalModel)"
+            )
+
+    def _generate_chunk(self, batch: list[ChatRequest]) -> list[ChatResult]:
+        if not batch:
+            return []
+        if self.model is None:
+            raise ModelError(f"{self.name} was closed; create a new LocalModel")
+        torch = _import_torch()
+        from transformers import GenerationConfig, LogitsProcessorList
+
+        started = time.perf_counter()
+        inputs = self._encode(batch)
+        prompt_len = int(inputs["input_ids"].shape[1])
+        budgets = [max(1, r.max_new_tokens) for r in batch]
+        processor = _row_processor_class()(batch, budgets, prompt_len, self._stop_ids[0], self.device)
+        config = GenerationConfig(
+            max_new_tokens=max(budgets),
+            do_sample=False,  # sampling happens per row inside the processor
+            eos_token_id=self._stop_ids,
+            pad_token_id=self.tokenizer.pad_token_id,
+        )
+        extra: dict[str, Any] = {}
+        if self._adapters:
+            extra["adapter_names"] = [r.adapter or BASE_ADAPTER for r in batch]
+        try:
+            with torch.inference_mode():
+                output = self.model.generate(
+                    **inputs,
+                    generation_config=config,
+                    logits_processor=LogitsProcessorList([processor]),
+                    **extra,
+                )
+        except Exception as exc:
+            raise ModelError(
+                f"{self.name} failed to generate ({type(exc).__name__}: {_first_line(exc)}); "
+                "try a smaller max_batch_size or shorter prompts"
+            ) from exc
+        latency = time.perf_counter() - started
+        prompt_counts = inputs["attention_mask"].sum(dim=1).tolist()
+        return [
+            self._result(output[row, prompt_len:].tolist(), budgets[row], int(prompt_counts[row]), latency, batch[row], len(batch))
+            for row in range(len(batch))
+        ]
+
+    def _encode(self, batch: list[ChatRequest]) -> Any:
+        texts = []
+        for request in batch:
+            messages = [dict(m) for m in request.messages]
+            try:
+                texts.append(
+                    self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+                )
+            except Exception as exc:
+                raise ConfigError(
+                    f"the chat template of {self.name} rejected the messages ({_first_line(exc)}); "
+                    "send {'role', 'content'} messages with roles system/user/assistant"
+                ) from exc
+        # The template already holds the special tokens; adding BOS again would shift the prompt.
+        encoded = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        return {key: value.to(self.device) for key, value in encoded.items()}
+
+    def _result(
+        self, tokens: list[int], budget: int, prompt_tokens: int, latency: float, request: ChatRequest, size: int
+    ) -> ChatResult:
+        stop_at = next((i for i, t in enumerate(tokens) if t in self._stop_ids), len(tokens))
+        # A stop token emitted within the budget was generated by the model and counts; one
+        # forced at the budget (or pad after it) does not.
+        completion = min(stop_at + 1, budget) if stop_at < len(tokens) else len(tokens)
+        text = self.tokenizer.decode(tokens[:stop_at], skip_special_tokens=True).strip()
+        extra = {"batch_size": size, "adapter": request.adapter, "finished": stop_at < budget}
+        return ChatResult(text, prompt_tokens, completion, latency, extra)
+
+
+def _import_torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise ModelLoadError(
+            "local models need torch and transformers; run `pip install 'collabui-agents[local]'` "
+            "with the CPU torch wheel from the README"
+        ) from None
+    return torch
+
+
+def _resolve_device(torch: Any, device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device {device!r} requested but CUDA is not available; use device='cpu'")
+    return device
+
+
+def _resolve_dtype(torch: Any, dtype: Any, device: str) -> Any:
+    if dtype == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    if isinstance(dtype, str):
+        resolved = getattr(torch, dtype, None)
+        if not isinstance(resolved, torch.dtype):
+            raise ConfigError(f"unknown dtype {dtype!r}; use 'auto', 'float32', 'bfloat16' or 'float16'")
+        return resolved
+    return dtype
+
+
+def _load(path: Path, device: str, dtype: Any) -> tuple[Any, Any]:
+    """Load tokenizer and model from ``path`` or raise one actionable ModelLoadError."""
+    if not path.is_dir():
+        raise ModelLoadError(
+            f"model folder {path} does not exist; pass a folder with config.json and weights "
+            "(or use the embedded model: `smollm2`)"
+        )
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(
+            f"{path} is not a transformers model folder (no config.json); pass the folder written "
+            "by save_pretrained"
+        )
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError:
+        raise ModelLoadError("local models need transformers; run `pip install 'collabui-agents[local]'`") from None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    except Exception as exc:
+        raise ModelLoadError(
+            f"could not load the model in {path} ({type(exc).__name__}: {_first_line(exc)}); "
+            "check that the folder holds a complete causal LM and its tokenizer"
+        ) from exc
+    if not getattr(tokenizer, "chat_template", None):
+        raise ModelLoadError(f"the tokenizer in {path} has no chat template; use an instruct/chat model")
+    tokenizer.padding_side = "left"  # decoder-only batching: prompts must end at the same column
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.eval()
+    return tokenizer, model
+
+
+def _stop_token_ids(tokenizer: Any) -> list[int]:
+    """The ids that end an answer: EOS and the ChatML end-of-turn token when present."""
+    ids: list[int] = []
+    if tokenizer.eos_token_id is not None:
+        ids.append(int(tokenizer.eos_token_id))
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id and im_end not in ids:
+        ids.append(im_end)
+    if not ids:
+        raise ModelLoadError("the tokenizer has no end-of-sequence token; use a chat model")
+    return ids
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
+
+
+@functools.cache
+def _row_processor_class() -> type:
+    """Build the per-row logits processor class (lazily, as it subclasses a transformers class)."""
+    import torch
+    from transformers import LogitsProcessor
+
+    class RowProcessor(LogitsProcessor):
+        """Per-row temperature, seed and budget; turns sampled rows into one-hot scores.
+
+        Generation itself runs greedily, so the token a row gets is the argmax of what this
+        processor returns: the argmax of the raw logits for greedy rows, the sampled token for
+        sampled rows, the stop token for rows past their budget.
+        """
+
+        def __init__(self, batch: list[ChatRequest], budgets: list[int], prompt_len: int, stop_id: int, device: str) -> None:
+            self.temperatures = [float(r.temperature) for r in batch]
+            self.budgets = budgets
+            self.prompt_len = prompt_len
+            self.stop_id = stop_id
+            self.generators: list[Any] = []
+            for request in batch:
+                seed = request.seed if request.seed is not None else secrets.randbits(63)
+                self.generators.append(torch.Generator(device=device).manual_seed(int(seed)))
+
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            step = int(input_ids.shape[1]) - self.prompt_len
+            scores = scores.clone()  # never write into a tensor transformers may still hold
+            for row, temperature in enumerate(self.temperatures):
+                if step >= self.budgets[row]:
+                    self._one_hot(scores, row, self.stop_id)
+                elif temperature > 0:
+                    probs = torch.softmax(scores[row].float() / temperature, dim=-1)
+                    token = torch.multinomial(probs, 1, generator=self.generators[row])
+                    self._one_hot(scores, row, int(token))
+            return scores
+
+        @staticmethod
+        def _one_hot(scores: Any, row: int, token: int) -> None:
+            scores[row].fill_(float("-inf"))
+            scores[row, token] = 0.0
+
+    return RowProcessor

@@ -1,0 +1,55 @@
+"""Turn a command-line model spec into a ChatModel.
+
+Specs:
+
+* ``smollm2`` - the embedded SmolLM2-135M-Instruct, run locally with transformers;
+* ``hf:PATH`` - a local transformers model folder;
+* ``openai:MODEL@BASE_URL`` - an OpenAI-compatible server (vLLM, ``collabui serve``...);
+  ``openai:MODEL`` alone uses ``$OPENAI_BASE_URL`` or the OpenAI API.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from collabui.errors import ConfigError
+from collabui.models.base import ChatModel
+
+__all__ = ["load_model", "SPEC_FORMS"]
+
+SPEC_FORMS = "smollm2 (embedded), hf:PATH (local folder), openai:MODEL@BASE_URL (server)"
+
+
+def load_model(spec: str, **kwargs: Any) -> ChatModel:
+    """Load the chat model named by ``spec``; kwargs go to the model's constructor.
+
+    Local specs take ``LocalModel`` kwargs (device, dtype, adapters, max_batch_size, threads);
+    ``openai:`` specs take ``LangChainModel.from_openai`` kwargs (api_key, timeout, max_retries).
+
+    Raises:
+        ConfigError: the spec has none of the three forms.
+        ModelLoadError: the model or its client library cannot be loaded.
+    """
+    text = spec.strip()
+    kind, sep, rest = text.partition(":")
+    if text in {"smollm2", "embedded"}:
+        from collabui.models.local import LocalModel
+
+        return LocalModel.embedded("smollm2", **kwargs)
+    if sep and kind == "hf" and rest:
+        from collabui.models.local import LocalModel
+
+        return LocalModel(rest, **kwargs)
+    if sep and kind == "openai" and rest:
+        from collabui.models.langchain import LangChainModel
+
+        model, at, base_url = rest.partition("@")
+        if not model:
+            raise ConfigError(f"model spec {spec!r} has no model name; use {SPEC_FORMS}")
+        if at and not base_url.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"model spec {spec!r}: the base URL must start with http:// or https:// "
+                "(e.g. openai:MODEL@http://127.0.0.1:8000/v1)"
+            )
+        return LangChainModel.from_openai(model, base_url or None, **kwargs)
+    raise ConfigError(f"unknown model spec {spec!r}; use one of: {SPEC_FORMS}")
