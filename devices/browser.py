@@ -308,8 +308,7 @@ class BrowserDevice(Device):
         c = self.config
         if self._context is not None:
             await self._context.close()
-        width, height = c.viewport
-        self._context = await self._browser.new_context(viewport={"width": width, "height": height})
+        self._context = await self._browser.new_context(**self._context_options())
         self._context.set_default_timeout(c.action_timeout_s * 1000)
         self._context.set_default_navigation_timeout(c.navigation_timeout_s * 1000)
         await self._context.add_init_script(simplify.listener_script())
@@ -318,6 +317,11 @@ class BrowserDevice(Device):
         self._context.on("page", self._adopt_page)
         self._page = await self._context.new_page()
         self._adopt_page(self._page)
+
+    def _context_options(self) -> dict[str, Any]:
+        """Keyword arguments of ``browser.new_context`` (subclasses emulate devices here)."""
+        width, height = self.config.viewport
+        return {"viewport": {"width": width, "height": height}}
 
     def _adopt_page(self, page: Any) -> None:
         self._page = page
@@ -376,12 +380,11 @@ class BrowserDevice(Device):
         from playwright.async_api import Error as PlaywrightError
 
         page = self._current_page()
-        options = simplify.walk_options(skip=self.skip_selectors, globals_=self.page_globals,
-                                        max_text=self.config.max_text)
+        script, options = self._walk()
         for attempt in range(3):
             try:
                 await page.wait_for_load_state("domcontentloaded")
-                snap = await page.evaluate(simplify.walk_script(), options)
+                snap = await page.evaluate(script, options)
                 break
             except PlaywrightError as exc:
                 self._raise_if_dead(exc)
@@ -393,19 +396,32 @@ class BrowserDevice(Device):
         titles = tuple([snap["title"] if p is page else await p.title() for p in pages])
         shot = await self._screenshot(page) if self.config.screenshots else None
         return Observation(
-            text=snap["text"], task=self._task, url=snap["url"], tabs=titles,
+            text=self._snapshot_text(snap), task=self._task, url=snap["url"], tabs=titles,
             current_tab=pages.index(page) if page in pages else 0,
             viewport=simplify.format_viewport(snap["scrollY"], snap["innerHeight"],
                                               snap["scrollHeight"]),
             last_action_error=error, screenshot=shot, extra={"elements": snap["count"]})
 
+    def _walk(self) -> tuple[str, dict[str, Any]]:
+        """The in-page walk (function source, argument) whose result ``_observe`` reads."""
+        return simplify.walk_script(), simplify.walk_options(
+            skip=self.skip_selectors, globals_=self.page_globals, max_text=self.config.max_text)
+
+    def _snapshot_text(self, snap: dict[str, Any]) -> str:
+        """The observation text of one walk result."""
+        return snap["text"]
+
     async def _screenshot(self, page: Any) -> bytes:
         return await page.screenshot()
 
-    async def _act(self, action: Action) -> StepOutcome:
+    async def _execute(self, action: Action) -> tuple[str | None, dict[str, Any]]:
+        """Run ``action``: ``(error sentence or None, info)`` (see ``_web_actions``)."""
         from collabui.devices import _web_actions
 
-        error, info = await _web_actions.execute(self, action)
+        return await _web_actions.execute(self, action)
+
+    async def _act(self, action: Action) -> StepOutcome:
+        error, info = await self._execute(action)
         observation = await self._observe(error)
         return StepOutcome(observation, 0.0, bool(action.terminal), info)
 

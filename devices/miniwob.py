@@ -68,7 +68,7 @@ def miniwob_tasks() -> list[str]:
 def _task_name(task: str) -> str:
     if not isinstance(task, str):
         raise EnvNotFoundError(f"task must be a string like 'click-button', got {task!r}")
-    name = task.removeprefix("miniwob/")
+    name = task.removeprefix("miniwob/").removeprefix("miniwob-mobile/")
     if name not in miniwob_tasks():
         from collabui.devices.registry import env_not_found
 
@@ -126,6 +126,8 @@ class MiniWoBEnv(BrowserDevice):
     skip_selectors = ("#query", "#reward-display", "#sync-task-cover", "#click-canvas",
                       "#attention-canvas")
     page_globals = _GLOBALS
+    #: Environment-name prefix reported in observations and ``describe()``.
+    env_prefix = "miniwob"
 
     def __init__(self, task: str, *, episode_max_time_s: float = 600.0,
                  config: BrowserConfig | None = None, **overrides: Any) -> None:
@@ -208,7 +210,7 @@ class MiniWoBEnv(BrowserDevice):
 
     async def _observe(self, error: str | None = None) -> Observation:
         observation = await super()._observe(error)
-        extra = {**observation.extra, "task_name": f"miniwob/{self.task_name}", "seed": self._seed,
+        extra = {**observation.extra, "task_name": f"{self.env_prefix}/{self.task_name}", "seed": self._seed,
                  **self._state()}
         if self._fields:
             extra["fields"] = self._fields
@@ -256,5 +258,5 @@ class MiniWoBEnv(BrowserDevice):
 
     def describe(self) -> Mapping[str, Any]:
         """Identity of the environment, for traces."""
-        return {"env": f"miniwob/{self.task_name}", "episode_max_time_s": self.episode_max_time_s,
+        return {"env": f"{self.env_prefix}/{self.task_name}", "episode_max_time_s": self.episode_max_time_s,
                 "viewport": list(self.config.viewport)}

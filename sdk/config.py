@@ -41,7 +41,7 @@ class TeamConfig:
     action_space: str = field(default="web", metadata={"help": "web or mobile"})
     max_steps: int = field(default=10, metadata={"help": "environment steps per episode"})
     prompt_style: str = field(default="react", metadata={"help": "react or compact"})
-    max_new_tokens: int = field(default=96, metadata={"help": "generation budget per agent call"})
+    max_new_tokens: int = field(default=64, metadata={"help": "generation budget per agent call"})
     max_observation_chars: int = field(default=6000, metadata={"help": "observation text cap"})
     batch_fallback_s: float = field(
         default=5.0, metadata={"help": "flush a partial superstep batch after this many seconds"}

@@ -42,30 +42,54 @@ class PeerOutput:
     action_json: str | None
     raw: str
 
-    def render(self, limit: int = 300) -> str:
-        if self.action_json is not None:
-            thought = (self.thought or "").strip().replace("\n", " ")
-            text = f"Thought: {thought[:limit]}\nAction: {self.action_json}" if thought else f"Action: {self.action_json}"
-        else:
-            text = f"(unparsable) {self.raw.strip()[:limit]}"
-        return text
+    def render(self, limit: int = 200) -> str:
+        if self.action_json is None:
+            # Unparsable text is noise to the reader (small models echo it); say only that.
+            return "(no valid action)"
+        thought = (self.thought or "").strip().replace("\n", " ")[:limit]
+        return f"Thought: {thought}\nAction: {self.action_json}" if thought else f"Action: {self.action_json}"
+
+
+# One worked exchange, given as a prior chat turn: small models copy the answer format from a
+# demonstration far more reliably than from a description (SmolLM2-135M: 1/4 -> 4/4 parsable).
+_DEMO = {
+    "web": (
+        "Task: Click the Submit button.\nPrevious actions: None\nCurrent screen:\n"
+        "< <div| Your order> <button[A]| Cancel> <button[B]| Submit> >",
+        'Thought: The Submit button has id B.\nAction: {"action": "click", "element_id": "B"}',
+    ),
+    "mobile": (
+        "Task: Open the Wi-Fi settings.\nPrevious actions: None\nCurrent screen:\n"
+        '0: TextView "Settings"\n1: TextView "Wi-Fi" (clickable)\n2: TextView "Bluetooth" (clickable)',
+        'Thought: Wi-Fi is element 1.\nAction: {"action": "click", "index": 1}',
+    ),
+}
+_COMPACT_ACTIONS = {
+    "web": "click(element_id), hover(element_id), select(element_id, option), "
+    "type_string(element_id, content, press_enter), scroll_page(direction), go(direction), "
+    "jump_to(url, new_tab), switch_tab(tab_index), user_input(message), finish(answer)",
+    "mobile": "click(index), double_tap(index), long_press(index), input_text(text, index), "
+    "scroll(direction, index), swipe(direction, index), navigate_home(), navigate_back(), "
+    "keyboard_enter(), open_app(app_name), wait(), answer(text), status(goal_status)",
+}
 
 
 def _system(space: ActionSpace, style: str) -> str:
-    lines = [_INTRO.get(space.name, _INTRO["web"]), _SCREEN.get(space.name, _SCREEN["web"])]
+    kind = space.name if space.name in _INTRO else "web"
+    lines = [_INTRO[kind], _SCREEN[kind]]
     if style == "react":
-        lines.append(
+        lines += [
             "You work in a team of agents that discuss before acting; other agents' answers "
-            "may contain errors, so judge them yourself."
-        )
+            "may contain errors, so judge them yourself.",
+            "Available actions (JSON):",
+            space.description,
+        ]
+    else:
+        lines.append("Actions: " + _COMPACT_ACTIONS[kind] + ".")
     lines += [
-        "Available actions (JSON):",
-        space.description,
         "Answer with exactly two lines:",
         "Thought: <one short sentence>",
-        'Action: <one JSON action, e.g. {"action": "click", "element_id": "B"}>'
-        if space.name == "web"
-        else 'Action: <one JSON action, e.g. {"action": "click", "index": 3}>',
+        "Action: <one JSON action>",
     ]
     return "\n".join(lines)
 
@@ -122,8 +146,11 @@ def build_messages(
     if peers:
         parts.append("Answers from other agents in this round (they may contain errors):")
         parts += [f"[Agent {p.agent}] {p.render()}" for p in peers]
-    parts.append("What is the next action? Reply with a Thought line and an Action line.")
+    parts.append("Reply with a Thought line and an Action line.")
+    demo_user, demo_answer = _DEMO[space.name if space.name in _DEMO else "web"]
     return (
         {"role": "system", "content": _system(space, style)},
+        {"role": "user", "content": demo_user},
+        {"role": "assistant", "content": demo_answer},
         {"role": "user", "content": "\n".join(parts)},
     )
