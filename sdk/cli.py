@@ -72,9 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--model", default="smollm2", help="smollm2 | hf:PATH | openai:MODEL@BASE_URL (default smollm2)")
     run.add_argument("--episodes", type=int, default=1, help="number of episodes (seeds seed, seed+1, ...)")
     run.add_argument("--trace-dir", default=None, help="write one JSONL trace per episode here")
+    run.add_argument("--serial", help="Android phone serial (with --env android; default $ANDROID_SERIAL)")
+    run.add_argument("--app-allowlist", help="comma-separated apps open_app may launch (phones)")
     run.add_argument("--quiet", action="store_true", help="only print the summary")
     _add_team_options(run)
     sub.add_parser("envs", help="list the environments")
+    sub.add_parser("devices", help="list attached Android phones (adb)")
     return parser
 
 
@@ -86,9 +89,26 @@ def _cmd_envs() -> int:
     return 0
 
 
+def _cmd_devices() -> int:
+    from collabui.devices.phones import list_phones
+
+    phones = list_phones()
+    if not phones:
+        print("no phone attached; connect one over USB (enable USB debugging) or `adb connect HOST:PORT`")
+    for phone in phones:
+        print(f"{phone.serial}\t{phone.state}\t{phone.model or ''}")
+    return 0
+
+
 def _make_device(args: argparse.Namespace, config: TeamConfig):
     from collabui.devices.registry import make_env
 
+    if args.env == "android":
+        if not args.task:
+            raise ConfigError("--env android needs --task TEXT: a phone has no built-in task")
+        allow = tuple(a.strip() for a in args.app_allowlist.split(",")) if args.app_allowlist else None
+        return make_env("android", serial=args.serial, task=args.task, app_allowlist=allow,
+                        screenshots=config.screenshots)
     if args.url:
         if not args.task:
             raise ConfigError("--url needs --task TEXT: the team must know what to do on the page")
@@ -98,14 +118,17 @@ def _make_device(args: argparse.Namespace, config: TeamConfig):
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from collabui.models.spec import load_model
-    from collabui.team import CollabAgentTeam
+    from collabui.team import CollabAgentTeam, _resolve_topology
     from collabui.view import LiveView
 
     if args.episodes < 1:
         raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
     config = team_config_from_args(args)
+    _resolve_topology(config)  # an invalid topology fails before Chromium or the model start
     view = LiveView(quiet=args.quiet)
     device = _make_device(args, config)  # fail fast on bad env / missing Chromium, before the model loads
+    # The device decides the action space (miniwob-mobile and android take mobile actions).
+    config = dataclasses.replace(config, action_space=device.action_space.name)
     try:
         view.status(f"loading model {args.model} ...")
         t0 = time.perf_counter()
@@ -133,6 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "envs":
             return _cmd_envs()
+        if args.command == "devices":
+            return _cmd_devices()
         return _cmd_run(args)
     except CollabUIError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -79,6 +79,12 @@ class _Run:
     """State shared by the sync and async episode loops."""
 
     def __init__(self, team, task, device: Device, *, seed, max_steps, trace, episode_id, env_name, on_step) -> None:
+        space = getattr(device, "action_space", None)
+        if space is not None and space.name != team.space.name:
+            raise ConfigError(
+                f"the team proposes {team.space.name} actions but the device takes {space.name} "
+                f"actions; build the team with action_space={space.name!r}"
+            )
         self.team, self.device, self.seed, self.env_name, self.on_step = team, device, seed, env_name, on_step
         self.task = task
         self.max_steps = max_steps or team.config.max_steps
@@ -112,6 +118,10 @@ class _Run:
 
     def record(self, t: int, obs: Observation, step, outcome: StepOutcome | None, error: str | None, timings) -> StepRecord:
         executed = step.action
+        # Devices replace text typed into password fields by "***" here; the trace and the
+        # history the agents read from now on only ever see the masked form.
+        masked = (outcome.info.get("masked_action") if outcome else None) or None
+        executed_dict = dict(masked) if masked else executed.to_dict()
         reward = outcome.reward if outcome else 0.0
         done = bool(outcome.done) if outcome else True
         rec = StepRecord(t, obs, step, executed, reward, done, error, timings)
@@ -128,7 +138,7 @@ class _Run:
             "topology": self.team.topology.to_dict(),
             "proposals": [[p.to_record() for p in row] for row in step.proposals],
             "vote": step.vote.to_dict(),
-            "executed": executed.to_dict(),
+            "executed": executed_dict,
             "reward": reward,
             "done": done,
             "error": error,
@@ -138,7 +148,7 @@ class _Run:
         if self.result is None:  # begin() always runs first; keep the record anyway
             self.result = EpisodeResult(task=self.task or '')
         self.result.steps.append(rec)
-        self.history.append(executed.to_call())
+        self.history.append(self.team.space.from_dict(executed_dict).to_call() if masked else executed.to_call())
         if outcome is not None and outcome.done:
             self.result.reward = outcome.reward
         if self.on_step is not None:

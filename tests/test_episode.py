@@ -1,0 +1,67 @@
+"""Episodes end cleanly when the device dies: the error is recorded, the trace stays valid."""
+
+import asyncio
+
+import pytest
+
+from collabui import CollabAgentTeam
+from collabui.actions.web import Click
+from collabui.devices.base import Observation
+from collabui.devices.fake import FakeDevice
+from collabui.devices.registry import make_env
+from collabui.errors import ConfigError, DeviceClosedError
+from collabui.models.fake import ScriptedChatModel
+from collabui.trace import read_trace
+
+CLICK_B = 'Action: {"action": "click", "element_id": "B"}'
+
+
+class _DyingDevice(FakeDevice):
+    """A fake whose connection drops on the second action."""
+
+    def act(self, action):
+        if len(self.actions) >= 1:
+            raise DeviceClosedError("the browser died; create a new device")
+        return super().act(action)
+
+
+def test_device_death_ends_episode_with_recorded_error(tmp_path):
+    device = _DyingDevice([Observation(text="<button[B]| Next>", task="Keep clicking.")] * 3)
+    team = CollabAgentTeam(ScriptedChatModel([CLICK_B], cycle=True), n_agents=2, rounds=2, max_steps=5)
+    result = team.run(None, device, trace=tmp_path, episode_id="dies")
+    assert not result.success and "DeviceClosedError" in result.error
+    assert result.n_steps == 2  # the step whose action failed is recorded too
+    trace = read_trace(tmp_path / "dies.jsonl")
+    assert trace.complete and "DeviceClosedError" in trace.end["error"]
+    assert trace.steps[-1]["error"].startswith("DeviceClosedError")
+    assert [s["t"] for s in trace.steps] == [0, 1]
+
+
+def test_model_failure_is_recorded_then_raised(tmp_path):
+    device = FakeDevice([Observation(text="<button[B]| Next>", task="Click.")])
+    team = CollabAgentTeam(ScriptedChatModel([CLICK_B] * 2), n_agents=2, rounds=2, max_steps=3)
+    with pytest.raises(Exception, match="ran out of answers"):
+        team.run(None, device, trace=tmp_path, episode_id="model-dies")
+    trace = read_trace(tmp_path / "model-dies.jsonl")
+    assert trace.complete and "ran out of answers" in trace.end["error"]
+
+
+def test_async_episode_and_space_mismatch():
+    device = FakeDevice([Observation(text="<button[B]| OK>", task="Click OK.")], success_when=lambda a: a == Click("B"))
+    team = CollabAgentTeam(ScriptedChatModel([CLICK_B], cycle=True), n_agents=2, rounds=1)
+    result = asyncio.run(team.arun(None, device))
+    assert result.success and result.n_steps == 1
+    mobile_team = CollabAgentTeam(ScriptedChatModel([CLICK_B], cycle=True), n_agents=2, rounds=1, action_space="mobile")
+    with pytest.raises(ConfigError, match="action_space='web'"):
+        mobile_team.run(None, device)
+
+
+@pytest.mark.browser
+def test_real_browser_crash_mid_episode_keeps_trace(tmp_path):
+    crash = 'Action: {"action": "jump_to", "url": "chrome://crash"}'
+    team = CollabAgentTeam(ScriptedChatModel([crash], cycle=True), n_agents=2, rounds=1, max_steps=4)
+    with make_env("miniwob/click-button") as env:
+        result = team.run(None, env, seed=0, trace=tmp_path, episode_id="crash")
+    assert result.error and "DeviceClosedError" in result.error
+    trace = read_trace(tmp_path / "crash.jsonl")
+    assert trace.complete and trace.steps and trace.end["error"] == result.error
