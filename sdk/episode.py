@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -51,6 +52,9 @@ class EpisodeResult:
     error: str | None = None
     trace_path: str | None = None
     duration_s: float = 0.0
+    #: True when the environment ended the episode or a terminal action ran; False when it
+    #: stopped at max_steps or on an error.
+    ended: bool = False
 
     @property
     def n_steps(self) -> int:
@@ -149,8 +153,9 @@ class _Run:
             self.result = EpisodeResult(task=self.task or '')
         self.result.steps.append(rec)
         self.history.append(self.team.space.from_dict(executed_dict).to_call() if masked else executed.to_call())
-        if outcome is not None and outcome.done:
+        if outcome is not None and (outcome.done or executed.terminal):
             self.result.reward = outcome.reward
+            self.result.ended = True
         if self.on_step is not None:
             self.on_step(rec)
         return rec
@@ -180,7 +185,7 @@ class _Run:
 
 def _episode_id(env_name: str | None) -> str:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    slug = (env_name or "episode").replace("/", "-")
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", env_name or "episode").strip("-")[:48] or "episode"
     return f"{slug}-{stamp}-{uuid.uuid4().hex[:6]}"
 
 

@@ -78,7 +78,12 @@ class LiveView:
         )
 
     def episode_end(self, result: Any) -> None:
-        mark = "[green]success[/green]" if result.success else "[red]failure[/red]"
+        if result.success:
+            mark = "[green]success[/green]"
+        elif result.ended:
+            mark = "[red]failure[/red]"
+        else:
+            mark = "[yellow]stopped[/yellow] (max steps or error)"
         err = f"  error: {result.error}" if result.error else ""
         trace = f"  trace: {result.trace_path}" if result.trace_path else ""
         self.console.print(f"{mark}  reward {result.reward:+g} in {result.n_steps} steps, {result.duration_s:.1f}s{err}{trace}")
