@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from collabui import CollabAgentTeam, MOBILE, WEB, make_env
+from collabui import MOBILE, WEB, CollabAgentTeam, make_env
 from collabui.trace import read_trace
 
 pytestmark = [pytest.mark.browser, pytest.mark.model, pytest.mark.slow]
