@@ -87,3 +87,14 @@ def test_cli_runs_the_embedded_team_on_miniwob(tmp_path):
     trace = read_trace(trace_file)
     assert trace.complete and len(trace.steps) == 1
     assert len(trace.steps[0]["proposals"]) == 2 and len(trace.steps[0]["proposals"][0]) == 2
+
+
+def test_devices_lists_phones(capsys, monkeypatch):
+    import collabui.devices.phones as phones
+
+    monkeypatch.setattr(phones, "list_phones", lambda: [phones.PhoneInfo("emulator-5554", "Pixel 7", "device")])
+    code, out, _ = _run(capsys, "devices")
+    assert code == 0 and out.split() == ["emulator-5554", "device", "Pixel", "7"]
+    monkeypatch.setattr(phones, "list_phones", lambda: [])
+    code, out, _ = _run(capsys, "devices")
+    assert code == 0 and "no phone attached" in out

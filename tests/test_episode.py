@@ -65,3 +65,34 @@ def test_real_browser_crash_mid_episode_keeps_trace(tmp_path):
     assert result.error and "DeviceClosedError" in result.error
     trace = read_trace(tmp_path / "crash.jsonl")
     assert trace.complete and trace.steps and trace.end["error"] == result.error
+
+
+class _PasswordDevice(FakeDevice):
+    """Reports the typed text masked, as devices do for password fields."""
+
+    def act(self, action):
+        outcome = super().act(action)
+        masked = {**action.to_dict(), "content": "***"}
+        return type(outcome)(outcome.observation, outcome.reward, outcome.done, {**outcome.info, "masked_action": masked})
+
+
+def test_password_typed_is_masked_in_trace_and_history(tmp_path):
+    typing = 'Action: {"action": "type_string", "element_id": "P", "content": "hunter2"}'
+    device = _PasswordDevice([Observation(text="<input[P]| password; ***>", task="Log in.")] * 3)
+    team = CollabAgentTeam(ScriptedChatModel([typing], cycle=True), n_agents=1, rounds=1, max_steps=2)
+    team.run("Log in.", device, trace=tmp_path, episode_id="pw")
+    trace = read_trace(tmp_path / "pw.jsonl")
+    assert trace.steps[0]["executed"]["content"] == "***"
+    assert trace.steps[1]["history"] == ["type_string('P', '***', False)"]
+    assert "hunter2" not in trace.steps[1]["proposals"][0][0]["messages"][-1]["content"].split("Previous actions:")[1].split("\n")[0]
+
+
+@pytest.mark.browser
+def test_screenshots_are_side_files(tmp_path):
+    click = 'Action: {"action": "click", "element_id": "Z"}'
+    team = CollabAgentTeam(ScriptedChatModel([click], cycle=True), n_agents=1, rounds=1, max_steps=1)
+    with make_env("miniwob/click-button", screenshots=True) as env:
+        team.run(None, env, seed=0, trace=tmp_path, episode_id="shots")
+    trace = read_trace(tmp_path / "shots.jsonl")
+    ref = trace.steps[0]["screenshot"]
+    assert ref and (tmp_path / ref).read_bytes().startswith(b"\x89PNG")
