@@ -30,8 +30,8 @@ demo: setup
 	$(VENV)/bin/collabui run $(DEMO_ARGS)
 
 test: setup
-	$(VENV)/bin/ruff check sdk topologies devices tests cookbook
+	$(VENV)/bin/ruff check sdk topologies devices training tests cookbook
 	$(VENV)/bin/pytest -q
 
 lint: setup
-	$(VENV)/bin/ruff check sdk topologies devices tests cookbook
+	$(VENV)/bin/ruff check sdk topologies devices training tests cookbook

@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_team_options(run)
     sub.add_parser("envs", help="list the environments")
     sub.add_parser("devices", help="list attached Android phones (adb)")
+    from collabui.training.cli import add_train_commands
+
+    add_train_commands(sub)
     return parser
 
 
@@ -152,8 +155,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # Only `train dpo` takes extra flags (every TRL DPOConfig field); elsewhere they are errors.
+    args, rest = parser.parse_known_args(argv)
+    if rest and not (args.command == "train" and args.train_command == "dpo"):
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
+        if args.command == "train":
+            from collabui.training.cli import run_train_command
+
+            return run_train_command(args, rest)
         if args.command == "envs":
             return _cmd_envs()
         if args.command == "devices":

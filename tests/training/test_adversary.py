@@ -1,0 +1,111 @@
+"""Adversary (Eq. 7): wrong actions that always differ from the chosen one."""
+
+import pytest
+
+from collabui.actions import MOBILE, WEB, get_action_space
+from collabui.models.fake import ScriptedChatModel
+from collabui.parsing import parse_proposal
+from collabui.training.adversary import LLMAdversary, RuleAdversary, screen_ids, screen_indices
+from collabui.training.critic import StepContext
+
+WEB_SCREEN = "<form| <input[A]| name; Ada> <button[B]| Submit> <select[C]| Color> <a[D]| Help> >"
+MOBILE_SCREEN = '0: TextView "Settings"\n1: Switch "Wi-Fi" (checkable)\n2: EditText "Search"\n3: Button "OK"'
+
+WEB_ACTIONS = [
+    {"action": "click", "element_id": "B"},
+    {"action": "hover", "element_id": "D"},
+    {"action": "select", "element_id": "C", "option": "Blue"},
+    {"action": "type_string", "element_id": "A", "content": "Ada", "press_enter": True},
+    {"action": "scroll_page", "direction": "down"},
+    {"action": "scroll_page", "direction": "up"},
+    {"action": "go", "direction": "backward"},
+    {"action": "go", "direction": "forward"},
+    {"action": "jump_to", "url": "https://example.org", "new_tab": False},
+    {"action": "switch_tab", "tab_index": 0},
+    {"action": "user_input", "message": "please log in"},
+    {"action": "finish"},
+    {"action": "finish", "answer": "Ada"},
+]
+MOBILE_ACTIONS = [
+    {"action": "click", "index": 1},
+    {"action": "double_tap", "index": 3},
+    {"action": "long_press", "index": 0},
+    {"action": "input_text", "text": "wifi", "index": 2},
+    {"action": "scroll", "direction": "down"},
+    {"action": "swipe", "direction": "left", "index": 1},
+    {"action": "navigate_home"},
+    {"action": "navigate_back"},
+    {"action": "keyboard_enter"},
+    {"action": "open_app", "app_name": "settings"},
+    {"action": "status", "goal_status": "complete"},
+    {"action": "status", "goal_status": "infeasible"},
+    {"action": "wait"},
+    {"action": "answer", "text": "Settings"},
+]
+
+
+def _ctx(space, screen, chosen, *, messages=()):
+    return StepContext(episode_id="ep", t=2, task="Do it.", action_space=space, observation=screen,
+                       history=("click('A')",), actions=((chosen,),), raws=(("",),), messages=messages)
+
+
+def test_every_action_type_is_covered():
+    assert {a["action"] for a in WEB_ACTIONS} == set(WEB.actions)
+    assert {a["action"] for a in MOBILE_ACTIONS} == set(MOBILE.actions)
+
+
+@pytest.mark.parametrize("space,actions,screens", [
+    ("web", WEB_ACTIONS, [WEB_SCREEN, "<div| nothing to click>", "<button[B]| only one>"]),
+    ("mobile", MOBILE_ACTIONS, [MOBILE_SCREEN, "(no visible elements)", '1: Button "OK"']),
+])
+def test_rule_adversary_always_differs_and_reads_like_an_agent(space, actions, screens):
+    sp = get_action_space(space)
+    adversary = RuleAdversary()
+    for screen in screens:
+        for data in actions:
+            chosen = sp.from_dict(data)
+            for i, j in [(0, 0), (1, 2), (3, 1)]:
+                rej = adversary.reject(_ctx(space, screen, data), i, j, data)
+                assert rej.source == "rule"
+                assert sp.from_dict(rej.action).key() != chosen.key(), (screen, data, rej)
+                parsed = parse_proposal(rej.text, sp)
+                assert parsed.error is None and parsed.action.to_dict() == rej.action
+                assert rej.text.startswith("Thought: ") and "\nAction: {" in rej.text
+
+
+def test_rule_adversary_is_deterministic_and_uses_screen_elements():
+    data = {"action": "click", "element_id": "B"}
+    ctx = _ctx("web", WEB_SCREEN, data)
+    runs = [RuleAdversary(seed=1).reject(ctx, 0, 0, data) for _ in range(3)]
+    assert runs[0] == runs[1] == runs[2]
+    picked = {RuleAdversary(seed=s).reject(ctx, 0, 0, data).action.get("element_id") for s in range(40)}
+    assert picked - {None} <= {"A", "C", "D", "B"} and len(picked - {"B", None}) >= 2
+    assert screen_ids(WEB_SCREEN) == ["A", "B", "C", "D"]
+    assert screen_indices(MOBILE_SCREEN) == [0, 1, 2, 3]
+
+
+def test_llm_answer_equal_to_chosen_after_canonicalisation_is_replaced():
+    model = ScriptedChatModel(['Thought: Submit.\nAction: {"action": "CLICK", "element_id": "b"}'])
+    adversary = LLMAdversary(model)
+    data = {"action": "click", "element_id": "B"}
+    rej = adversary.reject(_ctx("web", WEB_SCREEN, data), 0, 0, data)
+    assert rej.source == "rule" and rej.action != data and rej == RuleAdversary().reject(
+        _ctx("web", WEB_SCREEN, data), 0, 0, data)
+    assert adversary.stats == {"llm": 0, "unparsable": 0, "same_as_chosen": 1}
+
+
+def test_unparsable_llm_answer_is_replaced_and_good_ones_kept():
+    model = ScriptedChatModel(["I would rather not.",
+                               'Thought:  Cancel  looks right.\nAction: {"action": "click", "element_id": "d"}'])
+    adversary = LLMAdversary(model)
+    data = {"action": "click", "element_id": "B"}
+    messages = (({"role": "system", "content": "s"}, {"role": "user", "content": "AGENT VIEW"}),)
+    ctx = _ctx("web", WEB_SCREEN, data, messages=(messages,))
+    bad, good = adversary.reject_many([(ctx, 0, 0, data), (ctx, 0, 0, data)])
+    assert bad.source == "rule" and bad.action != data
+    assert good.source == "llm" and good.action == {"action": "click", "element_id": "D"}
+    assert good.text == 'Thought: Cancel looks right.\nAction: {"action": "click", "element_id": "D"}'
+    assert adversary.stats == {"llm": 1, "unparsable": 1, "same_as_chosen": 0}
+    assert model.batch_sizes == [2]  # one batched call
+    user = model.requests[0].messages[-1]["content"]
+    assert user.startswith("AGENT VIEW") and 'Correct next action: {"action": "click", "element_id": "B"}' in user

@@ -1,0 +1,282 @@
+"""The adversarial agent (paper Eq. 7): a plausible WRONG action for each rewarded entry.
+
+For a rewarded proposal a^{i,j}_t the adversary writes a^{i,j,-}_t in the same context (task,
+screen, history and what agent i read). The pair (chosen, rejected) becomes DPO data.
+
+* :class:`LLMAdversary` asks a chat model (our own adversarial prompt). Its answer is rejected
+  when it does not parse into the action space or canonicalises to the chosen action (the
+  ``Action.key`` of the vote: ``click('b')`` equals ``click('B')``); then
+  :class:`RuleAdversary` takes over.
+* :class:`RuleAdversary` perturbs the chosen action deterministically (seeded by episode, t,
+  i, j): another element of the screen, another action type, wrong text, the other direction.
+  Its output always differs from the chosen action.
+
+Rejected texts are formatted like agent answers: ``Thought: ...\\nAction: {json}``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from collabui.actions import Action, Unknown
+from collabui.models.base import ChatModel, ChatRequest
+from collabui.parsing import parse_proposal
+from collabui.training.critic import StepContext, to_action
+
+__all__ = ["Rejected", "Adversary", "RuleAdversary", "LLMAdversary", "format_answer",
+           "screen_ids", "screen_indices"]
+
+_WEB_ID = re.compile(r"<[a-z0-9-]*\[([A-Za-z0-9_]{1,8})\]\|")
+_MOBILE_INDEX = re.compile(r"(?m)^\s*(\d{1,4}):")
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9'-]{2,}")
+_FALLBACK_WORDS = ("hello", "test", "none", "example", "admin")
+_APPS = ("Settings", "Chrome", "Camera", "Contacts", "Clock", "Files")
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """One adversarial answer: ``text`` (agent-answer format), its ``action`` dict and its
+    ``source`` (``"llm"`` or ``"rule"``)."""
+
+    text: str
+    action: dict[str, Any]
+    source: str
+
+
+def format_answer(thought: str, action: Action) -> str:
+    """``Thought: ...\\nAction: {json}``, the format agents answer in."""
+    thought = " ".join(thought.split()) or "This is the next step."
+    return f"Thought: {thought}\nAction: {action.to_json()}"
+
+
+def screen_ids(observation: str) -> list[str]:
+    """Element ids of a simplified web page (``<button[B]| Submit>`` -> ``B``), in order."""
+    return list(dict.fromkeys(m.upper() for m in _WEB_ID.findall(observation)))
+
+
+def screen_indices(observation: str) -> list[int]:
+    """Element indices of a mobile screen (``3: Button "OK"`` -> 3), in order."""
+    return list(dict.fromkeys(int(m) for m in _MOBILE_INDEX.findall(observation)))
+
+
+class Adversary(ABC):
+    """Writes a plausible wrong answer for entry (i, j) of a step."""
+
+    name: str = "adversary"
+
+    @abstractmethod
+    def reject(self, ctx: StepContext, i: int, j: int,
+               chosen_action: Mapping[str, Any] | Action) -> Rejected:
+        """A wrong answer whose action differs (canonically) from ``chosen_action``."""
+
+    def reject_many(self, items: Sequence[tuple[StepContext, int, int, Mapping[str, Any] | Action]],
+                    ) -> list[Rejected]:
+        """Several at once; model-backed adversaries override this to batch."""
+        return [self.reject(*item) for item in items]
+
+
+# ----------------------------------------------------------------------------- rules
+
+
+def _seed(*parts: Any) -> int:
+    digest = hashlib.sha256("|".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def _wrong_text(text: str, observation: str, rng: random.Random) -> str:
+    """A plausible but different text: another word of the screen, else a stock word."""
+    words = [w for w in dict.fromkeys(_WORD.findall(observation)) if w.casefold() != text.strip().casefold()]
+    pool = words or [w for w in _FALLBACK_WORDS if w != text.strip().casefold()]
+    return rng.choice(pool)
+
+
+
+def _web_candidates(a: dict[str, Any], obs: str, rng: random.Random) -> list[dict[str, Any]]:
+    name = a.get("action")
+    ids = screen_ids(obs)
+    eid = str(a.get("element_id", "")).upper()
+    others = [x for x in ids if x != eid] or ([y for y in ("A", "B", "C") if y != eid])
+    other = rng.choice(others)
+    cands: list[dict[str, Any]] = []
+    if name in ("click", "hover", "select", "type_string"):
+        cands.append({**a, "element_id": other})
+    if name == "click":
+        cands += [{"action": "hover", "element_id": eid}]
+    elif name == "hover":
+        cands += [{"action": "click", "element_id": other}]
+    elif name == "select":
+        cands += [{**a, "option": _wrong_text(str(a.get("option", "")), obs, rng)},
+                  {"action": "click", "element_id": other}]
+    elif name == "type_string":
+        cands += [{**a, "content": _wrong_text(str(a.get("content", "")), obs, rng)},
+                  {"action": "click", "element_id": other}]
+    elif name == "scroll_page":
+        cands.append({"action": "scroll_page", "direction": "up" if a.get("direction") == "down" else "down"})
+    elif name == "go":
+        cands.append({"action": "go", "direction": "forward" if a.get("direction") == "backward" else "backward"})
+    elif name == "switch_tab":
+        cands.append({"action": "switch_tab", "tab_index": int(a.get("tab_index", 0)) + 1})
+    elif name == "finish" and a.get("answer"):
+        cands.append({"action": "finish", "answer": _wrong_text(str(a["answer"]), obs, rng)})
+    # Another action type that always differs from these: the premature stop or a stray click.
+    cands += [{"action": "click", "element_id": other}, {"action": "scroll_page", "direction": "down"},
+              {"action": "go", "direction": "backward"}]
+    return cands
+
+
+def _mobile_candidates(a: dict[str, Any], obs: str, rng: random.Random) -> list[dict[str, Any]]:
+    name = a.get("action")
+    indices = screen_indices(obs)
+    idx = a.get("index")
+    others = [k for k in indices if k != idx] or [k for k in (0, 1, 2) if k != idx]
+    other = rng.choice(others)
+    cands: list[dict[str, Any]] = []
+    if name in ("click", "double_tap", "long_press", "input_text"):
+        cands.append({**a, "index": other})
+    if name == "click":
+        cands.append({"action": "long_press", "index": idx})
+    elif name in ("double_tap", "long_press"):
+        cands.append({"action": "click", "index": other})
+    elif name == "input_text":
+        cands.append({**a, "text": _wrong_text(str(a.get("text", "")), obs, rng)})
+    elif name in ("scroll", "swipe"):
+        flip = {"up": "down", "down": "up", "left": "right", "right": "left"}
+        cands.append({**a, "direction": flip.get(str(a.get("direction")), "down")})
+    elif name == "open_app":
+        cands.append({"action": "open_app", "app_name": rng.choice(
+            [x for x in _APPS if x.casefold() != str(a.get("app_name", "")).casefold()])})
+    elif name == "status":
+        cands.append({"action": "status", "goal_status": "infeasible" if a.get("goal_status") == "complete" else "complete"})
+    elif name == "answer":
+        cands.append({"action": "answer", "text": _wrong_text(str(a.get("text", "")), obs, rng)})
+    elif name == "navigate_home":
+        cands.append({"action": "navigate_back"})
+    cands += [{"action": "click", "index": other}, {"action": "navigate_home"}, {"action": "navigate_back"}]
+    return cands
+
+
+def _thought(action: Action) -> str:
+    """A plausible-sounding reason, so the pair differs in the action, not in the style."""
+    if "element_id" in action.args():
+        return f"Element {action.args()['element_id']} looks like the right one for this task."
+    if "index" in action.args() and action.args()["index"] is not None:
+        return f"Element {action.args()['index']} looks like the right one for this task."
+    return f"The next step should be {action.name.replace('_', ' ')}."
+
+
+class RuleAdversary(Adversary):
+    """Deterministic perturbations of the chosen action (see the module docstring).
+
+    Args:
+        seed: mixed with (episode_id, t, i, j), so reruns give the same pairs.
+    """
+
+    name = "rule"
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+
+    def reject(self, ctx: StepContext, i: int, j: int,
+               chosen_action: Mapping[str, Any] | Action) -> Rejected:
+        space = ctx.space
+        chosen = to_action(chosen_action, space)
+        rng = random.Random(_seed(self.seed, ctx.episode_id, ctx.t, i, j))
+        data = chosen.to_dict()
+        make = _mobile_candidates if space.name == "mobile" else _web_candidates
+        cands = make(data, ctx.observation, rng)
+        head, tail = cands[:-3], cands[-3:]  # specific perturbations first, generic ones last
+        rng.shuffle(head)
+        for cand in head + tail:
+            action = to_action(cand, space)
+            if not isinstance(action, Unknown) and action.key() != chosen.key():
+                return Rejected(format_answer(_thought(action), action), action.to_dict(), "rule")
+        raise AssertionError(f"no perturbation differs from {chosen}")  # generic tail prevents it
+
+
+# ----------------------------------------------------------------------------- LLM
+
+_ADV_SYSTEM = """You help train UI agents by writing realistic MISTAKES. You read what an agent read
+(task, previous actions, current screen, other agents' answers) and the correct next action. Write a
+different action that a careless agent could plausibly choose but that is wrong here: a wrong
+element, a wrong action type, wrong text, or the wrong direction. Never repeat the correct action.
+Answer exactly like the agent would, in two lines:
+Thought: <one short sentence that sounds convinced>
+Action: <one JSON action from the list below>
+Available actions (JSON):
+{actions}"""
+
+
+class LLMAdversary(Adversary):
+    """A chat model writes the wrong action; bad answers fall back to ``fallback``.
+
+    Args:
+        model: the adversary's chat model.
+        temperature: sampling temperature (some diversity helps the pairs).
+        max_new_tokens: generation budget.
+        fallback: used when the model's answer does not parse or equals the chosen action
+            (default: ``RuleAdversary()``).
+
+    Attributes:
+        stats: counts of ``llm`` (accepted), ``unparsable`` and ``same_as_chosen`` answers.
+    """
+
+    def __init__(self, model: ChatModel, *, temperature: float = 0.7, max_new_tokens: int = 160,
+                 fallback: Adversary | None = None) -> None:
+        self.model = model
+        self.temperature = temperature
+        self.max_new_tokens = max_new_tokens
+        self.fallback = fallback or RuleAdversary()
+        self.name = f"llm:{getattr(model, 'name', 'model')}"
+        self.stats = {"llm": 0, "unparsable": 0, "same_as_chosen": 0}
+
+    def request(self, ctx: StepContext, agent_view: str, chosen: Action) -> ChatRequest:
+        """The request for one entry; ``agent_view`` is the last user message agent i read."""
+        system = _ADV_SYSTEM.format(actions=ctx.space.description)
+        user = (f"{agent_view}\n\nCorrect next action: {chosen.to_json()}\n"
+                "Write one plausible but WRONG action instead.")
+        return ChatRequest(messages=({"role": "system", "content": system},
+                                     {"role": "user", "content": user}),
+                           temperature=self.temperature, max_new_tokens=self.max_new_tokens)
+
+    def reject(self, ctx: StepContext, i: int, j: int,
+               chosen_action: Mapping[str, Any] | Action) -> Rejected:
+        return self.reject_many([(ctx, i, j, chosen_action)])[0]
+
+    def reject_many(self, items: Sequence[tuple[StepContext, int, int, Mapping[str, Any] | Action]],
+                    ) -> list[Rejected]:
+        if not items:
+            return []
+        chosen = [to_action(a, ctx.space) for ctx, _, _, a in items]
+        requests = [self.request(ctx, _agent_view(ctx, i, j), c)
+                    for (ctx, i, j, _), c in zip(items, chosen, strict=True)]
+        results = self.model.generate(requests)
+        out = []
+        for item, c, result in zip(items, chosen, results, strict=True):
+            parsed = parse_proposal(result.text, item[0].space)
+            if isinstance(parsed.action, Unknown):
+                self.stats["unparsable"] += 1
+            elif parsed.action.key() == c.key():
+                self.stats["same_as_chosen"] += 1
+            else:
+                self.stats["llm"] += 1
+                text = format_answer(parsed.thought or _thought(parsed.action), parsed.action)
+                out.append(Rejected(text, parsed.action.to_dict(), "llm"))
+                continue
+            out.append(self.fallback.reject(*item))
+        return out
+
+
+def _agent_view(ctx: StepContext, i: int, j: int) -> str:
+    """What agent i read at (t, j): its last user message when the context carries it,
+    else the task, history and screen."""
+    messages = ctx.messages[i][j] if ctx.messages else None
+    if messages:
+        return str(messages[-1]["content"])
+    past = "; ".join(f"{k + 1}. {h}" for k, h in enumerate(ctx.history)) or "None"
+    return f"Task: {ctx.task}\nPrevious actions: {past}\nCurrent screen:\n{ctx.observation}"

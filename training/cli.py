@@ -1,0 +1,118 @@
+"""``collabui train ...``: label traces with a critic, build preference pairs, run per-agent DPO.
+
+    collabui train label --traces runs/traces --critic outcome --out runs/labels.jsonl
+    collabui train pairs --traces runs/traces --labels runs/labels.jsonl --adversary rule --out runs/pairs.jsonl
+    collabui train dpo --pairs runs/pairs.jsonl --model smollm2 --out runs/adapters [--max_steps 20 ...]
+
+``dpo`` takes every ``AgentDPOConfig`` (TRL ``DPOConfig``) field as a flag, so the CLI and the
+API share one dataclass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+__all__ = ["add_train_commands", "run_train_command"]
+
+
+def add_train_commands(sub: argparse._SubParsersAction) -> None:
+    """Register ``train`` and its subcommands on the top-level ``collabui`` parser."""
+    train = sub.add_parser("train", help="train the team from recorded traces")
+    tsub = train.add_subparsers(dest="train_command", required=True)
+    label = tsub.add_parser("label", help="score every action matrix with a critic (reward matrices)")
+    label.add_argument("--traces", nargs="+", required=True, help="trace files or folders of .jsonl traces")
+    label.add_argument("--critic", default="outcome", help="outcome | reference | llm:<model spec> (default outcome)")
+    label.add_argument("--out", required=True, help="labels JSONL (appended to; finished steps are skipped)")
+    label.add_argument("--no-resume", action="store_true", help="relabel everything")
+    pairs = tsub.add_parser("pairs", help="build per-agent preference pairs (rewarded vs adversarial)")
+    pairs.add_argument("--traces", nargs="+", required=True)
+    pairs.add_argument("--labels", required=True)
+    pairs.add_argument("--adversary", default="rule", help="rule | llm:<model spec> (default rule)")
+    pairs.add_argument("--critic", default=None, help="use the labels of this critic when the file holds several")
+    pairs.add_argument("--out", required=True, help="pairs JSONL")
+    pairs.add_argument("--seed", type=int, default=0)
+    dpo = tsub.add_parser("dpo", help="train one LoRA adapter per agent with DPO",
+                          epilog="Any AgentDPOConfig / TRL DPOConfig field is accepted, e.g. --max_steps 20 --beta 0.1")
+    dpo.add_argument("--pairs", required=True)
+    dpo.add_argument("--model", default="smollm2", help="base model: smollm2 | hf:PATH")
+    dpo.add_argument("--out", required=True, help="adapters go to OUT/agent{i}/")
+    dpo.add_argument("--agents", default=None, help="comma-separated agents to train (default all)")
+    dpo.add_argument("--init-adapters", default=None, help="continue from these adapters (iterative DPO)")
+    dpo.add_argument("--plot", action="store_true", help="also write OUT/dpo_report.png")
+
+
+def _base_dir(spec: str) -> Path:
+    from collabui.errors import ConfigError
+
+    if spec == "smollm2":
+        from collabui.models.embedded import embedded_model_dir
+
+        return embedded_model_dir()
+    if spec.startswith("hf:"):
+        return Path(spec[3:]).expanduser()
+    raise ConfigError(f"training needs a local base model: use smollm2 or hf:PATH, not {spec!r}")
+
+
+def _label(args: argparse.Namespace) -> int:
+    from collabui.training.critic import make_critic
+    from collabui.training.labels import label_traces
+
+    stats = label_traces(args.traces, make_critic(args.critic), args.out, resume=not args.no_resume)
+    print(json.dumps(stats.to_dict() if hasattr(stats, "to_dict") else vars(stats), default=str))
+    return 0
+
+
+def _pairs(args: argparse.Namespace) -> int:
+    from collabui.training.adversary import LLMAdversary, RuleAdversary
+    from collabui.training.pairs import build_pairs, pair_stats, save_pairs
+
+    if args.adversary == "rule":
+        adversary = RuleAdversary(seed=args.seed)
+    elif args.adversary.startswith("llm:"):
+        from collabui.models.spec import load_model
+
+        adversary = LLMAdversary(load_model(args.adversary[4:]), fallback=RuleAdversary(seed=args.seed))
+    else:
+        from collabui.errors import ConfigError
+
+        raise ConfigError(f"unknown adversary {args.adversary!r}; use rule or llm:<model spec>")
+    ds = build_pairs(args.traces, args.labels, adversary, critic=args.critic, progress=True)
+    path = save_pairs(ds, args.out)
+    print(json.dumps({"pairs": len(ds), "path": str(path), **pair_stats(ds)}, default=str))
+    return 0
+
+
+def _dpo(args: argparse.Namespace, rest: list[str]) -> int:
+    from transformers import HfArgumentParser
+
+    from collabui.errors import ConfigError
+    from collabui.training.dpo import AgentDPOConfig, train_agents_dpo
+    from collabui.training.pairs import load_pairs
+
+    if not any(a.startswith("--output_dir") for a in rest):
+        rest = [*rest, "--output_dir", str(Path(args.out) / "trl")]
+    try:
+        (config,) = HfArgumentParser(AgentDPOConfig).parse_args_into_dataclasses(rest)
+    except (SystemExit, ValueError):  # argparse exits; HfArgumentParser raises on leftovers
+        raise ConfigError(f"bad DPO option in {' '.join(rest)}; see `collabui train dpo --help` and TRL's DPOConfig") from None
+    agents = [int(a) for a in args.agents.split(",")] if args.agents else None
+    report = train_agents_dpo(load_pairs(args.pairs), base_model=_base_dir(args.model), out_dir=args.out,
+                              config=config, agents=agents, init_adapters_dir=args.init_adapters)
+    if args.plot:
+        from collabui.training.report import plot_dpo_report
+
+        plot_dpo_report(report, Path(args.out) / "dpo_report.png")
+    print(f"adapters in {args.out}; report {Path(args.out) / 'dpo_report.json'}", file=sys.stderr)
+    return 0
+
+
+def run_train_command(args: argparse.Namespace, rest: list[str]) -> int:
+    """Dispatch a parsed ``collabui train`` command."""
+    if args.train_command == "label":
+        return _label(args)
+    if args.train_command == "pairs":
+        return _pairs(args)
+    return _dpo(args, rest)
