@@ -157,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     # Only `train dpo` takes extra flags (every TRL DPOConfig field); elsewhere they are errors.
     args, rest = parser.parse_known_args(argv)
-    if rest and not (args.command == "train" and args.train_command == "dpo"):
+    if rest and not (args.command == "train" and args.train_command in ("dpo", "sft")):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         if args.command == "train":

@@ -23,6 +23,9 @@ _EXPORTS = {
     "AgentDPOConfig": "dpo", "DPOReport": "dpo", "AgentDPOStats": "dpo", "train_agents_dpo": "dpo",
     "load_team_model": "dpo", "team_adapters": "dpo", "check_lengths": "dpo",
     "plot_dpo_report": "report",
+    "synthesize": "synth", "SynthStats": "synth", "load_sft_dataset": "synth",
+    "AgentSFTConfig": "sft", "SFTReport": "sft", "train_sft": "sft", "train_agents_sft": "sft",
+    "rft_dataset_from_pairs": "sft",
 }
 
 __all__ = [
@@ -31,7 +34,9 @@ __all__ = [
     "LLMAdversary", "LabelStats", "label_traces", "read_labels", "load_labels",
     "expand_trace_paths", "PAIR_COLUMNS", "build_pairs", "pair_stats", "pairs_for_agent",
     "save_pairs", "load_pairs", "AgentDPOConfig", "DPOReport", "AgentDPOStats", "train_agents_dpo",
-    "load_team_model", "team_adapters", "check_lengths", "plot_dpo_report",
+    "load_team_model", "team_adapters", "check_lengths", "plot_dpo_report", "synthesize",
+    "SynthStats", "load_sft_dataset", "AgentSFTConfig", "SFTReport", "train_sft",
+    "train_agents_sft", "rft_dataset_from_pairs",
 ]
 
 

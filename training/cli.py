@@ -3,6 +3,8 @@
     collabui train label --traces runs/traces --critic outcome --out runs/labels.jsonl
     collabui train pairs --traces runs/traces --labels runs/labels.jsonl --adversary rule --out runs/pairs.jsonl
     collabui train dpo --pairs runs/pairs.jsonl --model smollm2 --out runs/adapters [--max_steps 20 ...]
+    collabui train synth --envs miniwob/click-button --episodes 5 --out runs/stage1
+    collabui train sft --data runs/stage1/instruction.jsonl --model smollm2 --out runs/sft [--merge]
 
 ``dpo`` takes every ``AgentDPOConfig`` (TRL ``DPOConfig``) field as a flag, so the CLI and the
 API share one dataclass.
@@ -42,6 +44,9 @@ def add_train_commands(sub: argparse._SubParsersAction) -> None:
     dpo.add_argument("--agents", default=None, help="comma-separated agents to train (default all)")
     dpo.add_argument("--init-adapters", default=None, help="continue from these adapters (iterative DPO)")
     dpo.add_argument("--plot", action="store_true", help="also write OUT/dpo_report.png")
+    from collabui.training.stage1_cli import add_synth_sft_commands
+
+    add_synth_sft_commands(tsub)
 
 
 def _base_dir(spec: str) -> Path:
@@ -115,4 +120,8 @@ def run_train_command(args: argparse.Namespace, rest: list[str]) -> int:
         return _label(args)
     if args.train_command == "pairs":
         return _pairs(args)
+    if args.train_command in ("synth", "sft"):
+        from collabui.training.stage1_cli import run_synth_sft_command
+
+        return run_synth_sft_command(args, rest)
     return _dpo(args, rest)

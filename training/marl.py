@@ -1,0 +1,436 @@
+"""Iterative MARL (iterative DPO, paper Sec. 3.2): edge update, rollouts, critic, adversary, per-agent
+DPO, held-out evaluation, checkpoint; again for every iteration.
+
+Layout of ``out_dir``::
+
+    state.json                  config + every finished stage (written atomically)
+    before/eval.jsonl, before/eval_traces/       the untrained team on the held-out tasks
+    iter{k}/rollouts.jsonl, iter{k}/traces/      training rollouts (team of iteration k-1)
+    iter{k}/labels.jsonl, iter{k}/pairs.jsonl    critic reward matrices, preference pairs
+    iter{k}/adapters/agent{i}/                   LoRA adapters after iteration k
+    iter{k}/eval.jsonl, iter{k}/eval_traces/     the new team on the held-out tasks
+    marl_report.json, marl_report.png
+
+Resume: a stage recorded in ``state.json`` is never redone; inside a stage, finished episodes
+(manifests), labelled steps (``label_traces``) and trained agents (``train_agents_dpo``) are
+skipped, so a crash anywhere costs at most the unit of work in flight. A rerun must use the
+same configuration (``iterations`` may grow, to continue a finished run; ``out_dir`` may move).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from collabui.errors import ConfigError
+from collabui.training.marl_report import IterationReport, MARLReport, plot_marl_report
+from collabui.training.rollout import (
+    EnvFactory,
+    EnvPool,
+    ModelFactory,
+    TeamModels,
+    derive_seed,
+    episode_specs,
+    run_episodes,
+    summarize,
+)
+
+__all__ = ["MARLConfig", "run_marl", "resolve_base_model", "iteration_topologies", "STATE_FILE"]
+
+STATE_FILE = "state.json"
+_STATE_VERSION = 1
+_ENVS = {"miniwob": "web", "miniwob-mobile": "mobile"}
+#: Fields that may change between runs into the same folder.
+_RESUMABLE_CHANGES = ("iterations", "out_dir")
+
+
+def _tasks(value: Any, name: str) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else list(value)
+    tasks = tuple(str(t).strip() for t in items if str(t).strip())
+    if not tasks:
+        raise ConfigError(f"{name} is empty; give MiniWoB++ task names such as click-button,click-link")
+    return tasks
+
+
+@dataclass(frozen=True, kw_only=True)
+class MARLConfig:
+    """One iterative MARL run. The ``collabui train marl`` flags are generated from these fields."""
+
+    model: str = field(default="smollm2", metadata={"help": "base model: smollm2 | hf:PATH"})
+    env: str = field(default="miniwob", metadata={"help": "environment family: miniwob or miniwob-mobile"})
+    train_tasks: tuple[str, ...] = field(default=("click-button", "click-link"),
+                                         metadata={"help": "comma-separated training tasks"})
+    eval_tasks: tuple[str, ...] = field(default=("focus-text",),
+                                        metadata={"help": "comma-separated held-out evaluation tasks"})
+    episodes_per_task: int = field(default=2, metadata={"help": "training episodes per task and iteration"})
+    eval_episodes_per_task: int = field(default=2, metadata={"help": "evaluation episodes per held-out task"})
+    iterations: int = field(default=2, metadata={"help": "MARL iterations (may grow on a rerun)"})
+    n_agents: int = field(default=4, metadata={"help": "number of agents n"})
+    rounds: int = field(default=3, metadata={"help": "conversation rounds m per step"})
+    max_steps: int = field(default=3, metadata={"help": "environment steps per episode"})
+    max_new_tokens: int = field(default=64, metadata={"help": "generation budget per agent call"})
+    topology: str = field(default="random", metadata={"help": "message DAG (random is resampled by the edge update)"})
+    critic: str = field(default="outcome", metadata={"help": "outcome | reference | llm:<model spec>"})
+    adversary: str = field(default="rule", metadata={"help": "rule | llm:<model spec>"})
+    edge_update: bool = field(default=True, metadata={"help": "resample the DAG every iteration "
+                                                              "(--no-edge-update: the ablation)"})
+    seed: int = field(default=0, metadata={"help": "seed of DAGs, episodes, sampling and DPO"})
+    out_dir: str = field(default="runs/marl", metadata={"help": "run folder (resumed when it exists)"})
+    dpo: Mapping[str, Any] = field(default_factory=dict, metadata={
+        "help": "AgentDPOConfig (TRL DPOConfig) overrides, e.g. max_steps=5 (repeatable KEY=VALUE)"})
+
+    def __post_init__(self) -> None:
+        for name in ("episodes_per_task", "eval_episodes_per_task", "iterations", "n_agents", "rounds",
+                     "max_steps", "max_new_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.env not in _ENVS:
+            raise ConfigError(f"env must be one of {sorted(_ENVS)}, got {self.env!r}")
+        train, held_out = _tasks(self.train_tasks, "train_tasks"), _tasks(self.eval_tasks, "eval_tasks")
+        overlap = sorted(set(train) & set(held_out))
+        if overlap:
+            raise ConfigError(f"eval task(s) {overlap} are also training tasks; held-out tasks must differ")
+        object.__setattr__(self, "train_tasks", train)
+        object.__setattr__(self, "eval_tasks", held_out)
+        _check_spec(self.critic, ("outcome", "reference"), "critic")
+        _check_spec(self.adversary, ("rule",), "adversary")
+        if self.model != "smollm2" and not (self.model.startswith("hf:") and len(self.model) > 3):
+            raise ConfigError(f"training needs a local base model: use smollm2 or hf:PATH, not {self.model!r}")
+        if not isinstance(self.dpo, Mapping) or not all(isinstance(k, str) for k in self.dpo):
+            raise ConfigError("dpo must map AgentDPOConfig field names to values, e.g. {'max_steps': 5}")
+        if "output_dir" in self.dpo:
+            raise ConfigError("dpo must not set output_dir: run_marl puts TRL's folder in out_dir/iter{k}/trl")
+        object.__setattr__(self, "dpo", dict(self.dpo))
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ConfigError(f"seed must be an integer, got {self.seed!r}")
+
+    @property
+    def action_space(self) -> str:
+        """``web`` for miniwob, ``mobile`` for miniwob-mobile."""
+        return _ENVS[self.env]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["train_tasks"], data["eval_tasks"] = list(self.train_tasks), list(self.eval_tasks)
+        return data
+
+    def dpo_config(self, output_dir: str | Path) -> Any:
+        """The ``AgentDPOConfig`` of one iteration (``seed`` defaults to this config's seed).
+
+        Raises:
+            ConfigError: an override is not a DPOConfig field or has an invalid value.
+        """
+        from collabui.training.dpo import AgentDPOConfig
+
+        try:
+            return AgentDPOConfig(**{"seed": self.seed, **self.dpo, "output_dir": str(output_dir)})
+        except TypeError as exc:
+            raise ConfigError(f"bad DPO option in {self.dpo} ({exc}); use fields of TRL's DPOConfig") from None
+        except ValueError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(f"bad DPO option in {self.dpo}: {first}") from None
+
+
+def _check_spec(spec: str, names: Sequence[str], what: str) -> None:
+    if spec in names or (spec.startswith("llm:") and spec[4:].strip()):
+        return
+    raise ConfigError(f"unknown {what} {spec!r}; use one of {', '.join(names)} or llm:<model spec>")
+
+
+def resolve_base_model(spec: str) -> Path:
+    """The base model folder of ``smollm2`` or ``hf:PATH``.
+
+    Raises:
+        ConfigError: another spec, or the folder has no config.json.
+    """
+    if spec == "smollm2":
+        from collabui.models.embedded import embedded_model_dir
+
+        return embedded_model_dir()
+    path = Path(spec[3:]).expanduser() if spec.startswith("hf:") else None
+    if path is None or not (path / "config.json").is_file():
+        raise ConfigError(f"base model {spec!r} is not smollm2 or hf:<folder with config.json>")
+    return path
+
+
+def iteration_topologies(config: MARLConfig) -> list[Any]:
+    """The DAG before training, then the DAG of each iteration: with ``edge_update`` each one is
+    resampled from the previous with a seed derived from (seed, k); without, all are equal."""
+    from collabui.topologies import make_topology
+
+    topo = make_topology(config.topology, config.n_agents, seed=config.seed)
+    out = [topo]
+    for k in range(config.iterations):
+        if config.edge_update:
+            topo = topo.resample(derive_seed(config.seed, "edge-update", k))
+        out.append(topo)
+    return out
+
+
+# -- state --------------------------------------------------------------------------------------
+
+
+class _State:
+    """``state.json``: the config and every finished stage's result and seconds."""
+
+    def __init__(self, path: Path, data: dict[str, Any]) -> None:
+        self.path, self.data = path, data
+
+    @classmethod
+    def open(cls, out: Path, config: MARLConfig) -> _State:
+        path = out / STATE_FILE
+        fresh = {"version": _STATE_VERSION, "config": config.to_dict(), "stages": {}}
+        if not path.exists():
+            out.mkdir(parents=True, exist_ok=True)
+            state = cls(path, fresh)
+            state.save()
+            return state
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            old = data["config"]
+            data["stages"]  # noqa: B018 - presence check
+        except (OSError, ValueError, KeyError, TypeError):
+            raise ConfigError(f"{path} is unreadable; delete it (or the folder) to start over") from None
+        new = json.loads(json.dumps(config.to_dict()))  # compare in JSON form (tuples -> lists)
+        changed = sorted(k for k in set(old) | set(new)
+                         if k not in _RESUMABLE_CHANGES and old.get(k) != new.get(k))
+        if changed:
+            diff = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:4])
+            raise ConfigError(f"{out} holds a MARL run with another config ({diff}); use another "
+                              "out_dir or the same options")
+        data["config"] = new
+        return cls(path, data)
+
+    def stage(self, key: str) -> dict[str, Any] | None:
+        return self.data["stages"].get(key)
+
+    def finish(self, key: str, result: Any, seconds: float) -> None:
+        self.data["stages"][key] = {"result": result, "seconds": round(seconds, 3)}
+        self.save()
+
+    def save(self) -> None:
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp.write_text(json.dumps(self.data, indent=1), encoding="utf-8")
+        os.replace(tmp, self.path)  # atomic: a crash leaves the old or the new state, never half
+
+
+def _say(message: str) -> None:
+    print(f"[marl] {message}", file=sys.stderr, flush=True)
+
+
+# -- the loop -----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Run:
+    config: MARLConfig
+    out: Path
+    base_dir: Path
+    state: _State
+    envs: EnvPool
+    models: TeamModels
+    critic: Any
+    adversary: Any
+    progress: bool
+    topologies: list[Any] = field(default_factory=list)
+
+    def stage(self, key: str, fn: Any) -> Any:
+        done = self.state.stage(key)
+        if done is not None:
+            if self.progress:
+                _say(f"{key}: done earlier, skipped")
+            return done["result"]
+        if self.progress:
+            _say(f"{key}: start")
+        started = time.perf_counter()
+        result = fn()
+        seconds = time.perf_counter() - started
+        self.state.finish(key, result, seconds)
+        if self.progress:
+            _say(f"{key}: done in {seconds:.1f} s")
+        return result
+
+    def adapters(self, k: int) -> dict[str, Path]:
+        """Adapters after iteration ``k`` (none before iteration 0)."""
+        folder = self.out / f"iter{k}" / "adapters"
+        if k < 0:
+            return {}
+        return {f"agent{i}": folder / f"agent{i}" for i in range(self.config.n_agents)
+                if (folder / f"agent{i}" / "adapter_config.json").is_file()}
+
+    def team(self, topology: Any, adapters: dict[str, Path], seed: int) -> Any:
+        from collabui.team import CollabAgentTeam
+
+        c = self.config
+        names = tuple(f"agent{i}" if f"agent{i}" in adapters else None for i in range(c.n_agents))
+        return CollabAgentTeam(self.models.get(adapters), n_agents=c.n_agents, rounds=c.rounds,
+                               topology=topology, seed=seed, max_steps=c.max_steps,
+                               max_new_tokens=c.max_new_tokens, action_space=c.action_space,
+                               adapters=names if any(names) else None)
+
+    def evaluate(self, where: Path, topology: Any, adapters: dict[str, Path], tag: str) -> dict[str, Any]:
+        c = self.config
+        # Identical episodes and sampling seeds before and after every iteration: the success
+        # rates differ only by the adapters and the DAG.
+        specs = episode_specs(c.eval_tasks, c.eval_episodes_per_task, tag=tag, seed_parts=(c.seed, "eval"))
+        team = self.team(topology, adapters, derive_seed(c.seed, "eval-team"))
+        records = run_episodes(team, specs, self.envs, trace_dir=where / "eval_traces",
+                               manifest=where / "eval.jsonl", label=f"{tag} eval", progress=self.progress)
+        return summarize(records)
+
+    def iteration(self, k: int) -> None:
+        c, it = self.config, self.out / f"iter{k}"
+        topo = self.topologies[k + 1]
+        self.stage(f"iter{k}/edge_update", lambda: topo.to_dict())
+
+        def rollout() -> dict[str, Any]:
+            specs = episode_specs(c.train_tasks, c.episodes_per_task, tag=f"iter{k}", seed_parts=(c.seed, "train", k))
+            team = self.team(topo, self.adapters(k - 1), derive_seed(c.seed, "team", k))
+            records = run_episodes(team, specs, self.envs, trace_dir=it / "traces", manifest=it / "rollouts.jsonl",
+                                   label=f"iter{k} rollout", progress=self.progress)
+            return summarize(records)
+
+        self.stage(f"iter{k}/rollout", rollout)
+        self.stage(f"iter{k}/label", lambda: self.label(it))
+        self.stage(f"iter{k}/pairs", lambda: self.pairs(it))
+        self.stage(f"iter{k}/dpo", lambda: self.dpo(k, it))
+        self.stage(f"iter{k}/eval", lambda: self.evaluate(it, topo, self.adapters(k), f"iter{k}"))
+        self.stage(f"iter{k}/checkpoint", lambda: {"report": str(self.write_report(plot=True))})
+
+    def label(self, it: Path) -> dict[str, Any]:
+        from collabui.training.labels import label_traces
+
+        stats = label_traces(it / "traces", self.critic, it / "labels.jsonl", resume=True, progress=self.progress)
+        return stats.to_dict()
+
+    def pairs(self, it: Path) -> dict[str, Any]:
+        from collabui.training.pairs import build_pairs, pair_stats, save_pairs
+
+        ds = build_pairs(it / "traces", it / "labels.jsonl", self.adversary, critic=self.critic.name,
+                         progress=self.progress)
+        tmp = save_pairs(ds, it / ".pairs.jsonl.tmp")
+        os.replace(tmp, it / "pairs.jsonl")
+        stats = pair_stats(ds)
+        stats["per_agent"] = {str(a): stats["per_agent"].get(a, 0) for a in range(self.config.n_agents)}
+        return stats
+
+    def dpo(self, k: int, it: Path) -> dict[str, Any]:
+        from collabui.training.dpo import train_agents_dpo
+        from collabui.training.pairs import load_pairs
+
+        report = train_agents_dpo(
+            load_pairs(it / "pairs.jsonl"), base_model=self.base_dir, out_dir=it / "adapters",
+            config=self.config.dpo_config(it / "trl"), agents=list(range(self.config.n_agents)),
+            init_adapters_dir=self.out / f"iter{k - 1}" / "adapters" if k > 0 else None,
+            resume=True, progress=self.progress)
+        keys = ("agent", "adapter", "status", "n_pairs", "n_used", "n_dropped", "n_prompt_too_long",
+                "n_truncated", "init_from", "steps", "seconds", "final_loss", "loss", "margins", "message")
+        return {"agents": [{key: getattr(a, key) for key in keys} for a in report.agents],
+                "seconds": round(report.seconds, 3)}
+
+    def report(self) -> MARLReport:
+        stages = self.state.data["stages"]
+
+        def result(key: str) -> dict[str, Any]:
+            return (stages.get(key) or {}).get("result") or {}
+
+        report = MARLReport(config=self.config.to_dict(), out_dir=str(self.out), before=result("before/eval"))
+        report.seconds["before_eval"] = (stages.get("before/eval") or {}).get("seconds", 0.0)
+        for k in range(self.config.iterations):
+            if f"iter{k}/edge_update" not in stages:
+                break
+            seconds = {name: stages[f"iter{k}/{name}"]["seconds"] for name in
+                       ("edge_update", "rollout", "label", "pairs", "dpo", "eval", "checkpoint")
+                       if f"iter{k}/{name}" in stages}
+            report.iterations.append(IterationReport(
+                iteration=k, topology=result(f"iter{k}/edge_update"), train=result(f"iter{k}/rollout"),
+                eval=result(f"iter{k}/eval"), labels=result(f"iter{k}/label"), pairs=result(f"iter{k}/pairs"),
+                dpo=result(f"iter{k}/dpo"), seconds=seconds))
+        report.seconds["total"] = round(sum(s.get("seconds", 0.0) for s in stages.values()), 3)
+        report.complete = all(f"iter{k}/eval" in stages for k in range(self.config.iterations))
+        return report
+
+    def write_report(self, *, plot: bool) -> Path:
+        report = self.report()
+        path = report.to_json(self.out / "marl_report.json")
+        if plot:
+            plot_marl_report(report, self.out / "marl_report.png")
+        return path
+
+
+def _make_critic(config: MARLConfig) -> Any:
+    from collabui.training.critic import make_critic
+
+    return make_critic(config.critic)
+
+
+def _make_adversary(config: MARLConfig) -> Any:
+    from collabui.training.adversary import LLMAdversary, RuleAdversary
+
+    rule = RuleAdversary(seed=config.seed)
+    if config.adversary == "rule":
+        return rule
+    from collabui.models.spec import load_model
+
+    return LLMAdversary(load_model(config.adversary[4:].strip()), fallback=rule)
+
+
+def _check_tasks(config: MARLConfig) -> None:
+    from collabui.devices.miniwob import miniwob_tasks
+
+    known = set(miniwob_tasks())
+    unknown = [t for t in (*config.train_tasks, *config.eval_tasks) if t not in known]
+    if unknown:
+        raise ConfigError(f"unknown MiniWoB++ task(s) {unknown}; run `collabui envs` to list them")
+
+
+def run_marl(config: MARLConfig, *, progress: bool = True, env_factory: EnvFactory | None = None,
+             model_factory: ModelFactory | None = None, critic: Any = None, adversary: Any = None) -> MARLReport:
+    """Run (or resume) iterative MARL; see the module docstring for the folder layout.
+
+    Args:
+        config: the run.
+        progress: one line per stage and per episode on stderr, TRL's progress bar.
+        env_factory: builds ``Device`` objects from ``<env>/<task>`` (tests inject FakeDevices);
+            default: one MiniWoB++ browser for every task.
+        model_factory: builds the rollout chat model from ``(base_dir, {"agent{i}": folder})``;
+            default: a ``LocalModel`` loaded once and reloaded only to swap adapter sets.
+        critic, adversary: objects replacing ``config.critic`` / ``config.adversary`` (tests);
+            the config's specs are still what a rerun is compared against.
+
+    Returns:
+        the :class:`MARLReport`, also in ``<out_dir>/marl_report.json`` (+ ``.png``).
+
+    Raises:
+        ConfigError: bad options, unknown tasks, or ``out_dir`` holds a run with another config.
+    """
+    out = Path(config.out_dir).expanduser()
+    base_dir = resolve_base_model(config.model)
+    if env_factory is None:
+        _check_tasks(config)
+    config.dpo_config(out / "trl")  # an invalid DPO option fails before any rollout
+    state = _State.open(out, config)
+    run = _Run(config, out, base_dir, state, EnvPool(config.env, env_factory),
+               TeamModels(base_dir, model_factory), critic or _make_critic(config),
+               adversary or _make_adversary(config), progress, iteration_topologies(config))
+    try:
+        run.stage("before/eval", lambda: run.evaluate(out / "before", run.topologies[0], {}, "before"))
+        for k in range(config.iterations):
+            run.iteration(k)
+        run.write_report(plot=True)
+    finally:
+        run.envs.close()
+        run.models.close()
+    report = run.report()
+    if progress:
+        curve = ", ".join(f"{name} {rate if rate is not None else '-'}" for name, rate in report.success_curve())
+        _say(f"held-out success: {curve}; report {out / 'marl_report.json'}")
+    return report
