@@ -26,6 +26,7 @@ _EXPORTS = {
     "synthesize": "synth", "SynthStats": "synth", "load_sft_dataset": "synth",
     "AgentSFTConfig": "sft", "SFTReport": "sft", "train_sft": "sft", "train_agents_sft": "sft",
     "rft_dataset_from_pairs": "sft",
+    "MARLConfig": "marl", "run_marl": "marl", "MARLReport": "marl_report",
 }
 
 __all__ = [
@@ -36,7 +37,7 @@ __all__ = [
     "save_pairs", "load_pairs", "AgentDPOConfig", "DPOReport", "AgentDPOStats", "train_agents_dpo",
     "load_team_model", "team_adapters", "check_lengths", "plot_dpo_report", "synthesize",
     "SynthStats", "load_sft_dataset", "AgentSFTConfig", "SFTReport", "train_sft",
-    "train_agents_sft", "rft_dataset_from_pairs",
+    "train_agents_sft", "rft_dataset_from_pairs", "MARLConfig", "run_marl", "MARLReport",
 ]
 
 

@@ -3,6 +3,7 @@
     collabui train label --traces runs/traces --critic outcome --out runs/labels.jsonl
     collabui train pairs --traces runs/traces --labels runs/labels.jsonl --adversary rule --out runs/pairs.jsonl
     collabui train dpo --pairs runs/pairs.jsonl --model smollm2 --out runs/adapters [--max_steps 20 ...]
+    collabui train marl --env miniwob --train-tasks click-button,click-link --eval-tasks focus-text --iterations 2
     collabui train synth --envs miniwob/click-button --episodes 5 --out runs/stage1
     collabui train sft --data runs/stage1/instruction.jsonl --model smollm2 --out runs/sft [--merge]
 
@@ -44,8 +45,10 @@ def add_train_commands(sub: argparse._SubParsersAction) -> None:
     dpo.add_argument("--agents", default=None, help="comma-separated agents to train (default all)")
     dpo.add_argument("--init-adapters", default=None, help="continue from these adapters (iterative DPO)")
     dpo.add_argument("--plot", action="store_true", help="also write OUT/dpo_report.png")
+    from collabui.training.marl_cli import add_marl_command
     from collabui.training.stage1_cli import add_synth_sft_commands
 
+    add_marl_command(tsub)
     add_synth_sft_commands(tsub)
 
 
@@ -120,6 +123,10 @@ def run_train_command(args: argparse.Namespace, rest: list[str]) -> int:
         return _label(args)
     if args.train_command == "pairs":
         return _pairs(args)
+    if args.train_command == "marl":
+        from collabui.training.marl_cli import run_marl_command
+
+        return run_marl_command(args)
     if args.train_command in ("synth", "sft"):
         from collabui.training.stage1_cli import run_synth_sft_command
 
