@@ -6,7 +6,7 @@ import datetime as _dt
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -182,6 +182,35 @@ class _Run:
         if self.recorder is not None:
             self.recorder.write(record)
 
+    def loop(self, seed: int | None) -> Generator[tuple[str, Any], Any, EpisodeResult]:
+        """The episode as a generator of device/team requests, so that the sync and the async
+        drivers share one loop: it yields ``("reset", seed)``, ``("step", args)`` and
+        ``("act", action)`` and receives their results (or their exceptions, thrown in)."""
+        error: str | None = None
+        try:
+            obs = yield ("reset", seed)
+            self.begin(obs)
+            for t in range(self.max_steps):
+                t0 = time.perf_counter()
+                step = yield ("step", (self.task, obs, self.history, t))
+                t1 = time.perf_counter()
+                try:
+                    outcome = yield ("act", step.action)
+                except DeviceError as exc:
+                    error = f"{type(exc).__name__}: {exc}"
+                    self.record(t, obs, step, None, error, {"team_s": t1 - t0})
+                    break
+                self.record(t, obs, step, outcome, None, {"team_s": t1 - t0, "act_s": time.perf_counter() - t1})
+                if _should_stop(outcome, step.action):
+                    break
+                obs = outcome.observation
+        except DeviceError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        except BaseException as exc:
+            self.end(f"{type(exc).__name__}: {exc}")
+            raise
+        return self.end(error)
+
 
 def _episode_id(env_name: str | None) -> str:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -210,30 +239,23 @@ def run_episode(
     (the trace so far stays valid); other errors are recorded in the trace and re-raised."""
     run = _Run(team, task, device, seed=seed, max_steps=max_steps, trace=trace,
                episode_id=episode_id, env_name=env_name, on_step=on_step)
-    error: str | None = None
+    calls = {
+        "reset": lambda seed: device.reset(seed=seed),
+        "step": lambda args: team.step(*args[:3], t=args[3]),
+        "act": device.act,
+    }
+    gen = run.loop(seed)
     try:
-        obs = device.reset(seed=seed)
-        run.begin(obs)
-        for t in range(run.max_steps):
-            t0 = time.perf_counter()
-            step = team.step(run.task, obs, run.history, t=t)
-            t1 = time.perf_counter()
+        kind, arg = next(gen)
+        while True:
             try:
-                outcome = device.act(step.action)
-            except DeviceError as exc:
-                error = f"{type(exc).__name__}: {exc}"
-                run.record(t, obs, step, None, error, {"team_s": t1 - t0})
-                break
-            run.record(t, obs, step, outcome, None, {"team_s": t1 - t0, "act_s": time.perf_counter() - t1})
-            if _should_stop(outcome, step.action):
-                break
-            obs = outcome.observation
-    except DeviceError as exc:
-        error = f"{type(exc).__name__}: {exc}"
-    except BaseException as exc:
-        run.end(f"{type(exc).__name__}: {exc}")
-        raise
-    return run.end(error)
+                result = calls[kind](arg)
+            except BaseException as exc:  # handed to the loop, which records and decides
+                kind, arg = gen.throw(exc)
+                continue
+            kind, arg = gen.send(result)
+    except StopIteration as stop:
+        return stop.value
 
 
 async def arun_episode(
@@ -251,27 +273,20 @@ async def arun_episode(
     """Async twin of ``run_episode`` (uses the device's and the team's async methods)."""
     run = _Run(team, task, device, seed=seed, max_steps=max_steps, trace=trace,
                episode_id=episode_id, env_name=env_name, on_step=on_step)
-    error: str | None = None
+    calls = {
+        "reset": lambda seed: device.areset(seed=seed),
+        "step": lambda args: team.astep(*args[:3], t=args[3]),
+        "act": device.aact,
+    }
+    gen = run.loop(seed)
     try:
-        obs = await device.areset(seed=seed)
-        run.begin(obs)
-        for t in range(run.max_steps):
-            t0 = time.perf_counter()
-            step = await team.astep(run.task, obs, run.history, t=t)
-            t1 = time.perf_counter()
+        kind, arg = next(gen)
+        while True:
             try:
-                outcome = await device.aact(step.action)
-            except DeviceError as exc:
-                error = f"{type(exc).__name__}: {exc}"
-                run.record(t, obs, step, None, error, {"team_s": t1 - t0})
-                break
-            run.record(t, obs, step, outcome, None, {"team_s": t1 - t0, "act_s": time.perf_counter() - t1})
-            if _should_stop(outcome, step.action):
-                break
-            obs = outcome.observation
-    except DeviceError as exc:
-        error = f"{type(exc).__name__}: {exc}"
-    except BaseException as exc:
-        run.end(f"{type(exc).__name__}: {exc}")
-        raise
-    return run.end(error)
+                result = await calls[kind](arg)
+            except BaseException as exc:
+                kind, arg = gen.throw(exc)
+                continue
+            kind, arg = gen.send(result)
+    except StopIteration as stop:
+        return stop.value
