@@ -43,7 +43,7 @@ __all__ = [
 
 #: Paper Eq. 6: R = ceil(score - 0.5), i.e. reward 1 exactly when score >= 0.5.
 REWARD_THRESHOLD = 0.5
-CRITIC_SPECS = "outcome, reference, llm:<model spec> (e.g. llm:openai:gpt-4o)"
+CRITIC_SPECS = "outcome, reference, oracle (MiniWoB++ task rules), llm:<model spec> (e.g. llm:openai:gpt-4o)"
 
 Matrix = tuple[tuple[Any, ...], ...]
 
@@ -339,6 +339,12 @@ def make_critic(spec: str, **kw: Any) -> Critic:
         return OutcomeCritic(**kw)
     if text == "reference":
         return ReferenceCritic(**kw)
+    if text == "oracle":
+        from collabui.training.oracles import oracle_gold
+
+        critic = ReferenceCritic(gold=oracle_gold)
+        critic.name = "oracle"
+        return critic
     if kind == "llm" and sep and rest.strip():
         from collabui.models.spec import load_model
 

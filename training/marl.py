@@ -77,7 +77,7 @@ class MARLConfig:
     max_steps: int = field(default=3, metadata={"help": "environment steps per episode"})
     max_new_tokens: int = field(default=64, metadata={"help": "generation budget per agent call"})
     topology: str = field(default="random", metadata={"help": "message DAG (random is resampled by the edge update)"})
-    critic: str = field(default="outcome", metadata={"help": "outcome | reference | llm:<model spec>"})
+    critic: str = field(default="outcome", metadata={"help": "outcome | reference | oracle (MiniWoB++ task rules) | llm:<model spec>"})
     adversary: str = field(default="rule", metadata={"help": "rule | llm:<model spec>"})
     edge_update: bool = field(default=True, metadata={"help": "resample the DAG every iteration "
                                                               "(--no-edge-update: the ablation)"})
@@ -100,7 +100,7 @@ class MARLConfig:
             raise ConfigError(f"eval task(s) {overlap} are also training tasks; held-out tasks must differ")
         object.__setattr__(self, "train_tasks", train)
         object.__setattr__(self, "eval_tasks", held_out)
-        _check_spec(self.critic, ("outcome", "reference"), "critic")
+        _check_spec(self.critic, ("outcome", "reference", "oracle"), "critic")
         _check_spec(self.adversary, ("rule",), "adversary")
         if self.model != "smollm2" and not (self.model.startswith("hf:") and len(self.model) > 3):
             raise ConfigError(f"training needs a local base model: use smollm2 or hf:PATH, not {self.model!r}")

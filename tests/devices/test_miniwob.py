@@ -11,8 +11,9 @@ import pytest
 
 from collabui.actions import Action, Unknown, web
 from collabui.devices import MiniWoBEnv, Observation, check_device, list_envs, make_env
-from collabui.devices.simplify import Element, parse_elements
+from collabui.devices.simplify import parse_elements
 from collabui.errors import ConfigError, EnvNotFoundError
+from collabui.training.oracles import miniwob_gold_action
 
 TASKS = ["click-button", "click-link", "enter-text", "click-checkboxes", "focus-text"]
 
@@ -25,36 +26,12 @@ def env():
     device.close()
 
 
-def _find(elements: list[Element], text: str, tag: str | None = None) -> Element:
-    for element in elements:
-        if element.id and element.full_text == text and (tag is None or element.tag == tag):
-            return element
-    raise AssertionError(f"no interactive element with text {text!r} in {elements}")
-
-
 def scripted_policy(observation: Observation) -> Action:
-    """Pick a WEB action from the task text and the simplified HTML only."""
-    task, elements = observation.task or "", parse_elements(observation.text)
-    if m := re.fullmatch(r'Click on the "(.+)" button\.', task):
-        return web.Click(_find(elements, m.group(1), "button").id)
-    if m := re.fullmatch(r'Click on the link "(.+)"\.', task):
-        return web.Click(_find(elements, m.group(1)).id)
-    if m := re.fullmatch(r'Enter "(.+)" into the text field and press Submit\.', task):
-        field = next(e for e in elements if e.tag == "input")
-        if field.text != m.group(1):
-            return web.TypeString(field.id, m.group(1))
-        return web.Click(_find(elements, "Submit", "button").id)
-    if m := re.fullmatch(r"Select (.*) and click Submit\.", task):
-        wanted = set() if m.group(1) == "nothing" else set(m.group(1).split(", "))
-        for label, box in zip(elements, elements[1:], strict=False):
-            if label.tag == "label" and box.tag == "input":
-                checked = box.text.endswith("true")
-                if (label.text in wanted) != checked:
-                    return web.Click(box.id)
-        return web.Click(_find(elements, "Submit", "button").id)
-    if task == "Focus into the textbox.":
-        return web.Click(next(e for e in elements if e.tag == "input").id)
-    raise AssertionError(f"the scripted policy does not know task {task!r}")
+    """Pick a WEB action from the task text and the simplified HTML only (the library's
+    MiniWoB++ oracle, which the training critic ``oracle`` uses too)."""
+    action = miniwob_gold_action(observation.task or "", observation.text)
+    assert action is not None, f"the oracle does not know task {observation.task!r}"
+    return action
 
 
 def _run_episode(env: MiniWoBEnv, task: str, seed: int):

@@ -227,7 +227,7 @@ def test_rerun_with_another_config_is_a_one_line_error(base_dir, tmp_path):
 
 @pytest.mark.parametrize("kw, needle", [
     ({"eval_tasks": ("task-a",)}, "held-out"),
-    ({"critic": "oracle"}, "unknown critic"),
+    ({"critic": "psychic"}, "unknown critic"),
     ({"env": "android"}, "env must be"),
     ({"iterations": 0}, "iterations"),
     ({"dpo": {"output_dir": "x"}}, "output_dir"),
@@ -266,7 +266,7 @@ def test_marl_end_to_end_smollm2_miniwob(tmp_path, capsys):
     out = tmp_path / "marl"
     argv = ["train", "marl", "--env", "miniwob", "--train-tasks", "click-button", "--eval-tasks", "click-link",
             "--iterations", "1", "--episodes", "1", "--eval-episodes", "1", "--agents", "2", "--rounds", "1",
-            "--max-steps", "1", "--max-new-tokens", "40", "--critic", "outcome", "--out", str(out),
+            "--max-steps", "1", "--max-new-tokens", "40", "--critic", "oracle", "--out", str(out),
             "--dpo", "max_steps=1", "--dpo", "per_device_train_batch_size=1"]
     started = time.perf_counter()
     assert _main(argv) == 0
@@ -278,21 +278,16 @@ def test_marl_end_to_end_smollm2_miniwob(tmp_path, capsys):
     pairs = report.iterations[0].pairs_per_agent()
     for agent in dpo:  # an agent with pairs got an adapter; one without is reported, not hidden
         assert agent["status"] == ("trained" if pairs[agent["agent"]] else "no_pairs")
+    # The oracle critic knows click-button: every entry got a score, none abstained (whether any
+    # was rewarded depends on what the untrained model proposed).
+    labels = [json.loads(line) for line in (out / "iter0" / "labels.jsonl").read_text().splitlines()]
+    assert labels and all(r["critic"] == "oracle" and r["abstained"] == 0 for r in labels)
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["complete"] is True
     with capsys.disabled():
         print(f"\ne2e seconds: {seconds:.1f} (stages: {report.iterations[0].seconds}, before {report.seconds})")
 
 
 def _main(argv):
-    """`collabui train marl` once wired into collabui.cli; the handler directly until then."""
-    import argparse
-
     from collabui.cli import main
-    from collabui.training.marl_cli import add_marl_command, run_marl_command
 
-    try:
-        return main(argv)
-    except SystemExit:  # argparse: `marl` is not registered on `collabui train` yet
-        parser = argparse.ArgumentParser()
-        add_marl_command(parser.add_subparsers(dest="train_command"))
-        return run_marl_command(parser.parse_args(argv[1:]))
+    return main(argv)
