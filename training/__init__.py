@@ -27,6 +27,7 @@ _EXPORTS = {
     "AgentSFTConfig": "sft", "SFTReport": "sft", "train_sft": "sft", "train_agents_sft": "sft",
     "rft_dataset_from_pairs": "sft",
     "MARLConfig": "marl", "run_marl": "marl", "MARLReport": "marl_report",
+    "ORACLE_TASKS": "oracles", "miniwob_gold_action": "oracles",
 }
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "load_team_model", "team_adapters", "check_lengths", "plot_dpo_report", "synthesize",
     "SynthStats", "load_sft_dataset", "AgentSFTConfig", "SFTReport", "train_sft",
     "train_agents_sft", "rft_dataset_from_pairs", "MARLConfig", "run_marl", "MARLReport",
+    "ORACLE_TASKS", "miniwob_gold_action",
 ]
 
 
