@@ -24,6 +24,7 @@ from typing import IO, Any
 
 from collabui.errors import ConfigError, TraceError
 from collabui.trace import Trace, read_trace
+from collabui.training._jsonl import iter_jsonl
 from collabui.training.critic import REWARD_THRESHOLD, Critic, ParseStats, StepContext
 
 __all__ = [
@@ -112,19 +113,9 @@ def read_labels(path: PathLike) -> list[dict[str, Any]]:
     path = Path(path)
     if not path.exists():
         return []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    out = []
-    for k, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            if k == len(lines) - 1:
-                break
-            raise TraceError(f"{path}:{k + 1} is not JSON; delete the line or relabel") from None
-        out.append(validate_label(record, f"{path}:{k + 1}"))
-    return out
+    fix = "delete the line or relabel"
+    return [validate_label(record, where)
+            for where, record in iter_jsonl(path, error=TraceError, fix=fix, torn_tail_ok=True)]
 
 
 def load_labels(path: PathLike, *, critic: str | None = None) -> dict[LabelKey, dict[str, Any]]:

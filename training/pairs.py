@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from collabui.errors import ConfigError, TraceError
 from collabui.trace import read_trace
+from collabui.training._jsonl import iter_jsonl
 from collabui.training.adversary import Adversary
 from collabui.training.critic import StepContext
 from collabui.training.labels import PathLike, expand_trace_paths, load_labels
@@ -178,14 +179,8 @@ def load_pairs(path: PathLike) -> Dataset:
     if not path.is_file():
         raise ConfigError(f"no pairs file at {path}; build one with `collabui train pairs`")
     rows = []
-    for k, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError:
-            raise ConfigError(f"{path}:{k + 1} is not JSON; rebuild the pairs file") from None
+    for where, row in iter_jsonl(path, error=ConfigError, fix="rebuild the pairs file"):
         if not isinstance(row, dict) or any(c not in row for c in PAIR_COLUMNS):
-            raise ConfigError(f"{path}:{k + 1} lacks pair columns {list(PAIR_COLUMNS)}; rebuild it")
+            raise ConfigError(f"{where} lacks pair columns {list(PAIR_COLUMNS)}; rebuild it")
         rows.append(row)
     return _dataset(rows)

@@ -28,6 +28,7 @@ from typing import Any
 from collabui.devices.base import Device
 from collabui.errors import TraceError
 from collabui.models.base import ChatModel
+from collabui.training._jsonl import iter_jsonl
 
 __all__ = [
     "EpisodeSpec",
@@ -159,19 +160,9 @@ def read_manifest(path: Path) -> dict[str, dict[str, Any]]:
     """
     if not path.exists():
         return {}
-    lines = path.read_text(encoding="utf-8").splitlines()
-    out: dict[str, dict[str, Any]] = {}
-    for k, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            if k == len(lines) - 1:
-                break
-            raise TraceError(f"{path}:{k + 1} is not JSON; delete that line to rerun its episode") from None
-        out[str(record["episode_id"])] = record
-    return out
+    fix = "delete that line to rerun its episode"
+    return {str(record["episode_id"]): record
+            for _, record in iter_jsonl(path, error=TraceError, fix=fix, torn_tail_ok=True)}
 
 
 def _clean_partial(path: Path) -> None:

@@ -40,6 +40,7 @@ from collabui.actions import Action, get_action_space
 from collabui.errors import ConfigError
 from collabui.models.base import ChatModel, ChatRequest
 from collabui.prompts import build_messages, render_observation
+from collabui.training._jsonl import iter_jsonl
 from collabui.training._synth_page import make_variant, parse_tree, render
 from collabui.training._synth_text import (
     ELEMENT_QUESTIONS,
@@ -486,15 +487,9 @@ def load_sft_dataset(path: str | Path) -> Dataset:
     if not path.is_file():
         raise ConfigError(f"no SFT data at {path}; make it with `collabui train synth`")
     rows = []
-    for k, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError:
-            raise ConfigError(f"{path}:{k + 1} is not JSON; regenerate the file") from None
+    for where, row in iter_jsonl(path, error=ConfigError, fix="regenerate the file"):
         if not isinstance(row, dict) or not isinstance(row.get("prompt"), list) or not isinstance(row.get("completion"), list):
-            raise ConfigError(f"{path}:{k + 1} lacks prompt/completion message lists; regenerate it")
+            raise ConfigError(f"{where} lacks prompt/completion message lists; regenerate it")
         rows.append(row)
     if not rows:
         raise ConfigError(f"{path} holds no rows; synthesize more pages")

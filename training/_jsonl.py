@@ -1,0 +1,30 @@
+"""Reading the JSONL files of the training stack (labels, pairs, SFT data, rollout logs)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["iter_jsonl"]
+
+
+def iter_jsonl(path: Path, *, error: type[Exception], fix: str, torn_tail_ok: bool = False) -> Iterator[tuple[str, Any]]:
+    """Yield ``("<path>:<line>", record)`` for every non-blank line of ``path``.
+
+    A line that is not JSON raises ``error("<path>:<line> is not JSON; <fix>")``, except the
+    last line when ``torn_tail_ok``: a process killed mid-write leaves that one torn, and the
+    files that allow it are rewritten from that point on resume.
+    """
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for k, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            if torn_tail_ok and k == len(lines) - 1:
+                return
+            raise error(f"{path}:{k + 1} is not JSON; {fix}") from None
+        yield f"{path}:{k + 1}", record
