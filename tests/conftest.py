@@ -1,0 +1,52 @@
+"""Fixtures shared by every test folder: a tiny random Llama with SmolLM2's tokenizer.
+
+The tokenizer comes from the embedded model's cache folder, converted once (~35 s) into the
+user cache dir exactly as production does; every later session reuses it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    from collabui.models.embedded import embedded_model_dir
+
+    return embedded_model_dir()
+
+
+def _tiny_llama(tokenizer, seed: int):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+        # Large weights so a random model prints varied tokens instead of one repeated newline.
+        initializer_range=0.5,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    _tiny_llama(tokenizer, seed=0).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
