@@ -45,6 +45,11 @@ def add_train_commands(sub: argparse._SubParsersAction) -> None:
     dpo.add_argument("--agents", default=None, help="comma-separated agents to train (default all)")
     dpo.add_argument("--init-adapters", default=None, help="continue from these adapters (iterative DPO)")
     dpo.add_argument("--plot", action="store_true", help="also write OUT/dpo_report.png")
+    report = tsub.add_parser("report", help="one report (JSON, Markdown, PNG) of a training run folder: "
+                             "evaluations, SFT, DPO and MARL results found under it")
+    report.add_argument("run", help="the run folder (the --out of train sft|dpo|marl, or the recipe's)")
+    report.add_argument("--out", default=None, help="where training_report.* go (default: the run folder)")
+    report.add_argument("--no-plot", action="store_true", help="skip the PNG")
     from collabui.training.marl_cli import add_marl_command
     from collabui.training.stage1_cli import add_synth_sft_commands
 
@@ -117,6 +122,15 @@ def _dpo(args: argparse.Namespace, rest: list[str]) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from collabui.training.run_report import write_training_report
+
+    paths = write_training_report(args.run, args.out, plot=not args.no_plot)
+    print(paths["md"].read_text(encoding="utf-8"))
+    print("report: " + ", ".join(str(p) for p in paths.values()), file=sys.stderr)
+    return 0
+
+
 def run_train_command(args: argparse.Namespace, rest: list[str]) -> int:
     """Dispatch a parsed ``collabui train`` command."""
     if args.train_command == "label":
@@ -127,6 +141,8 @@ def run_train_command(args: argparse.Namespace, rest: list[str]) -> int:
         from collabui.training.marl_cli import run_marl_command
 
         return run_marl_command(args)
+    if args.train_command == "report":
+        return _report(args)
     if args.train_command in ("synth", "sft"):
         from collabui.training.stage1_cli import run_synth_sft_command
 

@@ -42,7 +42,7 @@ from collabui.training.rollout import (
     summarize,
 )
 
-__all__ = ["MARLConfig", "run_marl", "resolve_base_model", "iteration_topologies", "STATE_FILE"]
+__all__ = ["MARLConfig", "run_marl", "evaluate_model", "resolve_base_model", "iteration_topologies", "STATE_FILE"]
 
 STATE_FILE = "state.json"
 _STATE_VERSION = 1
@@ -76,6 +76,8 @@ class MARLConfig:
     rounds: int = field(default=3, metadata={"help": "conversation rounds m per step"})
     max_steps: int = field(default=3, metadata={"help": "environment steps per episode"})
     max_new_tokens: int = field(default=64, metadata={"help": "generation budget per agent call"})
+    prompt_style: str = field(default="react", metadata={"help": "agents' prompt: react | compact "
+                                                                 "(shorter, faster on a CPU)"})
     topology: str = field(default="random", metadata={"help": "message DAG (random is resampled by the edge update)"})
     critic: str = field(default="outcome", metadata={"help": "outcome | reference | oracle (MiniWoB++ task rules) | llm:<model spec>"})
     adversary: str = field(default="rule", metadata={"help": "rule | llm:<model spec>"})
@@ -98,6 +100,10 @@ class MARLConfig:
         overlap = sorted(set(train) & set(held_out))
         if overlap:
             raise ConfigError(f"eval task(s) {overlap} are also training tasks; held-out tasks must differ")
+        from collabui.prompts import PROMPT_STYLES
+
+        if self.prompt_style not in PROMPT_STYLES:
+            raise ConfigError(f"prompt_style must be one of {list(PROMPT_STYLES)}, got {self.prompt_style!r}")
         object.__setattr__(self, "train_tasks", train)
         object.__setattr__(self, "eval_tasks", held_out)
         _check_spec(self.critic, ("outcome", "reference", "oracle"), "critic")
@@ -195,7 +201,9 @@ class _State:
             return state
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            old = data["config"]
+            # Fields added after a run started take their defaults (a new option never
+            # invalidates an old run folder).
+            old = {**json.loads(json.dumps(MARLConfig().to_dict())), **data["config"]}
             data["stages"]  # noqa: B018 - presence check
         except (OSError, ValueError, KeyError, TypeError):
             raise ConfigError(f"{path} is unreadable; delete it (or the folder) to start over") from None
@@ -267,24 +275,11 @@ class _Run:
                 if (folder / f"agent{i}" / "adapter_config.json").is_file()}
 
     def team(self, topology: Any, adapters: dict[str, Path], seed: int) -> Any:
-        from collabui.team import CollabAgentTeam
-
-        c = self.config
-        names = tuple(f"agent{i}" if f"agent{i}" in adapters else None for i in range(c.n_agents))
-        return CollabAgentTeam(self.models.get(adapters), n_agents=c.n_agents, rounds=c.rounds,
-                               topology=topology, seed=seed, max_steps=c.max_steps,
-                               max_new_tokens=c.max_new_tokens, action_space=c.action_space,
-                               adapters=names if any(names) else None)
+        return _team(self.config, self.models.get(adapters), topology, adapters, seed)
 
     def evaluate(self, where: Path, topology: Any, adapters: dict[str, Path], tag: str) -> dict[str, Any]:
-        c = self.config
-        # Identical episodes and sampling seeds before and after every iteration: the success
-        # rates differ only by the adapters and the DAG.
-        specs = episode_specs(c.eval_tasks, c.eval_episodes_per_task, tag=tag, seed_parts=(c.seed, "eval"))
-        team = self.team(topology, adapters, derive_seed(c.seed, "eval-team"))
-        records = run_episodes(team, specs, self.envs, trace_dir=where / "eval_traces",
-                               manifest=where / "eval.jsonl", label=f"{tag} eval", progress=self.progress)
-        return summarize(records)
+        return _evaluate(self.config, self.models.get(adapters), adapters, topology, self.envs, where, tag,
+                         self.progress)
 
     def iteration(self, k: int) -> None:
         c, it = self.config, self.out / f"iter{k}"
@@ -364,6 +359,57 @@ class _Run:
         if plot:
             plot_marl_report(report, self.out / "marl_report.png")
         return path
+
+
+def _team(c: MARLConfig, model: Any, topology: Any, adapters: Mapping[str, Path], seed: int) -> Any:
+    from collabui.team import CollabAgentTeam
+
+    names = tuple(f"agent{i}" if f"agent{i}" in adapters else None for i in range(c.n_agents))
+    return CollabAgentTeam(model, n_agents=c.n_agents, rounds=c.rounds, topology=topology, seed=seed,
+                           max_steps=c.max_steps, max_new_tokens=c.max_new_tokens,
+                           action_space=c.action_space, prompt_style=c.prompt_style,
+                           adapters=names if any(names) else None)
+
+
+def _evaluate(c: MARLConfig, model: Any, adapters: Mapping[str, Path], topology: Any, envs: EnvPool,
+              where: Path, tag: str, progress: bool) -> dict[str, Any]:
+    # Identical episodes and sampling seeds before and after every iteration (and for
+    # evaluate_model): the success rates differ only by the weights, the adapters and the DAG.
+    specs = episode_specs(c.eval_tasks, c.eval_episodes_per_task, tag=tag, seed_parts=(c.seed, "eval"))
+    team = _team(c, model, topology, adapters, derive_seed(c.seed, "eval-team"))
+    records = run_episodes(team, specs, envs, trace_dir=where / "eval_traces", manifest=where / "eval.jsonl",
+                           label=f"{tag} eval", progress=progress)
+    return summarize(records)
+
+
+def evaluate_model(config: MARLConfig, model: str, out_dir: str | Path, *, tag: str = "before",
+                   progress: bool = True, env_factory: EnvFactory | None = None,
+                   model_factory: ModelFactory | None = None) -> dict[str, Any]:
+    """Run ``run_marl``'s held-out evaluation for another base model, on the very same episodes.
+
+    Same tasks, episode seeds, sampling seeds and initial DAG as the ``before`` evaluation of
+    ``run_marl(config)``, so a recipe can put an untrained model, a stage-1 model and the MARL
+    iterations side by side. Resumable like every evaluation: ``out_dir/eval.jsonl`` is the
+    manifest, traces go to ``out_dir/eval_traces/``.
+
+    Args:
+        config: the MARL run whose evaluation protocol is reused (its ``model`` is ignored).
+        model: the base model to evaluate: ``smollm2`` or ``hf:PATH``.
+        out_dir: where the manifest and traces go.
+
+    Returns:
+        the summary (success counts and rates overall and per task).
+    """
+    base = resolve_base_model(model)
+    if env_factory is None:
+        _check_tasks(config)
+    envs, models = EnvPool(config.env, env_factory), TeamModels(base, model_factory)
+    try:
+        return _evaluate(config, models.get({}), {}, iteration_topologies(config)[0], envs,
+                         Path(out_dir).expanduser(), tag, progress)
+    finally:
+        envs.close()
+        models.close()
 
 
 def _make_critic(config: MARLConfig) -> Any:

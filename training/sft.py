@@ -52,7 +52,7 @@ from collabui.training.dpo import (
 )
 
 __all__ = ["AgentSFTConfig", "SFTReport", "train_sft", "train_agents_sft", "rft_dataset_from_pairs",
-           "SFT_DONE_MARKER", "MERGED_DIR"]
+           "merge_adapter", "SFT_DONE_MARKER", "MERGED_DIR"]
 
 #: Written last into an adapter folder: its presence means the adapter is complete.
 SFT_DONE_MARKER = ".collabui-sft-complete"
@@ -266,6 +266,27 @@ def _merge(model: Any, tokenizer: Any, adapter: Path) -> Path:
     (tmp / _MERGED_MARKER).write_text("ok\n", encoding="utf-8")
     _publish(tmp, target)
     return target
+
+
+def merge_adapter(base_model: str | Path, adapter: str | Path) -> Path:
+    """Fold a LoRA adapter (SFT or DPO, e.g. stage 1's ``agent0``) into its base model.
+
+    The result, a full model folder (weights + tokenizer), is written to ``adapter/merged`` and
+    can be the next stage's base (``hf:<path>``). Idempotent: an existing complete merge is
+    returned as is.
+
+    Raises:
+        ConfigError: ``adapter`` holds no ``adapter_config.json``.
+        ModelLoadError: the base model cannot be loaded.
+    """
+    adapter = Path(adapter).expanduser()
+    if not (adapter / "adapter_config.json").is_file():
+        raise ConfigError(f"{adapter} is not a LoRA adapter folder (no adapter_config.json); "
+                          "train one with collabui train sft or dpo first")
+    if (adapter / MERGED_DIR / _MERGED_MARKER).is_file():
+        return adapter / MERGED_DIR
+    tokenizer, model = _load_base(Path(base_model).expanduser())
+    return _merge(model, tokenizer, adapter)
 
 
 def _resumed(out: Path) -> SFTReport | None:
