@@ -214,7 +214,12 @@ class MiniWoBEnv(BrowserDevice):
                  **self._state()}
         if self._fields:
             extra["fields"] = self._fields
-        return dataclasses.replace(observation, extra=extra)
+        url = observation.url
+        if url and self._server and url.startswith(self._server.base_url):
+            # The local server's port changes every run: left in, it would make every prompt
+            # (and so sampling, seeded baselines and evaluations) differ between identical runs.
+            url = url[len(self._server.base_url):]
+        return dataclasses.replace(observation, extra=extra, url=url)
 
     async def _screenshot(self, page: Any) -> bytes:
         width, height = TASK_AREA
