@@ -5,7 +5,13 @@ Specs:
 * ``smollm2`` - the embedded SmolLM2-135M-Instruct, run locally with transformers;
 * ``hf:PATH`` - a local transformers model folder;
 * ``openai:MODEL@BASE_URL`` - an OpenAI-compatible server (vLLM, ``collabui serve``...);
-  ``openai:MODEL`` alone uses ``$OPENAI_BASE_URL`` or the OpenAI API.
+  ``openai:MODEL`` alone uses ``$OPENAI_BASE_URL`` or the OpenAI API;
+* ``random`` / ``random:SEED`` - the random-action baseline (``RandomPolicyModel``, seed 0 by
+  default);
+* ``lexical`` - the lexical baseline (``LexicalPolicyModel``: the element whose text overlaps
+  most with the task).
+
+Baselines read our prompt and answer in our format, so harnesses run them like any model.
 """
 
 from __future__ import annotations
@@ -17,7 +23,10 @@ from collabui.models.base import ChatModel
 
 __all__ = ["load_model", "SPEC_FORMS"]
 
-SPEC_FORMS = "smollm2 (embedded), hf:PATH (local folder), openai:MODEL@BASE_URL (server)"
+SPEC_FORMS = (
+    "smollm2 (embedded), hf:PATH (local folder), openai:MODEL@BASE_URL (server), "
+    "random or random:SEED (random baseline), lexical (lexical baseline)"
+)
 
 
 def load_model(spec: str, **kwargs: Any) -> ChatModel:
@@ -26,8 +35,10 @@ def load_model(spec: str, **kwargs: Any) -> ChatModel:
     Local specs take ``LocalModel`` kwargs (device, dtype, adapters, max_batch_size, threads);
     ``openai:`` specs take ``LangChainModel.from_openai`` kwargs (api_key, timeout, max_retries).
 
+    Baseline specs (``random``, ``random:SEED``, ``lexical``) ignore kwargs (they load nothing).
+
     Raises:
-        ConfigError: the spec has none of the three forms.
+        ConfigError: the spec has none of the forms in ``SPEC_FORMS`` (or a bad random seed).
         ModelLoadError: the model or its client library cannot be loaded.
     """
     text = spec.strip()
@@ -36,6 +47,8 @@ def load_model(spec: str, **kwargs: Any) -> ChatModel:
         from collabui.models.local import LocalModel
 
         return LocalModel.embedded("smollm2", **kwargs)
+    if kind in {"random", "lexical"}:
+        return _baseline(spec, kind, sep, rest, kwargs)
     if sep and kind == "hf" and rest:
         from collabui.models.local import LocalModel
 
@@ -53,3 +66,19 @@ def load_model(spec: str, **kwargs: Any) -> ChatModel:
             )
         return LangChainModel.from_openai(model, base_url or None, **kwargs)
     raise ConfigError(f"unknown model spec {spec!r}; use one of: {SPEC_FORMS}")
+
+
+def _baseline(spec: str, kind: str, sep: str, rest: str, kwargs: dict[str, Any]) -> ChatModel:
+    from collabui.models.baselines import LexicalPolicyModel, RandomPolicyModel
+
+    del kwargs  # model options (device, adapters...) mean nothing to a baseline: harnesses pass them blindly
+    if kind == "lexical":
+        if sep:
+            raise ConfigError(f"model spec {spec!r}: the lexical baseline takes no argument; use 'lexical'")
+        return LexicalPolicyModel()
+    if not sep:
+        return RandomPolicyModel()
+    try:
+        return RandomPolicyModel(int(rest.strip()))
+    except ValueError:
+        raise ConfigError(f"model spec {spec!r}: the seed must be an integer, e.g. random:7") from None

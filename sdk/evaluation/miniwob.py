@@ -1,0 +1,306 @@
+"""The MiniWoB++ harness: success rate per task and overall, with Wilson intervals, resumably.
+
+Layout of ``out_dir``::
+
+    run.json          what the episodes depend on (model, adapters, team shape, seed, env,
+                      max steps): a rerun with another configuration is refused
+    episodes.jsonl    the manifest: one line per finished episode (see ``runner``)
+    traces/           one JSONL trace per episode
+    results.json      the common results JSON (``schema: collabui.eval``)
+    summary.md        the Markdown report; ``plot.png`` with ``plot=True``
+
+Seeds: episode ``e`` of task ``t`` uses ``derive_seed("miniwob", seed, t, e)`` for the page and
+builds its team with that seed too (so sampled agents and the random baseline draw differently
+in every episode), while the message DAG is drawn once from ``seed`` and shared by all
+episodes: the system under test is one team, not a new one per episode. Tasks and episodes may
+grow on a rerun (new episodes run, finished ones are reused).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import difflib
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from collabui.errors import ConfigError, EnvNotFoundError
+from collabui.evaluation.runner import EnvFactory, EnvPool, episode_specs, run_episodes
+from collabui.evaluation.stats import rate_entry
+from collabui.models.base import ChatModel
+
+__all__ = ["EASY_TASKS", "SUITES", "MiniWoBEvalConfig", "resolve_tasks", "load_system_model",
+           "evaluate_miniwob", "system_label"]
+
+#: The ``easy`` suite: tasks a text-only agent can finish in one to three DOM actions, with the
+#: target named in the instruction and shown in the element list (no canvas, drag, hover,
+#: scroll, timers, date arithmetic or reading comprehension). Eight are a single click or focus
+#: (click-test, click-test-2, click-button, click-link, click-dialog, click-dialog-2,
+#: click-widget, click-tab, focus-text, focus-text-2), two are two clicks (click-option: pick
+#: then submit; click-button-sequence), three are typing (enter-text: type then submit;
+#: enter-password and login-user: two fields then submit). They separate "can ground a named
+#: element and emit a valid action" from "cannot", which is what a small model and the
+#: baselines differ on; click-test-2, click-dialog and focus-text are also winnable by
+#: position alone, so report them next to the others, not alone.
+EASY_TASKS: tuple[str, ...] = (
+    "click-test", "click-test-2", "click-button", "click-link", "click-dialog", "click-dialog-2",
+    "click-widget", "click-tab", "focus-text", "focus-text-2", "click-option",
+    "click-button-sequence", "enter-text", "enter-password", "login-user",
+)
+#: Named suites (``all`` is every task the installed ``miniwob`` package ships).
+SUITES: dict[str, tuple[str, ...] | None] = {"easy": EASY_TASKS, "all": None}
+_BASELINES = ("random", "lexical")
+
+
+def resolve_tasks(spec: str | Sequence[str]) -> list[str]:
+    """Task names of a suite (``all``, ``easy``) or a comma-separated list, in order, no repeats.
+
+    Raises:
+        EnvNotFoundError: a name is not a shipped task (the message suggests close names).
+        ConfigError: the list is empty, or the ``miniwob`` package is not installed.
+    """
+    from collabui.devices.miniwob import miniwob_tasks
+
+    shipped = miniwob_tasks()
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    names: list[str] = []
+    for item in (str(x).strip() for x in items):
+        if not item:
+            continue
+        if item in SUITES:
+            names.extend(SUITES[item] or shipped)
+            continue
+        name = item.removeprefix("miniwob/").removeprefix("miniwob-mobile/")
+        if name not in shipped:
+            close = difflib.get_close_matches(name, [*shipped, *SUITES], n=3, cutoff=0.6)
+            hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
+            raise EnvNotFoundError(f"unknown MiniWoB++ task {item!r}; {hint}use a suite "
+                                   f"({', '.join(SUITES)}) or names from `collabui envs`")
+        names.append(name)
+    if not names:
+        raise ConfigError("no MiniWoB++ tasks given; pass --tasks easy, all or names like click-button")
+    return list(dict.fromkeys(names))
+
+
+@dataclass(frozen=True, kw_only=True)
+class MiniWoBEvalConfig:
+    """One MiniWoB++ evaluation. ``n_agents``/``rounds`` None: 1x1 for the ``random`` and
+    ``lexical`` baselines, else the paper's 4x3."""
+
+    tasks: str = "easy"
+    episodes: int = 3
+    seed: int = 0
+    model: str = "smollm2"
+    adapters: str | None = None
+    n_agents: int | None = None
+    rounds: int | None = None
+    topology: str = "random"
+    mobile: bool = False
+    max_steps: int = 10
+    concurrency: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("episodes", "max_steps", "concurrency", "n_agents", "rounds"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.model.strip().split(":")[0] in _BASELINES
+
+    def team_shape(self) -> tuple[int, int]:
+        """(n_agents, rounds) with the defaults applied."""
+        default = (1, 1) if self.is_baseline else (4, 3)
+        return (self.n_agents or default[0], self.rounds or default[1])
+
+    @property
+    def env(self) -> str:
+        return "miniwob-mobile" if self.mobile else "miniwob"
+
+
+def system_label(model: str, n_agents: int, rounds: int, topology: str, adapters: str | None) -> str:
+    """A short human label: ``random single agent``, ``smollm2+adapters team 4x3 (random)``."""
+    name = model + ("+adapters" if adapters else "")
+    if n_agents == 1 and rounds == 1:
+        return f"{name} single agent"
+    return f"{name} team {n_agents}x{rounds} ({topology})"
+
+
+def load_system_model(spec: str, adapters: str | None, n_agents: int) -> tuple[ChatModel, tuple[str | None, ...] | None]:
+    """The chat model of ``spec`` and the per-agent adapter names (None without ``adapters``).
+
+    With ``adapters`` the base of ``spec`` (``smollm2`` or ``hf:PATH``) is loaded once and
+    serves ``<adapters>/agent{i}/`` as ``agent{i}``, as the training stack saves them; agents
+    without an adapter folder use the base model.
+
+    Raises:
+        ConfigError, ModelLoadError: bad spec, missing adapters or training extra.
+    """
+    from collabui.models.spec import load_model
+
+    if not adapters:
+        return load_model(spec), None
+    if not Path(adapters).expanduser().is_dir():
+        raise ConfigError(f"--adapters {adapters}: no such folder; pass the folder holding agent0/, agent1/, ...")
+    try:  # training is an optional extra: import it only when adapters are asked for
+        from collabui.training.dpo import load_team_model, team_adapters
+        from collabui.training.marl import resolve_base_model
+    except ImportError as exc:
+        raise ConfigError(f"--adapters needs the training extra ({exc.name} missing); run "
+                          "`pip install 'collabui-agents[train]'`") from None
+    model = load_team_model(resolve_base_model(spec), adapters)
+    return model, team_adapters(model, n_agents)
+
+
+class _EpisodeTeams:
+    """Quacks like a team for the runner: builds each episode's team from the episode seed
+    (same model, same DAG), so per-request sampling seeds differ across episodes."""
+
+    def __init__(self, model: ChatModel, config: Any) -> None:
+        self.model, self.config = model, config
+
+    def _team(self, seed: int) -> Any:
+        from collabui.team import CollabAgentTeam
+
+        return CollabAgentTeam(self.model, config=dataclasses.replace(self.config, seed=seed))
+
+    def run(self, task: str | None, device: Any, *, seed: int, **kwargs: Any) -> Any:
+        return self._team(seed).run(task, device, seed=seed, **kwargs)
+
+    async def arun(self, task: str | None, device: Any, *, seed: int, **kwargs: Any) -> Any:
+        return await self._team(seed).arun(task, device, seed=seed, **kwargs)
+
+
+def _team_config(config: MiniWoBEvalConfig, adapter_names: tuple[str | None, ...] | None) -> Any:
+    from collabui.config import TeamConfig
+    from collabui.topologies import make_topology
+
+    n, m = config.team_shape()
+    topology = make_topology(config.topology, n, seed=config.seed)  # one DAG for every episode
+    return TeamConfig(n_agents=n, rounds=m, topology=topology, seed=config.seed,
+                      adapters=adapter_names, max_steps=config.max_steps,
+                      action_space="mobile" if config.mobile else "web")
+
+
+def _episode_counts(result: Any) -> dict[str, int]:
+    """Per-episode counts kept in the manifest (so a resumed run still reports them)."""
+    proposals = [p for step in result.steps for row in step.team_step.proposals for p in row]
+    return {"proposals": len(proposals), "unparsable": sum(p.parse_error is not None for p in proposals)}
+
+
+def _fingerprint(config: MiniWoBEvalConfig) -> dict[str, Any]:
+    n, m = config.team_shape()
+    return {"model": config.model, "adapters": config.adapters, "n_agents": n, "rounds": m,
+            "topology": config.topology, "seed": config.seed, "env": config.env,
+            "max_steps": config.max_steps}
+
+
+def _check_out_dir(out: Path, config: MiniWoBEvalConfig) -> None:
+    """Refuse to mix episodes of two configurations in one folder (resume would reuse them)."""
+    path, wanted = out / "run.json", _fingerprint(config)
+    if path.exists():
+        found = json.loads(path.read_text(encoding="utf-8"))
+        changed = sorted(k for k in wanted if found.get(k) != wanted[k])
+        if changed:
+            raise ConfigError(f"{out} holds a run with other {', '.join(changed)}; use another --out "
+                              "or delete that folder")
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(wanted, indent=2) + "\n", encoding="utf-8")
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def evaluate_miniwob(config: MiniWoBEvalConfig, out_dir: str | Path, *, model: ChatModel | None = None,
+                     env_factory: EnvFactory | None = None, plot: bool = False,
+                     command: str | None = None, progress: bool = True) -> dict[str, Any]:
+    """Run (or resume) the evaluation and write ``results.json`` and ``summary.md``.
+
+    Args:
+        config: what to run.
+        out_dir: the run folder (see the module docstring).
+        model: an already built chat model (tests); None loads ``config.model``. A model built
+            here is closed here.
+        env_factory: builds a device from ``miniwob/<task>`` (tests); None: ``make_env``.
+        plot: also write ``plot.png`` (needs matplotlib).
+        command: the command line recorded in the results.
+
+    Returns:
+        The results dict (also written to ``out_dir/results.json``).
+    """
+    tasks = resolve_tasks(config.tasks)
+    out = Path(out_dir).expanduser()
+    _check_out_dir(out, config)
+    started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+    n, m = config.team_shape()
+    specs = episode_specs(tasks, config.episodes, tag=config.env, seed_parts=("miniwob", config.seed))
+    _say(f"eval miniwob: {len(tasks)} tasks x {config.episodes} episodes, "
+         f"{system_label(config.model, n, m, config.topology, config.adapters)}, "
+         f"concurrency {config.concurrency}, out {out}")
+    own_model = model is None
+    if model is None:
+        model, adapter_names = load_system_model(config.model, config.adapters, n)
+    else:
+        adapter_names = None
+    envs = EnvPool(config.env, env_factory)
+    try:
+        teams = _EpisodeTeams(model, _team_config(config, adapter_names))
+        records = run_episodes(teams, specs, envs, trace_dir=out / "traces", manifest=out / "episodes.jsonl",
+                               label="miniwob", progress=progress, concurrency=config.concurrency,
+                               extra=_episode_counts)
+    finally:
+        envs.close()
+        if own_model:
+            model.close()
+    results = build_results(config, tasks, records, started=started_at,
+                            seconds=time.perf_counter() - t0, command=command)
+    _write_outputs(results, out, plot)
+    overall = results["overall"]["success_rate"]
+    _say(f"eval miniwob: success {overall['successes']}/{overall['n']} = {overall['value']} "
+         f"(95% CI {overall['ci95'][0]:.2f}-{overall['ci95'][1]:.2f}); {out / 'results.json'}")
+    return results
+
+
+def build_results(config: MiniWoBEvalConfig, tasks: Sequence[str], records: Sequence[dict[str, Any]], *,
+                  started: str, seconds: float, command: str | None) -> dict[str, Any]:
+    """The common results JSON from manifest records (pure: no files, no browsers)."""
+    n, m = config.team_shape()
+
+    def entry(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        return {"success_rate": rate_entry(sum(bool(r["success"]) for r in rows), len(rows))}
+
+    per_task = {t: entry([r for r in records if r["task"] == t]) for t in tasks}
+    return {
+        "schema": "collabui.eval", "version": 1, "harness": "miniwob",
+        "system": {"model": config.model, "adapters": config.adapters, "n_agents": n, "rounds": m,
+                   "topology": config.topology,
+                   "label": system_label(config.model, n, m, config.topology, config.adapters)},
+        "data": {"env": config.env, "tasks_spec": config.tasks, "tasks": list(tasks),
+                 "episodes": config.episodes, "seed": config.seed, "max_steps": config.max_steps},
+        "overall": entry(records),
+        "breakdown": {"per_task": per_task},
+        "counts": {"episodes": len(records), "errors": sum(1 for r in records if r.get("error")),
+                   "unparsable": sum(int(r.get("unparsable", 0)) for r in records),
+                   "proposals": sum(int(r.get("proposals", 0)) for r in records),
+                   "steps": sum(int(r.get("steps", 0)) for r in records)},
+        "run": {"concurrency": config.concurrency,
+                "episode_seconds": round(sum(float(r.get("seconds", 0.0)) for r in records), 3)},
+        "started": started, "seconds": round(seconds, 3), "command": command,
+    }
+
+
+def _write_outputs(results: dict[str, Any], out: Path, plot: bool) -> None:
+    from collabui.evaluation.report import plot_results, write_markdown
+
+    (out / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_markdown(results, out / "summary.md")
+    if plot:
+        plot_results([results], out / "plot.png")

@@ -1,0 +1,310 @@
+"""A resumable episode runner: run a team on a list of episodes, K at a time, never twice.
+
+Every finished episode is appended as one JSON line to a *manifest*, flushed at once. A rerun
+skips the episodes in the manifest and reruns the others from scratch (a trace left by an
+interrupted episode is deleted first): a trace file alone does not prove the episode ended
+normally, because ``run_episode`` also writes an end record when it is interrupted.
+
+Concurrency: with ``concurrency=1`` (the default) episodes run one after another on the
+caller's thread with the sync team API, exactly as the training rollouts always have. With
+``concurrency=K > 1`` an asyncio loop runs K workers; each worker owns its own :class:`EnvPool`
+(so its own browser) and runs ``team.arun`` on it, and all workers share the one chat model
+(``LocalModel`` serializes ``generate`` with a lock; the gain is overlapping browser and model
+time). Asyncio rather than threads because cancellation is then exact: an exception or a
+KeyboardInterrupt cancels every worker at its next await, each unfinished episode's trace is
+closed by ``run_episode``'s own handler, no record of it reaches the manifest, and every device
+opened by the run is closed before the exception leaves :func:`run_episodes`.
+
+Environments: :class:`EnvPool` opens devices lazily, so a fully resumed run never starts
+Chromium. With the default factory one MiniWoB++ browser serves every task of a pool
+(``reset(options={"task_name": ...})`` switches task in place); an injected factory (tests)
+gets one device per task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from collabui.devices.base import Device
+from collabui.errors import ConfigError, TraceError
+
+__all__ = [
+    "EpisodeSpec",
+    "EnvFactory",
+    "EnvPool",
+    "RecordExtra",
+    "derive_seed",
+    "episode_specs",
+    "read_manifest",
+    "run_episodes",
+    "arun_episodes",
+    "summarize",
+]
+
+#: ``env_factory("miniwob/click-button") -> Device``.
+EnvFactory = Callable[[str], Device]
+#: ``extra(episode_result) -> {field: value}``: more fields for an episode's manifest record.
+RecordExtra = Callable[[Any], Mapping[str, Any]]
+
+
+def derive_seed(*parts: Any) -> int:
+    """A stable 31-bit seed from ``parts`` (sha256 of their repr; never Python's salted hash)."""
+    digest = hashlib.sha256(repr(parts).encode()).digest()
+    return int.from_bytes(digest[:4], "big") % (2**31)
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One episode to run: the task name (without env prefix), its seed and its episode id."""
+
+    task: str
+    seed: int
+    episode_id: str
+
+
+def episode_specs(tasks: Sequence[str], episodes: int, *, tag: str, seed_parts: tuple[Any, ...]) -> list[EpisodeSpec]:
+    """``episodes`` episodes per task, ids ``<tag>-<task>-<e>``, seeds derived from
+    ``(*seed_parts, task, e)`` so they are reproducible and distinct across tasks."""
+    return [EpisodeSpec(task, derive_seed(*seed_parts, task, e), f"{tag}-{task}-{e}")
+            for task in tasks for e in range(episodes)]
+
+
+class EnvPool:
+    """Devices by task, opened on first use and closed together.
+
+    Args:
+        prefix: the environment family (``miniwob`` or ``miniwob-mobile``).
+        factory: builds a device from ``<prefix>/<task>``; None: ``make_env`` with one shared
+            device for all tasks (the task is switched by ``reset`` options).
+    """
+
+    def __init__(self, prefix: str, factory: EnvFactory | None = None) -> None:
+        self.prefix, self.factory = prefix, factory
+        self._devices: dict[str, Device] = {}
+
+    def get(self, task: str) -> Device:
+        """The device for ``task`` (same object for every task with the default factory)."""
+        key = task if self.factory is not None else "*"
+        if key not in self._devices:
+            if self.factory is not None:
+                self._devices[key] = self.factory(f"{self.prefix}/{task}")
+            else:
+                from collabui.devices.registry import make_env
+
+                self._devices[key] = make_env(f"{self.prefix}/{task}")
+        return self._devices[key]
+
+    def sibling(self) -> EnvPool:
+        """An empty pool of the same family and factory (one per concurrent worker)."""
+        return EnvPool(self.prefix, self.factory)
+
+    def close(self) -> None:
+        """Close every opened device (errors while closing are not worth a failed run)."""
+        devices, self._devices = list(self._devices.values()), {}
+        for device in devices:
+            with contextlib.suppress(Exception):  # best effort on shutdown
+                device.close()
+
+
+def read_manifest(path: Path) -> dict[str, dict[str, Any]]:
+    """Finished episodes by id (a torn last line from a killed process is ignored).
+
+    Raises:
+        TraceError: a line other than the last is not JSON.
+    """
+    from collabui.training._jsonl import iter_jsonl  # the project's one JSONL reader
+
+    if not path.exists():
+        return {}
+    fix = "delete that line to rerun its episode"
+    return {str(record["episode_id"]): record
+            for _, record in iter_jsonl(path, error=TraceError, fix=fix, torn_tail_ok=True)}
+
+
+def _clean_partial(path: Path) -> None:
+    """Cut a torn last line so appended records start on their own line."""
+    if path.exists():
+        text = path.read_text(encoding="utf-8")
+        if text and not text.endswith("\n"):
+            path.write_text(text[: text.rfind("\n") + 1], encoding="utf-8")
+
+
+class _Manifest:
+    """Appends finished records (flushed at once) and prints the progress lines."""
+
+    def __init__(self, fh: IO[str], total: int, label: str, progress: bool) -> None:
+        self.fh, self.total, self.label, self.progress = fh, total, label, progress
+
+    def add(self, k: int, spec: EpisodeSpec, record: dict[str, Any]) -> None:
+        self.fh.write(json.dumps(record) + "\n")
+        self.fh.flush()
+        if self.progress:
+            print(f"[{self.label} {k + 1}/{self.total}] {spec.task} seed {spec.seed}: "
+                  f"{'success' if record['success'] else 'failure'} in {record['steps']} steps, "
+                  f"{record['seconds']:.1f} s", file=sys.stderr, flush=True)
+
+
+def run_episodes(team: Any, specs: Sequence[EpisodeSpec], envs: EnvPool, *, trace_dir: Path,
+                 manifest: Path, label: str, progress: bool = True, concurrency: int = 1,
+                 extra: RecordExtra | None = None) -> list[dict[str, Any]]:
+    """Run every episode of ``specs`` not yet in ``manifest``; return all records in order.
+
+    A record: ``episode_id``, ``task``, ``seed``, ``success``, ``reward``, ``steps``, ``error``,
+    ``seconds``, ``trace`` (plus ``extra(result)``). Each finished episode is appended to
+    ``manifest`` as soon as it ends.
+
+    Args:
+        team: anything with ``run(task, device, **kw)`` (and ``arun`` when concurrency > 1),
+            such as a ``CollabAgentTeam``; it is shared by all concurrent episodes.
+        envs: the devices of the first worker. The caller closes it; pools of further
+            workers (``envs.sibling()``) are closed here, even on an exception.
+        concurrency: episodes in flight at once (>= 1). 1 runs on this thread, in order.
+
+    Raises:
+        ConfigError: ``concurrency`` < 1, or concurrency > 1 called inside a running event loop
+            (await :func:`arun_episodes` there instead).
+    """
+    _check_concurrency(concurrency)
+    pending, done, records = _prepare(specs, trace_dir, manifest)
+    with manifest.open("a", encoding="utf-8") as fh:
+        sink = _Manifest(fh, len(specs), label, progress)
+        if concurrency == 1:
+            for k, spec in pending:
+                record = _run_one(team, spec, envs, trace_dir, extra)
+                sink.add(k, spec, record)
+                done[spec.episode_id] = record
+        else:
+            with contextlib.suppress(RuntimeError):
+                asyncio.get_running_loop()
+                raise ConfigError("run_episodes(concurrency>1) was called inside a running event "
+                                  "loop; await arun_episodes(...) there instead")
+            pools = _pools(envs, concurrency, len(pending))
+            try:
+                asyncio.run(_run_pool(team, pending, pools, trace_dir, sink, done, extra))
+            finally:  # also when asyncio.run is left by a KeyboardInterrupt
+                for pool in pools[1:]:
+                    pool.close()
+    return records(done)
+
+
+async def arun_episodes(team: Any, specs: Sequence[EpisodeSpec], envs: EnvPool, *, trace_dir: Path,
+                        manifest: Path, label: str, progress: bool = True, concurrency: int = 1,
+                        extra: RecordExtra | None = None) -> list[dict[str, Any]]:
+    """Async twin of :func:`run_episodes` (always through ``team.arun``), same contract."""
+    _check_concurrency(concurrency)
+    pending, done, records = _prepare(specs, trace_dir, manifest)
+    with manifest.open("a", encoding="utf-8") as fh:
+        sink = _Manifest(fh, len(specs), label, progress)
+        pools = _pools(envs, concurrency, len(pending))
+        try:
+            await _run_pool(team, pending, pools, trace_dir, sink, done, extra)
+        finally:
+            for pool in pools[1:]:
+                await asyncio.to_thread(pool.close)
+    return records(done)
+
+
+def _check_concurrency(concurrency: int) -> None:
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ConfigError(f"concurrency must be an integer >= 1, got {concurrency!r}")
+
+
+def _prepare(specs: Sequence[EpisodeSpec], trace_dir: Path, manifest: Path):
+    """Folders, the finished records, the episodes still to run and a final-order collector."""
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    _clean_partial(manifest)
+    done = read_manifest(manifest)
+    pending = [(k, spec) for k, spec in enumerate(specs) if spec.episode_id not in done]
+
+    def records(finished: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+        return [finished[s.episode_id] for s in specs if s.episode_id in finished]
+
+    return pending, done, records
+
+
+def _pools(envs: EnvPool, concurrency: int, pending: int) -> list[EnvPool]:
+    """The caller's pool, then one empty sibling per further worker (never more than needed)."""
+    return [envs] + [envs.sibling() for _ in range(min(concurrency, pending) - 1)]
+
+
+async def _run_pool(team: Any, pending: list[tuple[int, EpisodeSpec]], pools: list[EnvPool],
+                    trace_dir: Path, sink: _Manifest, done: dict[str, dict[str, Any]],
+                    extra: RecordExtra | None) -> None:
+    """One worker per pool pulls episodes from one queue; the first failure cancels the others."""
+    work: Iterator[tuple[int, EpisodeSpec]] = iter(pending)
+
+    async def worker(pool: EnvPool) -> None:
+        for k, spec in work:  # one event-loop thread: sharing the iterator is safe
+            record = await _arun_one(team, spec, pool, trace_dir, extra)
+            sink.add(k, spec, record)
+            done[spec.episode_id] = record
+
+    tasks = [asyncio.ensure_future(worker(pool)) for pool in pools]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        # Let cancelled episodes close their traces before their browsers go away.
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _start(spec: EpisodeSpec, envs: EnvPool, trace_dir: Path) -> Device:
+    trace = trace_dir / f"{spec.episode_id}.jsonl"
+    trace.unlink(missing_ok=True)  # left by an interrupted run: this episode starts over
+    shutil.rmtree(trace_dir / spec.episode_id, ignore_errors=True)  # its screenshots
+    return envs.get(spec.task)
+
+
+def _record(spec: EpisodeSpec, result: Any, started: float, trace_dir: Path,
+            extra: RecordExtra | None) -> dict[str, Any]:
+    record = {**asdict(spec), "success": bool(result.success), "reward": float(result.reward),
+              "steps": result.n_steps, "error": result.error,
+              "seconds": round(time.perf_counter() - started, 3),
+              "trace": str(trace_dir / f"{spec.episode_id}.jsonl")}
+    if extra is not None:
+        record.update(extra(result))
+    return record
+
+
+def _run_one(team: Any, spec: EpisodeSpec, envs: EnvPool, trace_dir: Path,
+             extra: RecordExtra | None) -> dict[str, Any]:
+    device = _start(spec, envs, trace_dir)
+    started = time.perf_counter()
+    device.reset(seed=spec.seed, options={"task_name": spec.task})  # switch task in place
+    result = team.run(None, device, seed=spec.seed, trace=trace_dir, episode_id=spec.episode_id,
+                      env_name=f"{envs.prefix}/{spec.task}")
+    return _record(spec, result, started, trace_dir, extra)
+
+
+async def _arun_one(team: Any, spec: EpisodeSpec, envs: EnvPool, trace_dir: Path,
+                    extra: RecordExtra | None) -> dict[str, Any]:
+    device = _start(spec, envs, trace_dir)  # building a device is cheap; Chromium starts in reset
+    started = time.perf_counter()
+    await device.areset(seed=spec.seed, options={"task_name": spec.task})
+    result = await team.arun(None, device, seed=spec.seed, trace=trace_dir,
+                             episode_id=spec.episode_id, env_name=f"{envs.prefix}/{spec.task}")
+    return _record(spec, result, started, trace_dir, extra)
+
+
+def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Success counts and rates overall and per task."""
+    def rate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        wins = sum(bool(r["success"]) for r in rows)
+        return {"episodes": len(rows), "successes": wins,
+                "success_rate": round(wins / len(rows), 4) if rows else None}
+
+    tasks = list(dict.fromkeys(r["task"] for r in records))
+    return {**rate(records), "per_task": {t: rate([r for r in records if r["task"] == t]) for t in tasks},
+            "errors": sum(1 for r in records if r.get("error"))}

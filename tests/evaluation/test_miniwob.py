@@ -1,0 +1,305 @@
+"""The MiniWoB++ harness and the episode runner: suites, resume, concurrency, cleanup.
+
+Most tests use FakeDevice screens under real task names (the harness never looks inside a
+device); the `browser` tests run real MiniWoB++ pages in real Chromium and count its processes.
+"""
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from collabui.actions.web import Click
+from collabui.devices.base import Observation
+from collabui.devices.fake import FakeDevice
+from collabui.devices.miniwob import miniwob_tasks
+from collabui.errors import ConfigError, EnvNotFoundError
+from collabui.evaluation.miniwob import (
+    EASY_TASKS,
+    MiniWoBEvalConfig,
+    evaluate_miniwob,
+    resolve_tasks,
+)
+from collabui.evaluation.runner import EnvPool, episode_specs, read_manifest, run_episodes
+from collabui.models.fake import ScriptedChatModel
+from collabui.team import CollabAgentTeam
+
+OK = 'Thought: OK is B.\nAction: {"action": "click", "element_id": "B"}'
+TASKS = "click-button,focus-text"
+
+
+# -- suites ------------------------------------------------------------------------------------
+
+
+def test_all_is_every_shipped_task():
+    assert resolve_tasks("all") == miniwob_tasks()
+    assert len(resolve_tasks("all")) > 100
+
+
+def test_easy_is_a_subset_of_shipped_tasks():
+    easy = resolve_tasks("easy")
+    assert easy == list(EASY_TASKS) and 10 <= len(easy) <= 15
+    assert set(easy) <= set(miniwob_tasks())
+
+
+def test_names_and_suites_mix_in_order_without_repeats():
+    assert resolve_tasks(" enter-text, miniwob/click-button ,click-test,enter-text") == [
+        "enter-text", "click-button", "click-test"]
+    mixed = resolve_tasks("use-slider,easy")
+    assert mixed[0] == "use-slider" and mixed[1:] == list(EASY_TASKS)
+
+
+def test_unknown_name_is_one_line_with_suggestion():
+    with pytest.raises(EnvNotFoundError) as info:
+        resolve_tasks("click-buton")
+    message = str(info.value)
+    assert "\n" not in message and "did you mean 'click-button'" in message and "easy" in message
+
+
+def test_empty_task_list_is_an_error():
+    with pytest.raises(ConfigError, match="no MiniWoB\\+\\+ tasks given"):
+        resolve_tasks(" , ")
+
+
+# -- harness with fake devices ---------------------------------------------------------------
+
+
+def _fake_factory(devices):
+    def make(name):
+        screen = Observation(text="<button[B]| OK> <button[C]| Cancel>", task=f"Click OK ({name}).")
+        device = FakeDevice([screen], success_when=lambda a: a == Click("B"))
+        devices.append(device)
+        return device
+
+    return make
+
+
+class Flaky:
+    """A ChatModel-like callable for ScriptedChatModel: fails at request number ``at``."""
+
+    def __init__(self, at=None, exc=RuntimeError):
+        self.at, self.exc, self.count = at, exc, 0
+        self.lock = threading.Lock()
+
+    def __call__(self, request):
+        with self.lock:
+            self.count += 1
+            if self.at is not None and self.count == self.at:
+                raise self.exc("boom")
+        return OK
+
+
+def _config(**kw):
+    return MiniWoBEvalConfig(**{"tasks": TASKS, "episodes": 2, "model": "scripted", "n_agents": 1,
+                                "rounds": 1, "max_steps": 2, **kw})
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_results_json_in_the_common_format(tmp_path, concurrency):
+    devices = []
+    results = evaluate_miniwob(_config(concurrency=concurrency), tmp_path, model=ScriptedChatModel(Flaky()),
+                               env_factory=_fake_factory(devices), progress=False, command="cmd")
+    assert results["schema"] == "collabui.eval" and results["harness"] == "miniwob"
+    assert results["overall"]["success_rate"] == {"value": 1.0, "n": 4, "successes": 4, "ci95": [0.5101, 1.0]}
+    assert list(results["breakdown"]["per_task"]) == ["click-button", "focus-text"]
+    assert results["breakdown"]["per_task"]["focus-text"]["success_rate"]["n"] == 2
+    assert results["counts"] == {"episodes": 4, "errors": 0, "unparsable": 0, "proposals": 4, "steps": 4}
+    assert results["system"]["label"] == "scripted single agent" and results["command"] == "cmd"
+    assert json.loads((tmp_path / "results.json").read_text()) == results
+    assert (tmp_path / "summary.md").read_text().startswith("# miniwob: scripted single agent")
+    assert len(list((tmp_path / "traces").glob("*.jsonl"))) == 4  # a trace per episode
+    assert all(d.closed for d in devices)
+    # concurrency 2: two pools, each with its own device per task
+    assert len(devices) == 2 * concurrency
+
+
+def test_each_episode_gets_its_own_seed_and_one_shared_dag(tmp_path):
+    model = ScriptedChatModel(Flaky())
+    evaluate_miniwob(_config(n_agents=2, rounds=1, tasks="click-button", episodes=3), tmp_path,
+                     model=model, env_factory=_fake_factory([]), progress=False)
+    seeds = [r.seed for r in model.requests]
+    assert len(seeds) == 6 and len(set(seeds)) == 6  # sampling differs across episodes and agents
+    dags = set()
+    for trace in (tmp_path / "traces").glob("*.jsonl"):
+        head = json.loads(trace.read_text().splitlines()[0])
+        dags.add(json.dumps(head["topology"], sort_keys=True))
+    assert len(dags) == 1
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_resume_skips_finished_episodes(tmp_path, concurrency):
+    devices = []
+    with pytest.raises(RuntimeError, match="boom"):
+        evaluate_miniwob(_config(concurrency=concurrency), tmp_path, model=ScriptedChatModel(Flaky(at=3)),
+                         env_factory=_fake_factory(devices), progress=False)
+    assert all(d.closed for d in devices)  # closed on the exception path too
+    finished = read_manifest(tmp_path / "episodes.jsonl")
+    # in order: exactly the two before the failure; in parallel the other worker may finish its own
+    assert (len(finished) == 2 if concurrency == 1 else 1 <= len(finished) <= 3)
+    assert not (tmp_path / "results.json").exists()
+    again = Flaky()
+    results = evaluate_miniwob(_config(concurrency=concurrency), tmp_path, model=ScriptedChatModel(again),
+                               env_factory=_fake_factory([]), progress=False)
+    assert again.count == 4 - len(finished)  # only the unfinished episodes ran
+    assert results["overall"]["success_rate"]["n"] == 4
+    lines = (tmp_path / "episodes.jsonl").read_text().splitlines()
+    assert len(lines) == 4 and len({json.loads(x)["episode_id"] for x in lines}) == 4
+    # a third run finds everything done: no model call, no device
+    idle, devices = Flaky(), []
+    evaluate_miniwob(_config(concurrency=concurrency), tmp_path, model=ScriptedChatModel(idle),
+                     env_factory=_fake_factory(devices), progress=False)
+    assert idle.count == 0 and devices == []
+
+
+def test_more_episodes_on_rerun_only_runs_the_new_ones(tmp_path):
+    evaluate_miniwob(_config(episodes=1), tmp_path, model=ScriptedChatModel(Flaky()),
+                     env_factory=_fake_factory([]), progress=False)
+    more = Flaky()
+    results = evaluate_miniwob(_config(episodes=2), tmp_path, model=ScriptedChatModel(more),
+                               env_factory=_fake_factory([]), progress=False)
+    assert more.count == 2 and results["overall"]["success_rate"]["n"] == 4
+
+
+def test_other_configuration_in_the_same_folder_is_refused(tmp_path):
+    evaluate_miniwob(_config(episodes=1), tmp_path, model=ScriptedChatModel(Flaky()),
+                     env_factory=_fake_factory([]), progress=False)
+    with pytest.raises(ConfigError, match="holds a run with other max_steps, seed; use another --out"):
+        evaluate_miniwob(_config(episodes=1, seed=5, max_steps=3), tmp_path, model=ScriptedChatModel(Flaky()),
+                         env_factory=_fake_factory([]), progress=False)
+
+
+def test_baselines_default_to_a_single_agent_and_models_to_the_paper_team():
+    assert MiniWoBEvalConfig(model="random:3").team_shape() == (1, 1)
+    assert MiniWoBEvalConfig(model="lexical", n_agents=4).team_shape() == (4, 1)
+    assert MiniWoBEvalConfig(model="smollm2").team_shape() == (4, 3)
+    with pytest.raises(ConfigError, match="concurrency must be an integer >= 1"):
+        MiniWoBEvalConfig(concurrency=0)
+
+
+def test_unparsable_proposals_are_counted(tmp_path):
+    model = ScriptedChatModel(lambda r: "I would click OK")
+    results = evaluate_miniwob(_config(tasks="click-button", episodes=1), tmp_path, model=model,
+                               env_factory=_fake_factory([]), progress=False)
+    assert results["counts"]["unparsable"] == results["counts"]["proposals"] == 2
+    assert results["overall"]["success_rate"]["value"] == 0.0
+
+
+# -- runner directly ---------------------------------------------------------------------------
+
+
+def test_runner_concurrency_keeps_spec_order_and_progress_lines(tmp_path, capsys):
+    team = CollabAgentTeam(ScriptedChatModel(Flaky()), n_agents=1, rounds=1, max_steps=1)
+    specs = episode_specs(["a", "b", "c"], 2, tag="t", seed_parts=(0,))
+    envs = EnvPool("miniwob", _fake_factory([]))
+    try:
+        records = run_episodes(team, specs, envs, trace_dir=tmp_path / "tr", manifest=tmp_path / "m.jsonl",
+                               label="test", concurrency=3)
+    finally:
+        envs.close()
+    assert [r["episode_id"] for r in records] == [s.episode_id for s in specs]
+    assert all(r["success"] for r in records)
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[test ")]
+    assert len(lines) == 6 and all("success in 1 steps" in x for x in lines)
+
+
+def test_runner_rejects_bad_concurrency(tmp_path):
+    with pytest.raises(ConfigError, match="concurrency must be an integer >= 1"):
+        run_episodes(None, [], EnvPool("miniwob"), trace_dir=tmp_path, manifest=tmp_path / "m", label="x",
+                     concurrency=0)
+
+
+def test_keyboard_interrupt_cancels_workers_and_closes_devices(tmp_path):
+    devices = []
+    team = CollabAgentTeam(ScriptedChatModel(Flaky(at=3, exc=KeyboardInterrupt)), n_agents=1, rounds=1,
+                           max_steps=1)
+    specs = episode_specs(["a", "b"], 3, tag="t", seed_parts=(0,))
+    envs = EnvPool("miniwob", _fake_factory(devices))
+    with pytest.raises(KeyboardInterrupt):
+        try:
+            run_episodes(team, specs, envs, trace_dir=tmp_path / "tr", manifest=tmp_path / "m.jsonl",
+                         label="x", progress=False, concurrency=2)
+        finally:
+            envs.close()
+    assert devices and all(d.closed for d in devices)
+    # Only finished episodes are recorded: the third request fails, so at most 2 episodes
+    # finished, and at least 1 (which ones depends on how the two workers interleave).
+    assert 1 <= len(read_manifest(tmp_path / "m.jsonl")) <= 2
+
+
+# -- real MiniWoB++ in real Chromium ----------------------------------------------------------
+
+
+def _chromium_pids() -> set[int]:
+    """Chromium processes descending from this Python (read from /proc)."""
+    parents, names = {}, {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            names[int(entry)] = stat[stat.index("(") + 1:stat.rindex(")")]
+            parents[int(entry)] = int(stat[stat.rindex(")") + 2:].split()[1])
+    found = set()
+    for pid, name in names.items():
+        ancestor = parents.get(pid, 0)
+        while ancestor > 1 and ancestor != os.getpid():
+            ancestor = parents.get(ancestor, 0)
+        if "chrom" in name and ancestor == os.getpid():
+            found.add(pid)
+    return found
+
+
+@pytest.fixture
+def opened(monkeypatch):
+    """Devices the default factory (``make_env``, one browser per worker for all tasks) opens."""
+    from collabui.devices import registry
+
+    real, devices = registry.make_env, []
+
+    def counting(name, **kw):
+        devices.append(real(name, **kw))
+        return devices[-1]
+
+    monkeypatch.setattr(registry, "make_env", counting)
+    return devices
+
+
+def _click_named_button(request):
+    """Clicks the button the click-button task names (its element id read from the prompt)."""
+    import re
+
+    prompt = request.messages[-1]["content"]
+    wanted = re.search(r'Click on the "(.+?)" button', prompt).group(1)
+    element = re.search(r"<button\[(\w+)\]\| " + re.escape(wanted) + ">", prompt).group(1)
+    return f'Action: {{"action": "click", "element_id": "{element}"}}'
+
+
+@pytest.mark.browser
+def test_two_real_browsers_in_parallel_then_none_left(tmp_path, opened):
+    before = _chromium_pids()
+    config = MiniWoBEvalConfig(tasks="click-button", episodes=4, model="scripted", n_agents=1, rounds=1,
+                               max_steps=2, concurrency=2)
+    results = evaluate_miniwob(config, tmp_path, model=ScriptedChatModel(_click_named_button), progress=False)
+    assert results["overall"]["success_rate"]["value"] == 1.0  # real pages, real rewards
+    assert len(opened) == 2  # one browser per worker
+    assert _chromium_pids() - before == set()
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt])
+def test_failure_mid_run_leaves_no_chromium_and_resumes(tmp_path, exc, opened):
+    before = _chromium_pids()
+    config = MiniWoBEvalConfig(tasks="click-button,click-test", episodes=2, model="scripted", n_agents=1,
+                               rounds=1, max_steps=1, concurrency=2)
+    with pytest.raises(exc):
+        evaluate_miniwob(config, tmp_path, model=ScriptedChatModel(Flaky(at=3, exc=exc)), progress=False)
+    assert len(opened) == 2 and _chromium_pids() - before == set()
+    finished = len(read_manifest(tmp_path / "episodes.jsonl"))
+    assert finished < 4
+    again = Flaky()
+    results = evaluate_miniwob(config, tmp_path, model=ScriptedChatModel(again), progress=False)
+    assert again.count == 4 - finished and results["counts"]["episodes"] == 4
+    assert _chromium_pids() - before == set()
