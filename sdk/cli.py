@@ -81,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
     from collabui.training.cli import add_train_commands
 
     add_train_commands(sub)
+    from collabui.eval_cli import add_eval_command
+
+    add_eval_command(sub)
+    from collabui.serving.serve_cli import add_serve_command
+
+    add_serve_command(sub)
     return parser
 
 
@@ -164,6 +170,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from collabui.training.cli import run_train_command
 
             return run_train_command(args, rest)
+        if args.command == "eval":
+            from collabui.eval_cli import run_eval_command
+
+            return run_eval_command(args)
+        if args.command == "serve":
+            from collabui.serving.serve_cli import run_serve_command
+
+            return run_serve_command(args)
         if args.command == "envs":
             return _cmd_envs()
         if args.command == "devices":

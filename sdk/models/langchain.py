@@ -6,6 +6,10 @@ bound per request when the wrapped model is an OpenAI chat model (``ChatOpenAI``
 temperature, max tokens, seed, and the adapter as the *model name* (vLLM serves each
 ``--lora-modules NAME=PATH`` adapter under ``NAME``). Other models run with their own settings;
 each result then lists the ignored request fields in ``extra["ignored"]``.
+
+``guided_json`` turns on schema-guided decoding on vLLM servers (its structured outputs, sent
+as ``extra_body``): every answer is then ``{"action": {...}, "thought": ...}`` valid under
+:func:`collabui.serving.schema.answer_schema`, which ``parse_proposal`` reads.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import asyncio
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from collabui.errors import ConfigError, EndpointError, ModelError, ModelLoadError
@@ -35,6 +39,9 @@ class LangChainModel(ChatModel):
         base_url: shown in connection errors (default: read from ``chat`` when it has one).
         per_request_params: bind temperature/max tokens/seed/adapter per request; ``None``
             means "only for OpenAI chat models", whose parameters we know.
+        guided_json: constrain every answer to a JSON schema (vLLM structured outputs): an
+            action space (``"web"``, ``"mobile"``, an ActionSpace) for its answer schema, or a
+            schema dict; None (default) decodes freely. Needs per-request parameters.
 
     Raises (from generate/agenerate):
         EndpointError: the server did not answer (refused, timed out, unknown host).
@@ -49,6 +56,7 @@ class LangChainModel(ChatModel):
         name: str | None = None,
         base_url: str | None = None,
         per_request_params: bool | None = None,
+        guided_json: Any = None,
     ) -> None:
         from langchain_core.language_models import BaseChatModel
 
@@ -63,6 +71,12 @@ class LangChainModel(ChatModel):
         self.base_url = base_url or _base_url_of(chat)
         model_name = getattr(chat, "model_name", None) or getattr(chat, "model", None)
         self.name = name or (f"openai:{model_name}" if is_openai else f"langchain:{chat._llm_type}")
+        self.guided_schema = _guided_schema(guided_json)
+        if self.guided_schema is not None and not self.per_request_params:
+            raise ConfigError(
+                f"guided_json needs an OpenAI-compatible server (vLLM); {self.name} cannot take a "
+                "schema per request: drop guided_json or use --model openai:MODEL@URL"
+            )
 
     @classmethod
     def from_openai(
@@ -73,13 +87,15 @@ class LangChainModel(ChatModel):
         api_key: str | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
         max_retries: int = DEFAULT_MAX_RETRIES,
+        guided_json: Any = None,
         **kwargs: Any,
     ) -> LangChainModel:
         """Build a ``ChatOpenAI`` client for an OpenAI-compatible server and wrap it.
 
         ``api_key`` defaults to ``$OPENAI_API_KEY``, else ``"EMPTY"`` (what local vLLM accepts).
-        ``timeout`` (seconds per request) and ``max_retries`` apply to every call; extra kwargs go
-        to ``ChatOpenAI``.
+        ``timeout`` (seconds per try) and ``max_retries`` (tries after the first, with backoff,
+        on connection errors, timeouts and 5xx answers) apply to every call; ``guided_json`` is
+        as in the constructor; extra kwargs go to ``ChatOpenAI``.
 
         Raises:
             ModelLoadError: langchain-openai is not installed.
@@ -96,7 +112,7 @@ class LangChainModel(ChatModel):
         chat = ChatOpenAI(
             model=model, base_url=base_url, api_key=key, timeout=timeout, max_retries=max_retries, **kwargs
         )
-        return cls(chat, name=f"openai:{model}", base_url=base_url)
+        return cls(chat, name=f"openai:{model}", base_url=base_url, guided_json=guided_json)
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         """Send all requests concurrently; results in request order."""
@@ -132,6 +148,11 @@ class LangChainModel(ChatModel):
             params["seed"] = request.seed
         if request.adapter is not None:
             params["model"] = request.adapter
+        if self.guided_schema is not None:
+            # vLLM >= 0.11 reads structured outputs from the request body; unlike OpenAI's
+            # response_format this makes the client parse nothing, so a cut-off answer still
+            # reaches our tolerant parser instead of raising.
+            params["extra_body"] = {"structured_outputs": {"json": self.guided_schema}}
         return self.chat.bind(**params), []
 
     def _invoke_one(self, request: ChatRequest) -> ChatResult:
@@ -158,9 +179,13 @@ class LangChainModel(ChatModel):
             return exc
         reason = _connection_failure(exc)
         if reason is not None:
+            retries = getattr(self.chat, "max_retries", None)
+            tries = f" after {retries + 1} {'try' if retries == 0 else 'tries'}" if isinstance(retries, int) else ""
+            timeout = getattr(self.chat, "request_timeout", None)
+            more = f", or raise timeout= (now {timeout} s)" if reason == "timed out" and timeout else ""
             return EndpointError(
-                f"no answer from {self.base_url} ({reason}); start the server (e.g. `collabui serve`) "
-                "or check --model openai:MODEL@URL"
+                f"no answer from {self.base_url} ({reason}){tries}; start the server (e.g. `collabui "
+                f"serve`) or check --model openai:MODEL@URL{more}"
             )
         if getattr(exc, "status_code", None) == 404:
             return ModelError(
@@ -168,6 +193,19 @@ class LangChainModel(ChatModel):
                 "model name, or start vLLM with --lora-modules NAME=PATH for adapters"
             )
         return ModelError(f"{self.name} failed ({type(exc).__name__}: {_first_line(exc)}); check the server logs")
+
+
+def _guided_schema(guided_json: Any) -> dict[str, Any] | None:
+    """The JSON schema ``guided_json`` asks for (see ``LangChainModel``), or None."""
+    if guided_json is None or guided_json is False:
+        return None
+    if isinstance(guided_json, Mapping):
+        return dict(guided_json)
+    if guided_json is True:
+        raise ConfigError("guided_json=True does not say which actions; pass 'web', 'mobile' or a schema dict")
+    from collabui.serving.schema import answer_schema
+
+    return answer_schema(guided_json)  # ConfigError for an unknown space name
 
 
 def _to_messages(request: ChatRequest) -> list[Any]:

