@@ -9,7 +9,8 @@ screen, history and what agent i read). The pair (chosen, rejected) becomes DPO 
   :class:`RuleAdversary` takes over.
 * :class:`RuleAdversary` perturbs the chosen action deterministically (seeded by episode, t,
   i, j): another element of the screen, another action type, wrong text, the other direction.
-  Its output always differs from the chosen action.
+  Its output always differs from the chosen action, and reuses the chosen answer's own thought
+  (the target swapped), so the pair differs in the action, not in the wording.
 
 Rejected texts are formatted like agent answers: ``Thought: ...\\nAction: {json}``.
 """
@@ -161,6 +162,30 @@ def _mobile_candidates(a: dict[str, Any], obs: str, rng: random.Random) -> list[
     return cands
 
 
+def _target(action: Action) -> str | None:
+    args = action.args()
+    value = args.get("element_id", args.get("index"))
+    return None if value is None else str(value)
+
+
+def _mirrored_thought(chosen_raw: str, chosen: Action, wrong: Action, space: Any) -> str | None:
+    """The chosen answer's own thought with the chosen target swapped for the wrong one.
+
+    A pair that differs only in the target (and the action) teaches the action; a rejected
+    answer in another wording mostly teaches the wording (measured: DPO on template-worded
+    rejections made a team repeat its demonstration's sentence). None when the chosen answer
+    has no thought to mirror.
+    """
+    thought = (parse_proposal(chosen_raw, space).thought or "").strip()
+    if not thought:
+        return None
+    old, new = _target(chosen), _target(wrong)
+    if old and new and old != new:
+        # Whole-token replacement only: "B" must not turn "Button" into "Cutton".
+        thought = re.sub(rf"(?<![\w]){re.escape(old)}(?![\w])", new, thought)
+    return thought
+
+
 def _thought(action: Action) -> str:
     """A plausible-sounding reason, so the pair differs in the action, not in the style."""
     if "element_id" in action.args():
@@ -195,7 +220,9 @@ class RuleAdversary(Adversary):
         for cand in head + tail:
             action = to_action(cand, space)
             if not isinstance(action, Unknown) and action.key() != chosen.key():
-                return Rejected(format_answer(_thought(action), action), action.to_dict(), "rule")
+                raw = ctx.raws[i][j] if i < len(ctx.raws) and j < len(ctx.raws[i]) else ""
+                thought = _mirrored_thought(str(raw or ""), chosen, action, space) or _thought(action)
+                return Rejected(format_answer(thought, action), action.to_dict(), "rule")
         raise AssertionError(f"no perturbation differs from {chosen}")  # generic tail prevents it
 
 

@@ -5,7 +5,9 @@ conversational preference format:
 
 * ``prompt``: the exact messages agent i saw at (t, j), copied from the trace (the team records
   the request it sent, so this equals what the model received, byte for byte);
-* ``chosen``: ``[{"role": "assistant", "content": <agent i's raw output>}]``;
+* ``chosen``: ``[{"role": "assistant", "content": <agent i's answer>}]``: its raw output cut
+  after the action (small models run on and echo prompt lines such as "Reply with a Thought
+  line..."; trained as chosen, that echo would be reinforced);
 * ``rejected``: the adversary's answer in the same format;
 * ``agent``, ``episode_id``, ``t``, ``round``, ``score``, ``rejected_source`` (llm or rule).
 
@@ -31,7 +33,7 @@ from collabui.training.labels import PathLike, expand_trace_paths, load_labels
 if TYPE_CHECKING:
     from datasets import Dataset, Features
 
-__all__ = ["PAIR_COLUMNS", "pair_features", "build_pairs", "pair_stats", "save_pairs",
+__all__ = ["PAIR_COLUMNS", "pair_features", "build_pairs", "clean_answer", "pair_stats", "save_pairs",
            "load_pairs", "pairs_for_agent"]
 
 PAIR_COLUMNS = ("prompt", "chosen", "rejected", "agent", "episode_id", "t", "round", "score",
@@ -80,12 +82,56 @@ def _rows_for_step(header: dict[str, Any], step: dict[str, Any], end: dict[str, 
                              "plain {role, content} turns; re-record the trace")
         rows.append({
             "prompt": prompt,
-            "chosen": [{"role": "assistant", "content": prop["raw"]}],
+            "chosen": [{"role": "assistant", "content": clean_answer(prop["raw"], ctx.action_space)}],
             "rejected": [{"role": "assistant", "content": rejected.text}],
             "agent": i, "episode_id": ctx.episode_id, "t": ctx.t, "round": j,
             "score": float(scores[i][j]), "rejected_source": rejected.source,
         })
     return rows
+
+
+def clean_answer(raw: str, space: str) -> str:
+    """``raw`` up to the end of its action (``Thought: ...\nAction: {...}``), as the agent wrote
+    it; unchanged when no action parses or nothing follows it."""
+    from collabui.parsing import parse_proposal
+
+    proposal = parse_proposal(raw, space)
+    if proposal.error is not None:
+        return raw
+    marker = raw.find("Action:")
+    if marker < 0:
+        return raw
+    end = _json_end(raw, raw.find("{", marker)) if "{" in raw[marker:] else raw.find("\n", marker)
+    if end < 0 or not raw[end:].strip():
+        return raw
+    cut = raw[:end].rstrip()
+    # Keep the cut only if it still parses to the same action.
+    same = parse_proposal(cut, space)
+    return cut if same.error is None and same.action.key() == proposal.action.key() else raw
+
+
+def _json_end(text: str, start: int) -> int:
+    """Index just past the JSON object starting at ``start`` (string-aware brace matching)."""
+    depth, in_string, escaped = 0, False, False
+    for k in range(start, len(text)):
+        ch = text[k]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+            continue
+        if ch == '"':
+            in_string = True
+        elif ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return k + 1
+    return -1
 
 
 def _dedupe(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

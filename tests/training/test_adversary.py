@@ -109,3 +109,23 @@ def test_unparsable_llm_answer_is_replaced_and_good_ones_kept():
     assert model.batch_sizes == [2]  # one batched call
     user = model.requests[0].messages[-1]["content"]
     assert user.startswith("AGENT VIEW") and 'Correct next action: {"action": "click", "element_id": "B"}' in user
+
+
+def test_rule_rejection_mirrors_the_chosen_thought():
+    """The pair differs in the target and the action, not in the wording."""
+    chosen = {"action": "click", "element_id": "B"}
+    raw = 'Thought: The Submit button has id B.\nAction: {"action": "click", "element_id": "B"}'
+    ctx = StepContext(episode_id="ep", t=0, task="Click Submit.", action_space="web", observation=WEB_SCREEN,
+                      history=(), actions=((chosen,),), raws=((raw,),))
+    rejected = RuleAdversary(seed=3).reject(ctx, 0, 0, chosen)
+    parsed = parse_proposal(rejected.text, WEB)
+    assert parsed.action.to_dict() != chosen
+    target = parsed.action.to_dict().get("element_id")
+    if target is not None:  # "Button" keeps its B: only the whole-token id is swapped
+        assert parsed.thought == f"The Submit button has id {target}."
+    else:
+        assert parsed.thought == "The Submit button has id B."
+    # No thought to mirror: the template reason is used.
+    bare = StepContext(episode_id="ep", t=0, task="t", action_space="web", observation=WEB_SCREEN, history=(),
+                       actions=((chosen,),), raws=(('{"action": "click", "element_id": "B"}',),))
+    assert "looks like the right one" in RuleAdversary(seed=3).reject(bare, 0, 0, chosen).text

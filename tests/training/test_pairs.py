@@ -152,3 +152,19 @@ def test_no_rewards_gives_an_empty_typed_dataset_and_bad_labels_fail(recorded, t
     wrong.write_text(json.dumps(record) + "\n")
     with pytest.raises(TraceError, match="relabel"):
         build_pairs(path, wrong, RuleAdversary())
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    ('Thought: E is Yes.\nAction: {"action": "click", "element_id": "E"}\nReply with a Thought line and',
+     'Thought: E is Yes.\nAction: {"action": "click", "element_id": "E"}'),
+    ('Thought: t\nAction: {"action": "type_string", "element_id": "A", "content": "a}b\\"c"}\n[Agent 2] x',
+     'Thought: t\nAction: {"action": "type_string", "element_id": "A", "content": "a}b\\"c"}'),
+    ("Thought: t\nAction: click('B')\nAnswers from other agents", "Thought: t\nAction: click('B')"),
+    ('Thought: t\nAction: {"action": "click", "element_id": "E"}', 'Thought: t\nAction: {"action": "click", "element_id": "E"}'),
+    ("no action at all", "no action at all"),
+])
+def test_chosen_answers_are_cut_after_the_action(raw, expected):
+    """Prompt echoes after the action would be reinforced as 'chosen'; the action stays intact."""
+    from collabui.training.pairs import clean_answer
+
+    assert clean_answer(raw, "web") == expected
