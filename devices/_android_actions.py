@@ -21,31 +21,24 @@ __all__ = ["HANDLERS"]
 Handler = Callable[[Any, Any, dict[str, Any]], "str | None"]
 
 
-def _click(device: AndroidDevice, action: mobile.Tap, info: dict[str, Any]) -> str | None:
+# The pointing actions differ only in the uiautomator2 method (also the name ``_u2`` reports on
+# failure) and its arguments after the point: a table, so a new one is a row, not a handler.
+_POINTER_CALLS: dict[type, tuple[str, Callable[[Any], tuple[Any, ...]]]] = {
+    mobile.Tap: ("click", lambda config: ()),
+    mobile.DoubleTap: ("double_click", lambda config: ()),
+    mobile.LongPress: ("long_click", lambda config: (config.long_press_s,)),
+}
+
+
+def _point(device: AndroidDevice, action: Any, info: dict[str, Any]) -> str | None:
+    """Tap, double-tap or long-press the centre of ``action.index`` (see ``_POINTER_CALLS``)."""
     element, error = device._target(action.index)
     if element is None:
         return error
     x, y = element.center
-    device._u2("click", lambda d: d.click(x, y))
-    return None
-
-
-def _double_tap(device: AndroidDevice, action: mobile.DoubleTap, info: dict[str, Any]) -> str | None:
-    element, error = device._target(action.index)
-    if element is None:
-        return error
-    x, y = element.center
-    device._u2("double_click", lambda d: d.double_click(x, y))
-    return None
-
-
-def _long_press(device: AndroidDevice, action: mobile.LongPress, info: dict[str, Any]) -> str | None:
-    element, error = device._target(action.index)
-    if element is None:
-        return error
-    x, y = element.center
-    duration = device.config.long_press_s
-    device._u2("long_click", lambda d: d.long_click(x, y, duration))
+    method, extra_args = _POINTER_CALLS[type(action)]
+    extra = extra_args(device.config)
+    device._u2(method, lambda d: getattr(d, method)(x, y, *extra))
     return None
 
 
@@ -148,9 +141,9 @@ def _answer(device: AndroidDevice, action: mobile.Answer, info: dict[str, Any]) 
 
 
 HANDLERS: dict[type, Handler] = {
-    mobile.Tap: _click,
-    mobile.DoubleTap: _double_tap,
-    mobile.LongPress: _long_press,
+    mobile.Tap: _point,
+    mobile.DoubleTap: _point,
+    mobile.LongPress: _point,
     mobile.InputText: _input_text,
     mobile.Scroll: _scroll,
     mobile.Swipe: _swipe,

@@ -222,6 +222,52 @@ def _should_stop(outcome: StepOutcome, action: Action) -> bool:
     return bool(outcome.done) or action.terminal
 
 
+class _Driver:
+    """Serves the requests of one ``_Run.loop``: ``request`` is what the loop asks next and,
+    once ``done``, ``result`` is the episode. The sync and async drivers differ only in whether
+    they await ``call()``."""
+
+    def __init__(self, run: _Run, seed: int | None, calls: dict[str, Callable[[Any], Any]]) -> None:
+        self._calls = calls
+        self._gen = run.loop(seed)
+        self.done = False
+        self.result: EpisodeResult | None = None
+        self.request: tuple[str, Any] = ("", None)
+        self._advance(lambda: next(self._gen))
+
+    def call(self) -> Any:
+        """Start serving the pending request (an awaitable for the async calls)."""
+        kind, arg = self.request
+        return self._calls[kind](arg)
+
+    def send(self, value: Any) -> None:
+        """Hand the request's result to the loop."""
+        self._advance(lambda: self._gen.send(value))
+
+    def throw(self, exc: BaseException) -> None:
+        """Hand the request's exception to the loop, which records it and decides."""
+        self._advance(lambda: self._gen.throw(exc))
+
+    def _advance(self, resume: Callable[[], tuple[str, Any]]) -> None:
+        try:
+            self.request = resume()
+        except StopIteration as stop:
+            self.done, self.result = True, stop.value
+
+
+def _calls(team, device: Device, *, asynchronous: bool) -> dict[str, Callable[[Any], Any]]:
+    """What each request of ``_Run.loop`` runs, with the sync or the async methods."""
+    if asynchronous:
+        reset, step, act = device.areset, team.astep, device.aact
+    else:
+        reset, step, act = device.reset, team.step, device.act
+    return {
+        "reset": lambda seed: reset(seed=seed),
+        "step": lambda args: step(*args[:3], t=args[3]),
+        "act": act,
+    }
+
+
 def run_episode(
     team,
     task: str | None,
@@ -239,23 +285,15 @@ def run_episode(
     (the trace so far stays valid); other errors are recorded in the trace and re-raised."""
     run = _Run(team, task, device, seed=seed, max_steps=max_steps, trace=trace,
                episode_id=episode_id, env_name=env_name, on_step=on_step)
-    calls = {
-        "reset": lambda seed: device.reset(seed=seed),
-        "step": lambda args: team.step(*args[:3], t=args[3]),
-        "act": device.act,
-    }
-    gen = run.loop(seed)
-    try:
-        kind, arg = next(gen)
-        while True:
-            try:
-                result = calls[kind](arg)
-            except BaseException as exc:  # handed to the loop, which records and decides
-                kind, arg = gen.throw(exc)
-                continue
-            kind, arg = gen.send(result)
-    except StopIteration as stop:
-        return stop.value
+    driver = _Driver(run, seed, _calls(team, device, asynchronous=False))
+    while not driver.done:
+        try:
+            value = driver.call()
+        except BaseException as exc:  # handed to the loop, which records and decides
+            driver.throw(exc)
+        else:
+            driver.send(value)
+    return driver.result
 
 
 async def arun_episode(
@@ -273,20 +311,12 @@ async def arun_episode(
     """Async twin of ``run_episode`` (uses the device's and the team's async methods)."""
     run = _Run(team, task, device, seed=seed, max_steps=max_steps, trace=trace,
                episode_id=episode_id, env_name=env_name, on_step=on_step)
-    calls = {
-        "reset": lambda seed: device.areset(seed=seed),
-        "step": lambda args: team.astep(*args[:3], t=args[3]),
-        "act": device.aact,
-    }
-    gen = run.loop(seed)
-    try:
-        kind, arg = next(gen)
-        while True:
-            try:
-                result = await calls[kind](arg)
-            except BaseException as exc:
-                kind, arg = gen.throw(exc)
-                continue
-            kind, arg = gen.send(result)
-    except StopIteration as stop:
-        return stop.value
+    driver = _Driver(run, seed, _calls(team, device, asynchronous=True))
+    while not driver.done:
+        try:
+            value = await driver.call()
+        except BaseException as exc:  # handed to the loop, which records and decides
+            driver.throw(exc)
+        else:
+            driver.send(value)
+    return driver.result

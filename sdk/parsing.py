@@ -26,8 +26,8 @@ Which candidate wins when the text holds several:
    name, whichever comes first; failing that, the first object with any action key (so a
    hallucinated name is reported as such).
 
-Model text is never evaluated: candidates are read by ``json.loads`` first, then by a small
-literal reader over ``ast.parse(..., mode="eval")`` nodes (constants, dicts, lists, tuples,
+Model text is never evaluated: candidates are read by ``json.loads`` first, then by the small
+literal reader of :mod:`collabui._literal` (``ast`` nodes of constants, dicts, lists, tuples,
 ``true``/``null``-style names, unary minus), which also covers the repairs small models need
 (single quotes, trailing commas, unquoted keys). Unknown extra keys (``"reason"``,
 ``"amount"``...) are ignored; required arguments are never invented.
@@ -35,15 +35,14 @@ literal reader over ``ast.parse(..., mode="eval")`` nodes (constants, dicts, lis
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import json
 import re
-import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from collabui._literal import Call, Truncated, Unreadable, balanced_end, read_call, read_object
 from collabui.actions import Action, ActionSpace, Unknown, get_action_space
 from collabui.errors import ActionError
 
@@ -51,7 +50,6 @@ __all__ = ["MAX_SCAN_CHARS", "ParsedProposal", "parse_action", "parse_proposal"]
 
 #: Only this many leading characters of a proposal are scanned (guards against huge inputs).
 MAX_SCAN_CHARS = 20_000
-_MAX_DEPTH = 32  # brackets deeper than this are not an action; also keeps ast/json off the stack limit
 _MAX_ATTEMPTS = 128  # candidate reads per proposal, so adversarial text stays linear-ish
 _MAX_MARKERS = 64  # only the last markers count: each one costs a scan of the text after it
 
@@ -64,9 +62,6 @@ _CALL = re.compile(r"(?<![\w.])(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)\(")
 _START = re.compile(r"\{|" + _CALL.pattern)  # where an object or a call may begin
 _LEAD_NAME = re.compile(r"[\s`*_\"']*([A-Za-z_]\w*)")
 _FENCE_LANGS = {"json", "json5", "python", "py", "js", "javascript", "text", "plaintext", "txt"}
-_SPECIAL = re.compile(r"[\"'\\{}()\[\]]")
-_CLOSE = {"{": "}", "(": ")", "[": "]"}
-_LITERAL_NAMES = {"true": True, "false": False, "null": None, "none": None}
 
 _NAME_KEYS = ("action", "action_type", "actiontype", "type", "function", "name", "tool",
               "command", "operation", "act")
@@ -125,26 +120,11 @@ class ParsedProposal:
     error: str | None
 
 
-class _Unreadable(Exception):
-    """A candidate is not something we can read, or not a valid action (internal)."""
-
-
-class _Truncated(_Unreadable):
-    """A candidate runs to the end of the text: the model stopped mid-action (internal)."""
-
-
-@dataclass(frozen=True)
-class _Call:
-    name: str
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-
-
 @dataclass(frozen=True)
 class _Candidate:
     start: int
     end: int
-    value: Any  # a dict (object) or a _Call
+    value: Any  # a dict (object) or a Call
     hint: str | None = None  # an action name written before the object ("Action: click {...}")
 
 
@@ -182,103 +162,7 @@ def _failed(raw: str, reason: str, thought: str | None = None) -> ParsedProposal
     return ParsedProposal(thought=thought, action=Unknown(raw=raw, reason=reason), error=reason)
 
 
-# --------------------------------------------------------------------------- reading literals
-
-
-def _balanced_end(text: str, start: int) -> int:
-    """Index just past the bracket group opening at ``text[start]``, skipping quoted strings."""
-    stack = [_CLOSE[text[start]]]
-    quote: str | None = None
-    pos = start + 1
-    while True:
-        m = _SPECIAL.search(text, pos)
-        if m is None:
-            what = "unterminated string" if quote else "unbalanced brackets"
-            raise _Truncated(f"action is truncated ({what})")
-        ch, pos = m.group(), m.end()
-        if ch == "\\":
-            pos += 1
-        elif quote:
-            quote = None if ch == quote else quote
-        elif ch in "\"'":
-            quote = ch
-        elif ch in _CLOSE:
-            stack.append(_CLOSE[ch])
-            if len(stack) > _MAX_DEPTH:
-                raise _Unreadable("action is nested too deeply")
-        elif ch != stack.pop():
-            raise _Unreadable(f"mismatched bracket {ch!r} in action")
-        elif not stack:
-            return pos
-
-
-def _escape_controls(src: str) -> str:
-    """Escape raw newlines/tabs inside quoted strings: Python rejects them, targets have them."""
-    if "\n" not in src and "\r" not in src:
-        return src
-    out: list[str] = []
-    quote: str | None = None
-    escaped = False
-    for ch in src:
-        if quote and not escaped and ch in "\n\r":
-            out.append("\\n" if ch == "\n" else "\\r")
-            continue
-        out.append(ch)
-        if escaped:
-            escaped = False
-        elif ch == "\\":
-            escaped = True
-        elif quote:
-            quote = None if ch == quote else quote
-        elif ch in "\"'":
-            quote = ch
-    return "".join(out)
-
-
-def _parse_expr(src: str) -> ast.expr:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # invalid escapes like "\/" warn, and are harmless here
-        try:
-            return ast.parse(_escape_controls(src), mode="eval").body
-        except (SyntaxError, ValueError) as exc:
-            raise _Unreadable(f"action is not valid JSON or call syntax ({type(exc).__name__})") from None
-
-
-def _literal(node: ast.AST, depth: int = 0) -> Any:
-    """The value of a literal-only expression node; anything else is unreadable."""
-    if depth > _MAX_DEPTH:
-        raise _Unreadable("action is nested too deeply")
-    if isinstance(node, ast.Constant) and isinstance(node.value, str | int | float | bool | None):
-        return node.value
-    if isinstance(node, ast.Name):  # true/null and also bare words: {action: click}
-        return _LITERAL_NAMES.get(node.id.lower(), node.id)
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
-        value = _literal(node.operand, depth + 1)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return -value if isinstance(node.op, ast.USub) else value
-    if isinstance(node, ast.List | ast.Tuple):
-        return [_literal(e, depth + 1) for e in node.elts]
-    if isinstance(node, ast.Dict) and all(k is not None for k in node.keys):
-        return {str(_literal(k, depth + 1)): _literal(v, depth + 1)
-                for k, v in zip(node.keys, node.values, strict=True)}
-    raise _Unreadable(f"action holds unsupported syntax ({type(node).__name__})")
-
-
-def _read_object(src: str) -> Any:
-    try:
-        return json.loads(src, strict=False)  # strict=False: raw newlines inside strings
-    except ValueError:
-        return _literal(_parse_expr(src))
-
-
-def _read_call(name: str, args_src: str) -> _Call:
-    node = _parse_expr("f" + args_src)
-    if not isinstance(node, ast.Call) or any(isinstance(a, ast.Starred) for a in node.args):
-        raise _Unreadable(f"{name}(...) is not a plain call")
-    if any(k.arg is None for k in node.keywords):
-        raise _Unreadable(f"{name}(...) uses ** arguments")
-    return _Call(name, tuple(_literal(a) for a in node.args),
-                 {k.arg: _literal(k.value) for k in node.keywords if k.arg})
+# --------------------------------------------------------------------------- run-on text
 
 
 def _drop_run_on(text: str) -> str:
@@ -319,7 +203,7 @@ class _Parser:
             return _failed(self.raw, error or self._none_reason(), self.thought)
         try:
             action = self._to_action(found)
-        except (_Unreadable, ActionError) as exc:
+        except (Unreadable, ActionError) as exc:
             return _failed(self.raw, str(exc), self.thought)
         return ParsedProposal(thought=self.thought, action=action, error=None)
 
@@ -360,9 +244,9 @@ class _Parser:
             self.attempts += 1
             try:
                 cand = self._read_at(start, call_name, pos if marker else None)
-            except (_Unreadable, RecursionError, MemoryError) as exc:
-                error = error or (str(exc) if isinstance(exc, _Unreadable) else "action too complex")
-                if marker and isinstance(exc, _Truncated):
+            except (Unreadable, RecursionError, MemoryError) as exc:
+                error = error or (str(exc) if isinstance(exc, Unreadable) else "action too complex")
+                if marker and isinstance(exc, Truncated):
                     return error  # everything after is inside the unfinished action
                 continue
             if marker or call_name:
@@ -387,13 +271,13 @@ class _Parser:
                 yield m.end() - 1, m.group(1)
 
     def _read_at(self, start: int, call_name: str | None, marker_end: int | None) -> _Candidate:
-        end = _balanced_end(self.text, start)
+        end = balanced_end(self.text, start)
         src = self.text[start:end]
         if call_name is not None:
-            return _Candidate(start, end, _read_call(call_name, src))
-        value = _read_object(src)
+            return _Candidate(start, end, read_call(call_name, src))
+        value = read_object(src)
         if not isinstance(value, dict):
-            raise _Unreadable("action is not a JSON object")
+            raise Unreadable("action is not a JSON object")
         hint = None
         if marker_end is not None:
             lead = _LEAD_NAME.match(self.text, marker_end, start)
@@ -404,7 +288,7 @@ class _Parser:
         """``Action: navigate_back``: a known action name alone, without arguments."""
         lead = _LEAD_NAME.match(self.text, pos)
         if lead and self._resolve(lead.group(1)) is not None:
-            return _Candidate(lead.start(1), lead.end(1), _Call(lead.group(1), (), {}))
+            return _Candidate(lead.start(1), lead.end(1), Call(lead.group(1), (), {}))
         return None
 
     def _action_key_kind(self, value: dict[str, Any]) -> bool | None:
@@ -446,7 +330,7 @@ class _Parser:
     # ----------------------------------------------------------------- building
 
     def _to_action(self, cand: _Candidate) -> Action:
-        if isinstance(cand.value, _Call):
+        if isinstance(cand.value, Call):
             call = cand.value
             return self._build(call.name, dict(call.kwargs), list(call.args))
         return self._from_mapping(cand.value, cand.hint)
@@ -474,7 +358,7 @@ class _Parser:
             fields.update({_norm_key(k): v for k, v in call.kwargs.items()})
         positional += self._merge_arg_containers(fields)
         if name is None:
-            raise _Unreadable("no action name: expected a key 'action' naming one of "
+            raise Unreadable("no action name: expected a key 'action' naming one of "
                               f"{sorted(self.space.actions)}")
         return self._build(name, fields, positional)
 
@@ -517,18 +401,18 @@ class _Parser:
                 positional += value
         return positional
 
-    def _call_in_string(self, src: str) -> _Call:
+    def _call_in_string(self, src: str) -> Call:
         m = _CALL.search(src)
         if m is None:
-            raise _Unreadable(f"cannot read action {src[:60]!r}")
+            raise Unreadable(f"cannot read action {src[:60]!r}")
         start = m.end() - 1
-        return _read_call(m.group(1), src[start:_balanced_end(src, start)])
+        return read_call(m.group(1), src[start:balanced_end(src, start)])
 
     def _build(self, raw_name: Any, kwargs: dict[str, Any], positional: list[Any]) -> Action:
         name = self._resolve(raw_name)
         if name is None:
             shown = raw_name if isinstance(raw_name, str) else type(raw_name).__name__
-            raise _Unreadable(f"unknown {self.space.name} action {str(shown)[:40]!r}; "
+            raise Unreadable(f"unknown {self.space.name} action {str(shown)[:40]!r}; "
                               f"expected one of {sorted(self.space.actions)}")
         cls = self.space.actions[name]
         if len(positional) == 1 and isinstance(positional[0], dict) and not kwargs:
@@ -536,7 +420,7 @@ class _Parser:
         kwargs = {_norm_key(k): v for k, v in kwargs.items()}
         fields = dataclasses.fields(cls)
         if len(positional) > len(fields):
-            raise _Unreadable(f"{name} takes at most {len(fields)} argument(s), got {len(positional)}")
+            raise Unreadable(f"{name} takes at most {len(fields)} argument(s), got {len(positional)}")
         values = {f.name: v for f, v in zip(fields, positional, strict=False)}
         used: set[str] = set()
         for f in fields[len(positional):]:
@@ -546,7 +430,7 @@ class _Parser:
                 used.add(key)
                 values[f.name] = kwargs[key]
         if "element_id" in {f.name for f in fields} and "element_id" not in values and "index" in kwargs:
-            raise _Unreadable(f"{name}: web actions address elements by 'element_id' "
+            raise Unreadable(f"{name}: web actions address elements by 'element_id' "
                               "(a letter id like 'B'), not by 'index'")
         return self.space.from_dict({"action": name, **_coerce_all(name, fields, values)})
 
@@ -572,7 +456,7 @@ def _coerce_all(name: str, fields: tuple[dataclasses.Field[Any], ...],
             value = value[0]
         if value is None:
             if _required(f):
-                raise _Unreadable(f"{name}: missing required argument '{f.name}'")
+                raise Unreadable(f"{name}: missing required argument '{f.name}'")
             continue
         out[f.name] = _coerce(f.name, str(f.type), value)
     return out

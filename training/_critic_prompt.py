@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from collabui._literal import Unreadable, balanced_end, read_object
 from collabui.models.base import Message
-from collabui.parsing import _balanced_end, _read_object, _Unreadable
 
 if TYPE_CHECKING:
     from collabui.training.critic import StepContext
@@ -155,9 +155,9 @@ def _objects(text: str) -> list[tuple[int, Any]]:
             break
         attempts += 1
         try:
-            end = _balanced_end(text, start)
-            value = _read_object(text[start:end])
-        except (_Unreadable, RecursionError, MemoryError):
+            end = balanced_end(text, start)
+            value = read_object(text[start:end])
+        except (Unreadable, RecursionError, MemoryError):
             pos = start + 1
             continue
         if isinstance(value, dict):

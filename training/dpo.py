@@ -20,12 +20,9 @@ drop every row whose prompt + longer completion exceeds ``max_length`` ourselves
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import hashlib
 import json
 import shutil
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,7 +31,32 @@ from typing import Any
 
 from trl import DPOConfig
 
-from collabui.errors import ConfigError, ModelError, ModelLoadError
+from collabui.errors import ConfigError, ModelError
+from collabui.training._peft import (
+    LoraConfigMixin,
+    adapter_name,
+    common_prefix,
+    default_bf16,
+    fingerprint,
+    fit_lora,
+    fresh_tmp,
+    init_lora_config,
+    load_base,
+    publish,
+    restore_base,
+    say,
+    tokens,
+    trainer_args,
+)
+from collabui.training.dpo_report import (
+    AgentDPOStats,
+    DPOReport,
+    LengthCheck,
+    collect_metrics,
+    config_summary,
+    stats_from_dict,
+)
+from collabui.training.team import load_team_model, team_adapters
 
 __all__ = [
     "AgentDPOConfig",
@@ -54,22 +76,12 @@ DONE_MARKER = ".collabui-dpo-complete"
 #: Per-agent metrics saved beside the adapter (so a resumed run still reports them).
 METRICS_FILE = "dpo_metrics.json"
 _REQUIRED_COLUMNS = ("prompt", "chosen", "rejected", "agent")
-
-
-def adapter_name(agent: int) -> str:
-    """The adapter name (and folder name) of agent ``agent``: ``agent{i}``."""
-    return f"agent{int(agent)}"
-
-
-def default_bf16(fp16: bool = False) -> bool:
-    """bf16 mixed precision by default only on CUDA (transformers rejects bf16 on a plain CPU)."""
-    import torch
-
-    return bool(torch.cuda.is_available()) and not fp16
+# Older callers and tests read the base hash through this module.
+_fingerprint = fingerprint
 
 
 @dataclass
-class AgentDPOConfig(DPOConfig):
+class AgentDPOConfig(LoraConfigMixin, DPOConfig):
     """``DPOConfig`` with LoRA fields and defaults for per-agent DPO on a small CPU model.
 
     The paper trains Qwen2-7B with LoRA, lr 5e-6, bf16, 3 epochs. For SmolLM2-135M on a CPU with
@@ -142,120 +154,9 @@ class AgentDPOConfig(DPOConfig):
             )
         if self.bf16 is None:
             self.bf16 = default_bf16(self.fp16)
-        if self.lora_r < 1:
-            raise ConfigError(
-                f"lora_r must be >= 1, got {self.lora_r}; pass a positive rank such as 8"
-            )
-        if isinstance(self.lora_target_modules, str):
-            self.lora_target_modules = [self.lora_target_modules]
-        self.lora_target_modules = list(self.lora_target_modules)
+        self.check_lora_fields(example_rank=8)
         super().__post_init__()
 
-    def lora_config(self) -> Any:
-        """The ``peft.LoraConfig`` of a fresh agent adapter."""
-        from peft import LoraConfig
-
-        return LoraConfig(
-            r=self.lora_r,
-            lora_alpha=self.lora_alpha,
-            lora_dropout=self.lora_dropout,
-            target_modules=list(self.lora_target_modules),
-            task_type="CAUSAL_LM",
-        )
-
-
-@dataclass
-class LengthCheck:
-    """Token-length check of one agent's pairs against ``max_length``.
-
-    ``prompt_too_long``: the prompt alone reaches ``max_length`` (TRL drops these silently).
-    ``truncated``: prompt + the longer completion exceeds it (TRL cuts the completion).
-    ``keep``: per row, whether it is trained on under the config's ``drop_overlong``.
-    """
-
-    prompt_too_long: int
-    truncated: int
-    keep: list[bool]
-
-    @property
-    def dropped(self) -> int:
-        return sum(1 for k in self.keep if not k)
-
-
-@dataclass
-class AgentDPOStats:
-    """What happened to one agent. ``status`` is one of ``trained``, ``resumed`` (finished by an
-    earlier run), ``no_pairs``, ``kept_previous`` (no usable pairs; the initial adapter was copied)
-    or ``all_overlong`` (every row exceeded ``max_length``)."""
-
-    agent: int
-    adapter: str
-    status: str
-    path: str | None = None
-    n_pairs: int = 0
-    n_used: int = 0
-    n_prompt_too_long: int = 0
-    n_truncated: int = 0
-    n_dropped: int = 0
-    init_from: str | None = None
-    steps: int = 0
-    seconds: float = 0.0
-    seconds_per_step: float | None = None
-    loss: list[tuple[int, float]] = field(default_factory=list)
-    margins: list[tuple[int, float]] = field(default_factory=list)
-    accuracies: list[tuple[int, float]] = field(default_factory=list)
-    final_loss: float | None = None
-    message: str = ""
-
-
-@dataclass
-class DPOReport:
-    """The result of :func:`train_agents_dpo` (JSON-serialisable)."""
-
-    base_model: str
-    out_dir: str
-    config: dict[str, Any]
-    agents: list[AgentDPOStats] = field(default_factory=list)
-    seconds: float = 0.0
-    base_sha256: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def to_json(self, path: str | Path) -> Path:
-        """Write the report as indented JSON to ``path`` and return the path."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=2), encoding="utf-8")
-        return path
-
-    @classmethod
-    def from_json(cls, path: str | Path) -> DPOReport:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        data["agents"] = [_stats_from_dict(a) for a in data.get("agents", [])]
-        return cls(**data)
-
-    def agent(self, i: int) -> AgentDPOStats:
-        """The stats of agent ``i`` (KeyError if it was not in the run)."""
-        for stats in self.agents:
-            if stats.agent == i:
-                return stats
-        raise KeyError(i)
-
-
-def _stats_from_dict(data: dict[str, Any]) -> AgentDPOStats:
-    for key in ("loss", "margins", "accuracies"):
-        data[key] = [tuple(p) for p in data.get(key, [])]
-    return AgentDPOStats(**data)
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0][:300] if lines else type(exc).__name__
-
-
-def _say(message: str) -> None:
-    print(f"[collabui] {message}", file=sys.stderr, flush=True)
 
 
 # -- length check ------------------------------------------------------------------------------
@@ -275,10 +176,10 @@ def check_lengths(
     too_long = truncated = 0
     keep: list[bool] = []
     for row in rows:
-        prompt = _tokens(tokenizer, row["prompt"], add_generation_prompt=True)
-        chosen = _tokens(tokenizer, row["prompt"] + row["chosen"])
-        rejected = _tokens(tokenizer, row["prompt"] + row["rejected"])
-        prompt_len = min(_common_prefix(prompt, chosen), _common_prefix(prompt, rejected))
+        prompt = tokens(tokenizer, row["prompt"], add_generation_prompt=True)
+        chosen = tokens(tokenizer, row["prompt"] + row["chosen"])
+        rejected = tokens(tokenizer, row["prompt"] + row["rejected"])
+        prompt_len = min(common_prefix(prompt, chosen), common_prefix(prompt, rejected))
         total = max(len(chosen), len(rejected))
         is_too_long = prompt_len >= max_length
         is_truncated = not is_too_long and total > max_length
@@ -286,24 +187,6 @@ def check_lengths(
         truncated += is_truncated
         keep.append(not is_too_long and not (drop_overlong and is_truncated))
     return LengthCheck(too_long, truncated, keep)
-
-
-def _tokens(
-    tokenizer: Any, messages: list[dict[str, str]], add_generation_prompt: bool = False
-) -> list[int]:
-    out = tokenizer.apply_chat_template(
-        list(messages), tokenize=True, return_dict=True, add_generation_prompt=add_generation_prompt
-    )
-    return list(out["input_ids"])
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 # -- training ----------------------------------------------------------------------------------
@@ -356,9 +239,9 @@ def train_agents_dpo(
     if any(a < 0 for a in wanted):
         raise ConfigError(f"agent indices must be >= 0, got {wanted}; pass agents=[0, 1, ...]")
     started = time.perf_counter()
-    tokenizer, model = _load_base(Path(base_model).expanduser())
-    before = _fingerprint(model) if verify_base else None
-    report = DPOReport(str(base_model), str(out), _config_summary(config), base_sha256=before)
+    tokenizer, model = load_base(Path(base_model).expanduser())
+    before = fingerprint(model) if verify_base else None
+    report = DPOReport(str(base_model), str(out), config_summary(config), base_sha256=before)
     out.mkdir(parents=True, exist_ok=True)
     for agent in wanted:
         indices = [k for k, a in enumerate(agent_column) if a == agent]
@@ -368,7 +251,7 @@ def train_agents_dpo(
         report.agents.append(stats)
         report.seconds = time.perf_counter() - started
         report.to_json(out / "dpo_report.json")  # partial report survives a crash of a later agent
-    if verify_base and _fingerprint(model) != before:
+    if verify_base and fingerprint(model) != before:
         raise ModelError("the base weights changed during DPO; this is a bug, please report it")
     report.seconds = time.perf_counter() - started
     report.to_json(out / "dpo_report.json")
@@ -388,75 +271,6 @@ def _check_pairs(pairs: Any) -> None:
         )
 
 
-def _load_base(path: Path) -> tuple[Any, Any]:
-    if not (path / "config.json").is_file():
-        raise ModelLoadError(
-            f"{path} is not a model folder (no config.json); pass the base model folder"
-        )
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
-    except Exception as exc:
-        raise ModelLoadError(
-            f"could not load the base model in {path} ({type(exc).__name__}: {_first_line(exc)}); "
-            "pass a folder written by save_pretrained"
-        ) from exc
-    if not getattr(tokenizer, "chat_template", None):
-        raise ModelLoadError(
-            f"the tokenizer in {path} has no chat template; use an instruct/chat model"
-        )
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer, model
-
-
-def _fingerprint(model: Any) -> str:
-    """sha256 over every base parameter and buffer (names and bytes), LoRA excluded."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        if "lora_" in name:
-            continue
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(_u8()).numpy().tobytes())
-    return digest.hexdigest()
-
-
-def _u8() -> Any:
-    import torch
-
-    return torch.uint8
-
-
-def _config_summary(config: AgentDPOConfig) -> dict[str, Any]:
-    keys = (
-        "learning_rate",
-        "num_train_epochs",
-        "max_steps",
-        "per_device_train_batch_size",
-        "gradient_accumulation_steps",
-        "beta",
-        "loss_type",
-        "max_length",
-        "bf16",
-        "seed",
-        "gradient_checkpointing",
-        "lora_r",
-        "lora_alpha",
-        "lora_dropout",
-        "lora_target_modules",
-        "drop_overlong",
-    )
-    return {k: _jsonable(getattr(config, k)) for k in keys}
-
-
-def _jsonable(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value
-
 
 def _run_agent(
     agent: int,
@@ -475,7 +289,7 @@ def _run_agent(
         stats = _load_stats(target, agent)
         stats.status, stats.message = "resumed", f"{name}: already trained in {target}, skipped"
         if progress:
-            _say(stats.message)
+            say(stats.message)
         return stats
     init = (
         init_dir / name
@@ -492,13 +306,13 @@ def _run_agent(
         check.dropped,
     )
     if check.dropped:
-        _say(
+        say(
             f"{name}: {check.dropped} of {len(rows)} pairs exceed max_length={config.max_length} and are "
             f"dropped ({check.prompt_too_long} prompt-only, {check.truncated} with completion); "
             "raise max_length to keep them"
         )
     elif check.truncated:
-        _say(
+        say(
             f"{name}: {check.truncated} pairs exceed max_length={config.max_length}; TRL truncates their completions"
         )
     rows = rows.select([k for k, keep in enumerate(check.keep) if keep])
@@ -512,10 +326,10 @@ def _run_agent(
             max_length=config.max_length,
         )
     if progress:
-        _say(f"{name}: DPO on {len(rows)} pairs" + (f" from {init}" if init else ""))
+        say(f"{name}: DPO on {len(rows)} pairs" + (f" from {init}" if init else ""))
     _train_one(stats, rows, model, tokenizer, target, init, config, progress)
     if progress:
-        _say(f"{name}: {stats.steps} steps in {stats.seconds:.1f} s, final loss {stats.final_loss}")
+        say(f"{name}: {stats.steps} steps in {stats.seconds:.1f} s, final loss {stats.final_loss}")
     return stats
 
 
@@ -536,8 +350,9 @@ def _no_training(
         stats.message += f"; kept the previous adapter from {init}"
     elif (target / "adapter_config.json").is_file():
         stats.path = str(target)
-    _say(stats.message)
+    say(stats.message)
     return stats
+
 
 
 def _train_one(
@@ -552,88 +367,34 @@ def _train_one(
 ) -> None:
     from trl import DPOTrainer
 
-    args = copy.copy(config)  # TrainingArguments is mutable: never touch the caller's config
-    args.output_dir = str(Path(config.output_dir) / stats.adapter)
-    args.disable_tqdm = not progress
-    peft_config = _init_lora_config(init) if init else config.lora_config()
+    args = trainer_args(config, stats.adapter, progress)
+    peft_config = init_lora_config(init) if init else config.lora_config()
     started = time.perf_counter()
-    trainer = None
-    try:
-        trainer = DPOTrainer(
+    trainer = fit_lora(
+        lambda lora: DPOTrainer(
             model=model,
             ref_model=None,
             args=args,
             train_dataset=rows,
             processing_class=tokenizer,
-            peft_config=peft_config,
-        )
-        if init is not None:
-            _load_init_weights(trainer.model, init)
-        trainer.train()
-    except Exception as exc:
-        if trainer is not None:  # leave a clean base behind for the caller
-            _restore_base(trainer.accelerator.unwrap_model(trainer.model), model)
-        if isinstance(exc, (ConfigError, ModelLoadError)):
-            raise
-        raise ModelError(
-            f"DPO of {stats.adapter} failed ({type(exc).__name__}: {_first_line(exc)}); "
-            "check the pairs and the config (max_length, batch size)"
-        ) from exc
+            peft_config=lora,
+        ),
+        model,
+        init,
+        peft_config,
+        what=f"DPO of {stats.adapter}",
+        hint="check the pairs and the config (max_length, batch size)",
+    )
     peft_model = trainer.accelerator.unwrap_model(trainer.model)
     stats.seconds = time.perf_counter() - started
-    _collect_metrics(stats, trainer.state.log_history, trainer.state.global_step)
+    collect_metrics(stats, trainer.state.log_history, trainer.state.global_step)
     _save_adapter(peft_model, target, stats)
-    _restore_base(peft_model, model)
-
-
-def _init_lora_config(init: Path) -> Any:
-    from peft import LoraConfig
-
-    try:
-        lora = LoraConfig.from_pretrained(str(init))
-    except Exception as exc:
-        raise ModelLoadError(
-            f"initial adapter {init} is unreadable ({exc}); pass a PEFT LoRA folder"
-        ) from exc
-    lora.inference_mode = False
-    return lora
-
-
-def _load_init_weights(peft_model: Any, init: Path) -> None:
-    from peft.utils import load_peft_weights, set_peft_model_state_dict
-
-    weights = load_peft_weights(str(init))
-    result = set_peft_model_state_dict(peft_model, weights, adapter_name="default")
-    missing = [k for k in getattr(result, "missing_keys", []) if "lora_" in k]
-    if missing:
-        raise ModelLoadError(
-            f"initial adapter {init} does not fit the base ({len(missing)} LoRA weights "
-            "missing); train it on this base model or drop init_adapters_dir"
-        )
-
-
-def _collect_metrics(stats: AgentDPOStats, history: list[dict[str, Any]], steps: int) -> None:
-    for entry in history:
-        step = int(entry.get("step", 0))
-        if "loss" in entry:
-            stats.loss.append((step, float(entry["loss"])))
-        if "rewards/margins" in entry:
-            stats.margins.append((step, float(entry["rewards/margins"])))
-        if "rewards/accuracies" in entry:
-            stats.accuracies.append((step, float(entry["rewards/accuracies"])))
-    stats.steps = int(steps)
-    # TRL's train_runtime excludes trainer construction and tokenization; fall back to the total.
-    runtime = next(
-        (float(e["train_runtime"]) for e in history if "train_runtime" in e), stats.seconds
-    )
-    stats.seconds_per_step = runtime / steps if steps else None
-    stats.final_loss = stats.loss[-1][1] if stats.loss else None
+    restore_base(peft_model, model)
 
 
 def _save_adapter(peft_model: Any, target: Path, stats: AgentDPOStats) -> None:
     """Save atomically: a temp sibling folder, then rename; the marker is written last."""
-    tmp = target.parent / f".{target.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = fresh_tmp(target)
     peft_model.save_pretrained(str(tmp))  # the "default" adapter lands in tmp/ itself
     stats.path = str(target)
     stats.message = f"{stats.adapter}: trained on {stats.n_used} pairs"
@@ -641,79 +402,18 @@ def _save_adapter(peft_model: Any, target: Path, stats: AgentDPOStats) -> None:
         json.dumps(dataclasses.asdict(stats), indent=2), encoding="utf-8"
     )
     (tmp / DONE_MARKER).write_text("ok\n", encoding="utf-8")
-    shutil.rmtree(target, ignore_errors=True)
-    tmp.rename(target)
+    publish(tmp, target)
 
 
 def _publish_copy(source: Path, target: Path) -> None:
-    tmp = target.parent / f".{target.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = fresh_tmp(target)
     shutil.copytree(source, tmp)
     (tmp / DONE_MARKER).unlink(missing_ok=True)  # a copy is not a finished training of this run
-    shutil.rmtree(target, ignore_errors=True)
-    tmp.rename(target)
+    publish(tmp, target)
 
 
 def _load_stats(target: Path, agent: int) -> AgentDPOStats:
     try:
-        return _stats_from_dict(json.loads((target / METRICS_FILE).read_text(encoding="utf-8")))
+        return stats_from_dict(json.loads((target / METRICS_FILE).read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError):
         return AgentDPOStats(agent, adapter_name(agent), "resumed", path=str(target))
-
-
-def _restore_base(peft_model: Any, base: Any) -> None:
-    """Remove the LoRA layers (no merge) and TRL's per-run patches so the next agent starts clean."""
-    unloaded = peft_model.unload()
-    if unloaded is not base:
-        raise ModelError(
-            "PEFT returned a different base model after unload; this is a bug, please report it"
-        )
-    # TRL patches forward (fused LM head) on the instance and hooks the input embeddings.
-    base.__dict__.pop("forward", None)
-    if hasattr(base, "disable_input_require_grads"):
-        base.disable_input_require_grads()
-    # transformers 5.23 renamed gradient to activation checkpointing (old names warn).
-    if hasattr(type(base), "is_activation_checkpointing"):
-        if base.is_activation_checkpointing:
-            base.activation_checkpointing_disable()
-    elif getattr(base, "is_gradient_checkpointing", False):
-        base.gradient_checkpointing_disable()
-    base.eval()
-
-
-# -- runtime -----------------------------------------------------------------------------------
-
-
-def _adapter_folders(adapters_dir: Path) -> dict[str, Path]:
-    found: dict[int, Path] = {}
-    for folder in adapters_dir.glob("agent*"):
-        suffix = folder.name[len("agent") :]
-        if suffix.isdigit() and (folder / "adapter_config.json").is_file():
-            found[int(suffix)] = folder
-    return {adapter_name(i): found[i] for i in sorted(found)}
-
-
-def load_team_model(base_model: str | Path, adapters_dir: str | Path, **local_kwargs: Any) -> Any:
-    """A ``LocalModel`` of ``base_model`` serving every ``<adapters_dir>/agent{i}/`` as ``agent{i}``.
-
-    ``local_kwargs`` go to :class:`collabui.models.LocalModel` (device, dtype, max_batch_size...).
-
-    Raises:
-        ModelLoadError: no adapter folder was found, or one does not fit the base.
-    """
-    from collabui.models.local import LocalModel
-
-    folder = Path(adapters_dir).expanduser()
-    adapters = _adapter_folders(folder)
-    if not adapters:
-        raise ModelLoadError(
-            f"no agent adapters (agent0/, agent1/, ...) in {folder}; run `collabui train dpo` first"
-        )
-    return LocalModel(base_model, adapters=adapters, **local_kwargs)
-
-
-def team_adapters(model: Any, n_agents: int) -> tuple[str | None, ...]:
-    """Per-agent adapter names for ``CollabAgentTeam(model, adapters=...)``: ``agent{i}`` when
-    ``model`` serves it, else None (that agent uses the base model)."""
-    loaded = set(getattr(model, "adapters", ()))
-    return tuple(adapter_name(i) if adapter_name(i) in loaded else None for i in range(n_agents))

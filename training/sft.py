@@ -24,7 +24,6 @@ prompt + completion exceed ``max_length`` are counted and dropped instead, and r
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import shutil
@@ -37,18 +36,21 @@ from typing import Any
 from trl import SFTConfig
 
 from collabui.errors import ConfigError, ModelError, ModelLoadError
-from collabui.training.dpo import (
-    _common_prefix,
-    _fingerprint,
-    _first_line,
-    _init_lora_config,
-    _load_base,
-    _load_init_weights,
-    _restore_base,
-    _say,
-    _tokens,
+from collabui.training._peft import (
+    LoraConfigMixin,
     adapter_name,
+    common_prefix,
     default_bf16,
+    fingerprint,
+    fit_lora,
+    fresh_tmp,
+    init_lora_config,
+    load_base,
+    publish,
+    restore_base,
+    say,
+    tokens,
+    trainer_args,
 )
 
 __all__ = ["AgentSFTConfig", "SFTReport", "train_sft", "train_agents_sft", "rft_dataset_from_pairs",
@@ -63,7 +65,7 @@ MERGED_DIR = "merged"
 
 
 @dataclass
-class AgentSFTConfig(SFTConfig):
+class AgentSFTConfig(LoraConfigMixin, SFTConfig):
     """``SFTConfig`` with LoRA fields and CPU-friendly defaults for stage-1 SFT.
 
     The paper's SFT uses lr 1e-4, 3 epochs, bf16 (Qwen2-7B). ``bf16`` defaults to True only with
@@ -106,19 +108,8 @@ class AgentSFTConfig(SFTConfig):
         if self.completion_only_loss is False:
             raise ConfigError("completion_only_loss=False would train on the prompts; leave it True")
         self.completion_only_loss = True
-        if self.lora_r < 1:
-            raise ConfigError(f"lora_r must be >= 1, got {self.lora_r}; pass a positive rank such as 16")
-        if isinstance(self.lora_target_modules, str):
-            self.lora_target_modules = [self.lora_target_modules]
-        self.lora_target_modules = list(self.lora_target_modules)
+        self.check_lora_fields(example_rank=16)
         super().__post_init__()
-
-    def lora_config(self) -> Any:
-        """The ``peft.LoraConfig`` of a fresh adapter."""
-        from peft import LoraConfig
-
-        return LoraConfig(r=self.lora_r, lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
-                          target_modules=list(self.lora_target_modules), task_type="CAUSAL_LM")
 
 
 @dataclass
@@ -177,9 +168,9 @@ def _keep_mask(rows: Any, tokenizer: Any, max_length: int | None) -> list[bool]:
         return [True] * len(rows)
     keep = []
     for row in rows:
-        full = _tokens(tokenizer, row["prompt"] + row["completion"])
-        prompt = _tokens(tokenizer, row["prompt"], add_generation_prompt=True)
-        keep.append(len(full) <= max_length and _common_prefix(prompt, full) < len(full))
+        full = tokens(tokenizer, row["prompt"] + row["completion"])
+        prompt = tokens(tokenizer, row["prompt"], add_generation_prompt=True)
+        keep.append(len(full) <= max_length and common_prefix(prompt, full) < len(full))
     return keep
 
 
@@ -191,38 +182,28 @@ def _train_adapter(rows: Any, model: Any, tokenizer: Any, target: Path, config: 
     report.n_rows, report.n_used = len(keep), len(rows)
     report.n_dropped = report.n_rows - report.n_used
     if report.n_dropped:
-        _say(f"{target.name}: {report.n_dropped} of {report.n_rows} rows exceed max_length="
-             f"{config.max_length} and are dropped; raise max_length to keep them")
+        say(f"{target.name}: {report.n_dropped} of {report.n_rows} rows exceed max_length="
+            f"{config.max_length} and are dropped; raise max_length to keep them")
     if not len(rows):
         report.status = "no_rows"
-        _say(f"{target.name}: no rows to train on; skipped")
+        say(f"{target.name}: no rows to train on; skipped")
         return report
     from trl import SFTTrainer
 
-    args = copy.copy(config)  # never mutate the caller's config
-    args.output_dir = str(Path(config.output_dir) / target.name)
-    args.disable_tqdm = not progress
-    started, trainer = time.perf_counter(), None
-    try:
-        trainer = SFTTrainer(model=model, args=args, train_dataset=rows, processing_class=tokenizer,
-                             peft_config=_init_lora_config(init) if init else config.lora_config())
-        if init is not None:
-            _load_init_weights(trainer.model, init)
-        trainer.train()
-    except Exception as exc:
-        if trainer is not None:
-            _restore_base(trainer.accelerator.unwrap_model(trainer.model), model)
-        if isinstance(exc, (ConfigError, ModelLoadError)):
-            raise
-        raise ModelError(f"SFT of {target.name} failed ({type(exc).__name__}: {_first_line(exc)}); "
-                         "check the data and the config (max_length, batch size)") from exc
+    args = trainer_args(config, target.name, progress)
+    started = time.perf_counter()
+    trainer = fit_lora(
+        lambda lora: SFTTrainer(model=model, args=args, train_dataset=rows,
+                                processing_class=tokenizer, peft_config=lora),
+        model, init, init_lora_config(init) if init else config.lora_config(),
+        what=f"SFT of {target.name}", hint="check the data and the config (max_length, batch size)")
     peft_model = trainer.accelerator.unwrap_model(trainer.model)
     report.seconds = round(time.perf_counter() - started, 2)
     _collect(report, trainer.state.log_history, trainer.state.global_step)
     _save_adapter(peft_model, target, report)
-    _restore_base(peft_model, model)
+    restore_base(peft_model, model)
     if progress:
-        _say(f"{target.name}: {report.steps} steps in {report.seconds:.1f} s, final loss {report.final_loss}")
+        say(f"{target.name}: {report.steps} steps in {report.seconds:.1f} s, final loss {report.final_loss}")
     return report
 
 
@@ -234,15 +215,9 @@ def _collect(report: SFTReport, history: list[dict[str, Any]], steps: int) -> No
     report.final_loss = report.loss[-1][1] if report.loss else None
 
 
-def _publish(tmp: Path, target: Path) -> None:
-    shutil.rmtree(target, ignore_errors=True)
-    tmp.rename(target)
-
-
 def _save_adapter(peft_model: Any, target: Path, report: SFTReport) -> None:
     """Atomic: write a temp sibling, marker last, then rename over ``target``."""
-    tmp = target.parent / f".{target.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = fresh_tmp(target)
     peft_model.save_pretrained(str(tmp))
     report.adapter_path = str(target)
     (tmp / _METRICS).write_text(json.dumps(report.to_dict(), indent=2), encoding="utf-8")
@@ -250,7 +225,7 @@ def _save_adapter(peft_model: Any, target: Path, report: SFTReport) -> None:
     merged = target / MERGED_DIR
     if merged.is_dir():  # a merge of an older adapter is stale: drop it with the old adapter
         shutil.rmtree(merged)
-    _publish(tmp, target)
+    publish(tmp, target)
 
 
 def _merge(model: Any, tokenizer: Any, adapter: Path) -> Path:
@@ -258,13 +233,12 @@ def _merge(model: Any, tokenizer: Any, adapter: Path) -> Path:
     from peft import PeftModel
 
     target = adapter / MERGED_DIR
-    tmp = adapter / f".{MERGED_DIR}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = fresh_tmp(target)  # adapter/.merged.tmp
     merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     merged.save_pretrained(str(tmp))
     tokenizer.save_pretrained(str(tmp))
     (tmp / _MERGED_MARKER).write_text("ok\n", encoding="utf-8")
-    _publish(tmp, target)
+    publish(tmp, target)
     return target
 
 
@@ -285,7 +259,7 @@ def merge_adapter(base_model: str | Path, adapter: str | Path) -> Path:
                           "train one with collabui train sft or dpo first")
     if (adapter / MERGED_DIR / _MERGED_MARKER).is_file():
         return adapter / MERGED_DIR
-    tokenizer, model = _load_base(Path(base_model).expanduser())
+    tokenizer, model = load_base(Path(base_model).expanduser())
     return _merge(model, tokenizer, adapter)
 
 
@@ -340,22 +314,22 @@ def train_sft(dataset: Any, *, base_model: str | Path, out_dir: str | Path, conf
     done = _resumed(out) if resume else None
     if done is not None and (not merge or done.merged_path):
         if progress:
-            _say(f"{out}: already trained, skipped")
+            say(f"{out}: already trained, skipped")
         return done
     started = time.perf_counter()
-    tokenizer, model = _load_base(Path(base_model).expanduser())
-    before = _fingerprint(model) if verify_base else None
+    tokenizer, model = load_base(Path(base_model).expanduser())
+    before = fingerprint(model) if verify_base else None
     report = done or SFTReport(str(base_model), str(out), config=_config_summary(config),
                                init_from=str(init) if init else None, base_sha256=before)
     if done is None:
         out.parent.mkdir(parents=True, exist_ok=True)
         _train_adapter(rows, model, tokenizer, out, config, init, report, progress)
-        if verify_base and _fingerprint(model) != before:
+        if verify_base and fingerprint(model) != before:
             raise ModelError("the base weights changed during SFT; this is a bug, please report it")
     if merge and report.adapter_path:
         report.merged_path = str(_merge(model, tokenizer, out))
         if progress:
-            _say(f"merged model in {report.merged_path}")
+            say(f"merged model in {report.merged_path}")
     report.seconds = round(time.perf_counter() - started, 2) if done is None else report.seconds
     _write_metrics(report, out)
     return report
@@ -390,8 +364,8 @@ def train_agents_sft(dataset: Any, *, base_model: str | Path, out_dir: str | Pat
             reports.append(done)
             continue
         if model is None:
-            tokenizer, model = _load_base(Path(base_model).expanduser())
-            before = _fingerprint(model)
+            tokenizer, model = load_base(Path(base_model).expanduser())
+            before = fingerprint(model)
         init = Path(init_adapters_dir).expanduser() / target.name if init_adapters_dir else None
         init = init if init is not None and (init / "adapter_config.json").is_file() else None
         rows = _check_rows(dataset.select([k for k, a in enumerate(column) if a == agent]))
@@ -399,7 +373,7 @@ def train_agents_sft(dataset: Any, *, base_model: str | Path, out_dir: str | Pat
                            init_from=str(init) if init else None, base_sha256=before)
         reports.append(_train_adapter(rows, model, tokenizer, target, config, init, report, progress))
         (out / "sft_report.json").write_text(json.dumps([r.to_dict() for r in reports], indent=2), encoding="utf-8")
-    if model is not None and _fingerprint(model) != before:
+    if model is not None and fingerprint(model) != before:
         raise ModelError("the base weights changed during SFT; this is a bug, please report it")
     (out / "sft_report.json").write_text(json.dumps([r.to_dict() for r in reports], indent=2), encoding="utf-8")
     return reports
