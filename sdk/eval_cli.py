@@ -39,6 +39,9 @@ def _add_miniwob(sub: Any) -> None:
     p.add_argument("--mobile", action="store_true", help="the phone-shaped tasks (miniwob-mobile/<task>)")
     p.add_argument("--max-steps", type=int, default=10, help="environment steps per episode (default 10)")
     p.add_argument("--concurrency", type=int, default=1, help="episodes (browsers) at once (default 1)")
+    p.add_argument("--prompt-style", default="react",
+                   help="agents' prompt: react | compact (as the model was trained; default react)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="generation budget per agent call (default 64)")
     p.add_argument("--out", required=True, help="run folder: results.json, summary.md, traces/, episodes.jsonl")
     p.add_argument("--plot", action="store_true", help="also write plot.png (needs matplotlib)")
 
@@ -93,7 +96,8 @@ def _cmd_miniwob(args: argparse.Namespace) -> int:
     config = MiniWoBEvalConfig(tasks=args.tasks, episodes=args.episodes, seed=args.seed, model=args.model,
                                adapters=args.adapters, n_agents=args.agents, rounds=args.rounds,
                                topology=args.topology, mobile=args.mobile, max_steps=args.max_steps,
-                               concurrency=args.concurrency)
+                               concurrency=args.concurrency, prompt_style=args.prompt_style,
+                               max_new_tokens=args.max_new_tokens)
     evaluate_miniwob(config, args.out, plot=args.plot, command=_miniwob_command(args))
     print(Path(args.out) / "summary.md")
     return 0

@@ -103,9 +103,15 @@ class MiniWoBEvalConfig:
     mobile: bool = False
     max_steps: int = 10
     concurrency: int = 1
+    prompt_style: str = "react"
+    max_new_tokens: int = 64
 
     def __post_init__(self) -> None:
-        for name in ("episodes", "max_steps", "concurrency", "n_agents", "rounds"):
+        from collabui.prompts import PROMPT_STYLES
+
+        if self.prompt_style not in PROMPT_STYLES:
+            raise ConfigError(f"prompt_style must be one of {list(PROMPT_STYLES)}, got {self.prompt_style!r}")
+        for name in ("episodes", "max_steps", "concurrency", "n_agents", "rounds", "max_new_tokens"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
@@ -185,7 +191,8 @@ def _team_config(config: MiniWoBEvalConfig, adapter_names: tuple[str | None, ...
     topology = make_topology(config.topology, n, seed=config.seed)  # one DAG for every episode
     return TeamConfig(n_agents=n, rounds=m, topology=topology, seed=config.seed,
                       adapters=adapter_names, max_steps=config.max_steps,
-                      action_space="mobile" if config.mobile else "web")
+                      action_space="mobile" if config.mobile else "web", prompt_style=config.prompt_style,
+                      max_new_tokens=config.max_new_tokens)
 
 
 def _episode_counts(result: Any) -> dict[str, int]:
@@ -198,7 +205,12 @@ def _fingerprint(config: MiniWoBEvalConfig) -> dict[str, Any]:
     n, m = config.team_shape()
     return {"model": config.model, "adapters": config.adapters, "n_agents": n, "rounds": m,
             "topology": config.topology, "seed": config.seed, "env": config.env,
-            "max_steps": config.max_steps}
+            "max_steps": config.max_steps, "prompt_style": config.prompt_style,
+            "max_new_tokens": config.max_new_tokens}
+
+
+#: Fingerprint fields added later: a run.json without them was made with these values.
+_LATER_FIELDS = {"prompt_style": "react", "max_new_tokens": 64}
 
 
 def _check_out_dir(out: Path, config: MiniWoBEvalConfig) -> None:
@@ -206,7 +218,7 @@ def _check_out_dir(out: Path, config: MiniWoBEvalConfig) -> None:
     path, wanted = out / "run.json", _fingerprint(config)
     if path.exists():
         found = json.loads(path.read_text(encoding="utf-8"))
-        changed = sorted(k for k in wanted if found.get(k) != wanted[k])
+        changed = sorted(k for k in wanted if found.get(k, _LATER_FIELDS.get(k)) != wanted[k])
         if changed:
             raise ConfigError(f"{out} holds a run with other {', '.join(changed)}; use another --out "
                               "or delete that folder")

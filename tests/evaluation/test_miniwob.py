@@ -303,3 +303,17 @@ def test_failure_mid_run_leaves_no_chromium_and_resumes(tmp_path, exc, opened):
     results = evaluate_miniwob(config, tmp_path, model=ScriptedChatModel(again), progress=False)
     assert again.count == 4 - finished and results["counts"]["episodes"] == 4
     assert _chromium_pids() - before == set()
+
+
+def test_prompt_style_and_budget_reach_the_agents_and_the_folder_check(tmp_path):
+    """A team trained on compact prompts (the CPU recipe) is evaluated on compact prompts."""
+    model = ScriptedChatModel(Flaky())
+    evaluate_miniwob(_config(tasks="click-button", episodes=1, prompt_style="compact", max_new_tokens=48),
+                     tmp_path, model=model, env_factory=_fake_factory([]), progress=False)
+    [request] = model.requests
+    assert request.max_new_tokens == 48 and "Available actions (JSON)" not in request.messages[0]["content"]
+    with pytest.raises(ConfigError, match="prompt_style"):
+        evaluate_miniwob(_config(tasks="click-button", episodes=1), tmp_path, model=ScriptedChatModel(Flaky()),
+                         env_factory=_fake_factory([]), progress=False)
+    with pytest.raises(ConfigError, match="prompt_style must be one of"):
+        _config(prompt_style="long")
