@@ -2,6 +2,7 @@
 
 ``collabui run``   run a team on an environment (MiniWoB++ task or any URL), with a live view
 ``collabui envs``  list the environments
+``collabui bench`` time a team step against its bound (see ``collabui.bench``)
 
 Options of ``run`` are generated from ``TeamConfig`` so the API and the CLI never drift.
 """
@@ -87,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     from collabui.serving.serve_cli import add_serve_command
 
     add_serve_command(sub)
+    from collabui.bench import add_bench_command
+
+    add_bench_command(sub)
     return parser
 
 
@@ -178,6 +182,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from collabui.serving.serve_cli import run_serve_command
 
             return run_serve_command(args)
+        if args.command == "bench":
+            from collabui.bench import run_bench_command
+
+            return run_bench_command(args)
         if args.command == "envs":
             return _cmd_envs()
         if args.command == "devices":

@@ -14,6 +14,14 @@ logits processor (:func:`_row_processor_class`), so a batch never has to be spli
 * **adapter**: named LoRA adapters are loaded once through PEFT and selected per row with PEFT's
   ``adapter_names`` (``"__base__"`` for requests without an adapter).
 
+**Prefix KV-cache reuse** (``prefix_cache=True``, the default): the prompts of a batch are
+split into their longest common token prefix and per-row suffixes. The prefix's keys and values
+are taken from a small LRU (:mod:`collabui.models.prefix_cache`, keyed by adapter and token ids,
+so it survives across the supersteps of a team step) or computed once per adapter, then
+expanded to the batch; only the suffixes (left-padded *between* prefix and suffix, masked out,
+with positions from the attention mask) go through prefill, and the batch decodes together.
+``model.stats`` counts prompt tokens requested against prompt tokens computed.
+
 torch, transformers and peft are imported inside functions so importing this module is cheap.
 """
 
@@ -30,6 +38,12 @@ from typing import Any
 
 from collabui.errors import ConfigError, ModelError, ModelLoadError
 from collabui.models.base import ChatModel, ChatRequest, ChatResult
+from collabui.models.prefix_cache import (
+    PrefixCacheStats,
+    PrefixKVCache,
+    common_prefix_length,
+    unique_prefix_tokens,
+)
 
 __all__ = ["LocalModel", "BASE_ADAPTER"]
 
@@ -37,6 +51,8 @@ log = logging.getLogger(__name__)
 
 #: The adapter name PEFT uses for "no adapter" rows in a mixed batch.
 BASE_ADAPTER = "__base__"
+#: Shorter shared prefixes are not worth a separate forward pass.
+_MIN_PREFIX = 8
 
 
 class LocalModel(ChatModel):
@@ -50,6 +66,14 @@ class LocalModel(ChatModel):
         max_batch_size: the largest batch one ``generate`` call of transformers receives;
             longer request lists are answered chunk by chunk.
         threads: if given, ``torch.set_num_threads(threads)`` (process-wide).
+        prefix_cache: reuse the KV cache of the prompts' shared prefix within a batch and
+            across calls (see the module docstring); False runs every prompt in full.
+            Ignored (off) for models whose cache is not a plain full-attention one.
+        prefix_cache_size: cached prefixes kept (LRU), across adapters.
+
+    Attributes:
+        stats: cumulative :class:`PrefixCacheStats` (``prompt_tokens_total``,
+            ``prompt_tokens_computed``, ...); ``stats.reset()`` zeroes them.
 
     ``generate`` is thread-safe: calls from several threads are serialized by a lock.
 
@@ -67,6 +91,8 @@ class LocalModel(ChatModel):
         adapters: Mapping[str, str | Path] | None = None,
         max_batch_size: int = 8,
         threads: int | None = None,
+        prefix_cache: bool = True,
+        prefix_cache_size: int = 8,
     ) -> None:
         if max_batch_size < 1:
             raise ConfigError(f"max_batch_size must be >= 1, got {max_batch_size}; pass 1 or more")
@@ -75,6 +101,8 @@ class LocalModel(ChatModel):
         self.max_batch_size = max_batch_size
         self._lock = threading.Lock()
         self._adapters: dict[str, Path] = {}
+        self._prefixes = PrefixKVCache(prefix_cache_size)
+        self.stats = PrefixCacheStats()
         started = time.perf_counter()
         torch = _import_torch()
         if threads is not None:
@@ -83,6 +111,7 @@ class LocalModel(ChatModel):
         self.dtype = _resolve_dtype(torch, dtype, self.device)
         self.tokenizer, self.model = _load(self.path, self.device, self.dtype)
         self._stop_ids = _stop_token_ids(self.tokenizer)
+        self.prefix_cache = bool(prefix_cache) and _plain_cache_model(self.model.config)
         for adapter_name, adapter_dir in (adapters or {}).items():
             self._load_adapter(adapter_name, adapter_dir)
         self.load_seconds = time.perf_counter() - started
@@ -107,6 +136,16 @@ class LocalModel(ChatModel):
         with self._lock:
             self._load_adapter(name, path)
 
+    def unique_prompt_tokens(self, requests: Sequence[ChatRequest]) -> int:
+        """Distinct prompt-token prefixes of ``requests`` (the least any prefix sharing computes)."""
+        with self._lock:
+            return unique_prefix_tokens(self._token_ids(list(requests)))
+
+    def clear_prefix_cache(self) -> None:
+        """Forget every cached prompt prefix (benchmarks start each phase cold)."""
+        with self._lock:
+            self._prefixes.clear()
+
     def generate(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         """Answer ``requests`` in order, ``max_batch_size`` at a time in one batched generate."""
         requests = list(requests)
@@ -123,6 +162,7 @@ class LocalModel(ChatModel):
         with self._lock:
             self.model = None
             self.tokenizer = None
+            self._prefixes.clear()
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -153,6 +193,7 @@ class LocalModel(ChatModel):
             ) from exc
         self.model.eval()
         self._adapters[name] = folder
+        self._prefixes.clear()  # a name loaded again must not reuse the old weights' prefixes
 
     def _check_adapter(self, adapter: str | None) -> None:
         if adapter is not None and adapter not in self._adapters:
@@ -171,7 +212,7 @@ class LocalModel(ChatModel):
         from transformers import GenerationConfig, LogitsProcessorList
 
         started = time.perf_counter()
-        inputs = self._encode(batch)
+        inputs, prompt_counts = self._inputs(batch)
         prompt_len = int(inputs["input_ids"].shape[1])
         budgets = [max(1, r.max_new_tokens) for r in batch]
         processor = _row_processor_class()(batch, budgets, prompt_len, self._stop_ids[0], self.device)
@@ -198,13 +239,108 @@ class LocalModel(ChatModel):
                 "try a smaller max_batch_size or shorter prompts"
             ) from exc
         latency = time.perf_counter() - started
-        prompt_counts = inputs["attention_mask"].sum(dim=1).tolist()
         return [
             self._result(output[row, prompt_len:].tolist(), budgets[row], int(prompt_counts[row]), latency, batch[row], len(batch))
             for row in range(len(batch))
         ]
 
-    def _encode(self, batch: list[ChatRequest]) -> Any:
+    def _inputs(self, batch: list[ChatRequest]) -> tuple[dict[str, Any], list[int]]:
+        """``generate`` inputs for ``batch`` (with a prefix cache when one applies) and each
+        row's prompt length; updates ``stats``."""
+        ids = self._token_ids(batch)
+        counts = [len(row) for row in ids]
+        self.stats.batches += 1
+        self.stats.prompt_tokens_total += sum(counts)
+        if self.prefix_cache:
+            inputs = self._prefix_inputs(batch, ids)
+            if inputs is not None:
+                return inputs, counts
+        self.stats.prompt_tokens_computed += sum(counts)
+        return self._padded(ids), counts
+
+    def _padded(self, ids: list[list[int]]) -> dict[str, Any]:
+        torch = _import_torch()
+        width = max(len(row) for row in ids)
+        pad = self.tokenizer.pad_token_id
+        rows = [[pad] * (width - len(row)) + row for row in ids]
+        masks = [[0] * (width - len(row)) + [1] * len(row) for row in ids]
+        return {
+            "input_ids": torch.tensor(rows, dtype=torch.long, device=self.device),
+            "attention_mask": torch.tensor(masks, dtype=torch.long, device=self.device),
+        }
+
+    def _prefix_inputs(self, batch: list[ChatRequest], ids: list[list[int]]) -> dict[str, Any] | None:
+        """Inputs whose shared prefix is already in ``past_key_values``, or None if too short.
+
+        Layout per row: ``prefix | pad ... | suffix``. The attention mask hides the pads and
+        transformers derives position ids from the mask's cumulative sum, so every suffix token
+        sits at the position it has in its unpadded prompt.
+        """
+        torch = _import_torch()
+        # Each row keeps at least one suffix token: generate needs it to produce first logits.
+        length = min(common_prefix_length(ids), min(len(row) for row in ids) - 1)
+        if length < _MIN_PREFIX:
+            return None
+        prefix = ids[0][:length]
+        names = [r.adapter or BASE_ADAPTER for r in batch]
+        states = {name: self._prefix_states(name, prefix) for name in dict.fromkeys(names)}
+        suffixes = [row[length:] for row in ids]
+        self.stats.prompt_tokens_computed += sum(len(s) for s in suffixes)
+        inputs = self._padded(suffixes)
+        prefix_ids = torch.tensor([prefix] * len(batch), dtype=torch.long, device=self.device)
+        inputs["input_ids"] = torch.cat([prefix_ids, inputs["input_ids"]], dim=1)
+        inputs["attention_mask"] = torch.cat([torch.ones_like(prefix_ids), inputs["attention_mask"]], dim=1)
+        inputs["past_key_values"] = self._batch_cache([states[name] for name in names])
+        return inputs
+
+    def _prefix_states(self, adapter: str, prefix: list[int]) -> Any:
+        """Per-layer key/value states of ``prefix`` under ``adapter``: cached, extended or new."""
+        have, layers = self._prefixes.longest_match(adapter, prefix)
+        self.stats.prefix_tokens_reused += have
+        if have == len(prefix):
+            return layers
+        layers = self._extend(adapter, layers, prefix[have:])
+        self.stats.prompt_tokens_computed += len(prefix) - have
+        self._prefixes.put(adapter, prefix, layers)
+        return layers
+
+    def _extend(self, adapter: str, layers: Any, tokens: list[int]) -> Any:
+        """Run ``tokens`` after the cached ``layers`` (None: from scratch); the new layers."""
+        torch = _import_torch()
+        from transformers import DynamicCache
+
+        config = self.model.config
+        cache = DynamicCache(ddp_cache_data=layers, config=config) if layers else DynamicCache(config=config)
+        extra: dict[str, Any] = {"adapter_names": [adapter]} if self._adapters else {}
+        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+        try:
+            with torch.inference_mode():
+                # logits_to_keep=1: the prefix's logits are never used; skip the vocab matmul.
+                out = self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1, **extra)
+        except Exception as exc:
+            raise ModelError(
+                f"{self.name} failed on a prompt prefix ({type(exc).__name__}: {_first_line(exc)}); "
+                "pass prefix_cache=False to LocalModel"
+            ) from exc
+        return tuple((layer.keys, layer.values) for layer in out.past_key_values.layers)
+
+    def _batch_cache(self, rows: list[Any]) -> Any:
+        """One DynamicCache holding row r's prefix states in batch row r."""
+        torch = _import_torch()
+        from transformers import DynamicCache
+
+        data = [
+            (torch.cat([row[k][0] for row in rows]), torch.cat([row[k][1] for row in rows]))
+            for k in range(len(rows[0]))
+        ]
+        return DynamicCache(ddp_cache_data=data, config=self.model.config)
+
+    def _token_ids(self, batch: list[ChatRequest]) -> list[list[int]]:
+        # The template already holds the special tokens; adding BOS again would shift the prompt.
+        encoded = self.tokenizer(self._texts(batch), add_special_tokens=False)
+        return [list(row) for row in encoded["input_ids"]]
+
+    def _texts(self, batch: list[ChatRequest]) -> list[str]:
         texts = []
         for request in batch:
             messages = [dict(m) for m in request.messages]
@@ -217,9 +353,7 @@ class LocalModel(ChatModel):
                     f"the chat template of {self.name} rejected the messages ({_first_line(exc)}); "
                     "send {'role', 'content'} messages with roles system/user/assistant"
                 ) from exc
-        # The template already holds the special tokens; adding BOS again would shift the prompt.
-        encoded = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-        return {key: value.to(self.device) for key, value in encoded.items()}
+        return texts
 
     def _result(
         self, tokens: list[int], budget: int, prompt_tokens: int, latency: float, request: ChatRequest, size: int
@@ -294,6 +428,15 @@ def _load(path: Path, device: str, dtype: Any) -> tuple[Any, Any]:
         tokenizer.pad_token = tokenizer.eos_token
     model.eval()
     return tokenizer, model
+
+
+def _plain_cache_model(config: Any) -> bool:
+    """True when the model's cache is full attention only (what prefix reuse assumes)."""
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    if getattr(text, "sliding_window", None) and getattr(text, "use_sliding_window", True):
+        return False
+    layer_types = getattr(text, "layer_types", None) or ()
+    return all(t == "full_attention" for t in layer_types)
 
 
 def _stop_token_ids(tokenizer: Any) -> list[int]:

