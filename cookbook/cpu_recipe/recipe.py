@@ -34,7 +34,7 @@ TRAIN_TASKS = "click-button,click-link,enter-text,focus-text"
 EVAL_TASKS = "click-dialog,click-tab,click-widget,focus-text-2"
 
 
-def _args() -> argparse.Namespace:
+def _args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="runs/recipe")
     ap.add_argument("--train-tasks", default=TRAIN_TASKS, help="the oracle critic knows these templates")
@@ -50,7 +50,7 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--stage1-dpo-steps", type=int, default=6)
     ap.add_argument("--marl-dpo-steps", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
-    return ap.parse_args()
+    return ap.parse_args(argv)
 
 
 class _Clock:
@@ -100,24 +100,27 @@ def _stage1(args: argparse.Namespace, out: Path) -> Path:
     return merge_adapter(sft_model, out / "dpo" / "agent0")
 
 
+def marl_config(args: argparse.Namespace, model: str, out: Path) -> MARLConfig:
+    """The MARL run of the recipe; its held-out protocol is also the untrained team's."""
+    return MARLConfig(model=model, env="miniwob", train_tasks=args.train_tasks, eval_tasks=args.eval_tasks,
+                      episodes_per_task=args.episodes, eval_episodes_per_task=args.eval_episodes,
+                      iterations=args.iterations, n_agents=args.agents, rounds=args.rounds,
+                      max_steps=args.max_steps, max_new_tokens=48, prompt_style="compact",
+                      critic="oracle", adversary="rule", seed=args.seed, out_dir=str(out / "marl"),
+                      dpo={"max_steps": args.marl_dpo_steps, "per_device_train_batch_size": 1, "learning_rate": 1e-4,
+                           "gradient_checkpointing": False})
+
+
 def main() -> int:
     args = _args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     clock = _Clock(out / "recipe.json", args)
 
-    def marl_config(model: str) -> MARLConfig:
-        return MARLConfig(model=model, env="miniwob", train_tasks=args.train_tasks, eval_tasks=args.eval_tasks,
-                          episodes_per_task=args.episodes, eval_episodes_per_task=args.eval_episodes,
-                          iterations=args.iterations, n_agents=args.agents, rounds=args.rounds,
-                          max_steps=args.max_steps, max_new_tokens=48, prompt_style="compact",
-                          critic="oracle", adversary="rule", seed=args.seed, out_dir=str(out / "marl"),
-                          dpo={"max_steps": args.marl_dpo_steps, "per_device_train_batch_size": 1, "learning_rate": 1e-4,
-                               "gradient_checkpointing": False})
-
-    clock.run("0 base eval", lambda: evaluate_model(marl_config("smollm2"), "smollm2", out / "base_eval", tag="base"))
+    base = marl_config(args, "smollm2", out)
+    clock.run("0 base eval", lambda: evaluate_model(base, "smollm2", out / "base_eval", tag="base"))
     stage1_model = clock.run("1 stage 1 (synth, SFT, DPO)", lambda: _stage1(args, out / "stage1"))
-    clock.run("2 MARL", lambda: run_marl(marl_config(f"hf:{stage1_model}")))
+    clock.run("2 MARL", lambda: run_marl(marl_config(args, f"hf:{stage1_model}", out)))
     paths = write_training_report(out)
     print(paths["md"].read_text())
     print(f"[recipe] total {clock.data['seconds']['total'] / 60:.1f} min; report {paths['md']}", file=sys.stderr)
