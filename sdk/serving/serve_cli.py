@@ -92,8 +92,11 @@ def run_serve_command(args: argparse.Namespace) -> int:
         enforce_eager=args.enforce_eager, ready_timeout_s=args.ready_timeout,
         log_file=args.log_file, venv=args.venv,
     )
-    # SIGTERM (a supervisor, `kill`) takes the same clean path as Ctrl-C.
+    # SIGTERM (a supervisor, `kill`) takes the same clean path as Ctrl-C. SIGINT is set
+    # explicitly too: a shell without job control starts background jobs with SIGINT ignored,
+    # and children inherit that, so Ctrl-C / kill -INT would otherwise leave vLLM running.
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         print(f"starting vLLM with {server.name} (30-120 s on a CPU) ...", file=sys.stderr, flush=True)
         server.start()
@@ -110,3 +113,4 @@ def run_serve_command(args: argparse.Namespace) -> int:
     finally:
         server.stop()
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)

@@ -46,14 +46,23 @@ def _fake_venv(tmp_path: Path, fake_pkg: Path) -> Path:
     return venv
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_serve_runs_in_the_foreground_and_stops_cleanly(sig: int, tmp_path: Path, fake_pkg: Path,
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+# "inherited-ignore": started the way a shell without job control starts background jobs
+# (SIGINT ignored, inherited by children): Ctrl-C / kill -INT must still stop the server.
+@pytest.mark.parametrize(("sig", "preexec"), [(signal.SIGINT, None), (signal.SIGTERM, None),
+                                              (signal.SIGINT, _ignore_sigint)],
+                         ids=["sigint", "sigterm", "sigint-inherited-ignore"])
+def test_serve_runs_in_the_foreground_and_stops_cleanly(sig: int, preexec, tmp_path: Path, fake_pkg: Path,
                                                        fake_model: Path) -> None:
     make_adapters(tmp_path / "ad", 2)
     env = {**os.environ, "FAKE_VLLM_MODE": "child", "FAKE_VLLM_CHILD_PID": str(tmp_path / "child")}
     cmd = [sys.executable, "-m", "collabui.cli", "serve", "--venv", str(_fake_venv(tmp_path, fake_pkg)),
            "--model", str(fake_model), "--adapters", str(tmp_path / "ad"), "--log-file", str(tmp_path / "log")]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=preexec)
     try:
         lines = [proc.stdout.readline(), proc.stdout.readline()]
         assert lines[0].startswith("serving tiny-model at http://127.0.0.1:"), lines
