@@ -165,13 +165,15 @@ def measure_backend(model: ChatModel, task: str, observation: Any, settings: Ben
     team_s, step, team = _timed_step(recorder, team_cfg, task, observation, reset)
     after = computed()
     counts = [p.prompt_tokens for row in step.proposals for p in row]
+    # Before the rollout: its episodes go through the same recorder and are not this step's.
+    unique_tokens = unique(recorder.requests)
     episodes, rollout_s = rollout(team) if rollout is not None else (0, None)
     return BackendTimes(
         backend=backend, single_s=statistics.median(singles), naive_s=naive_s, team_s=team_s,
         supersteps=team.supersteps, calls=naive.calls,
         prompt_tokens_total=sum(counts) if all(c is not None for c in counts) else None,
         prompt_tokens_computed=after - before if before is not None and after is not None else None,
-        unique_prompt_tokens=unique(recorder.requests),
+        unique_prompt_tokens=unique_tokens,
         episodes=episodes, rollout_s=rollout_s, browsers=settings.browsers,
     )
 

@@ -34,6 +34,21 @@ def test_measure_backend_on_scripted_model() -> None:
     assert r.episodes == 0 and r.episodes_per_hour is None
 
 
+def test_unique_tokens_count_the_team_step_only_not_the_rollout() -> None:
+    model = ScriptedChatModel(lambda req: ANSWER)
+    settings = BenchSettings(agents=2, rounds=2, topology="chain", single_repeats=1)
+    seen: list[int] = []
+
+    def rollout(team):  # the rollout's requests go through the team's (recording) model
+        team.step("Click About.", SCREEN)
+        return 1, 1.0
+
+    r = measure_backend(model, "Click Home.", SCREEN, settings, backend="fake",
+                        unique=lambda reqs: seen.append(len(reqs)) or len(reqs), rollout=rollout)
+    assert seen == [4] and r.unique_prompt_tokens == 4, "only the timed step's 2 x 2 requests"
+    assert r.episodes == 1
+
+
 def test_sequential_model_switches_prefix_cache_off_and_back() -> None:
     class Fake(ScriptedChatModel):
         prefix_cache = True

@@ -34,7 +34,8 @@ def test_command_line(fake_model: Path, tmp_path: Path) -> None:
     joined = " ".join(cmd)
     for part in (f"--model {fake_model}", "--served-model-name tiny-model", "--host 127.0.0.1",
                  "--port 8123", "--enable-prefix-caching", "--enforce-eager", "--enable-lora",
-                 "--max-lora-rank 16", "--max-loras 2", "--dtype bfloat16", "--max-model-len 2048"):
+                 "--max-lora-rank 16", "--max-loras 2", "--dtype bfloat16", "--max-model-len 2048",
+                 "--block-size 32"):
         assert part in joined
     assert cmd[cmd.index("--structured-outputs-config") + 1] == '{"backend": "xgrammar", "disable_any_whitespace": true}'
     modules = cmd[cmd.index("--lora-modules") + 1:cmd.index("--seed")]
@@ -45,8 +46,9 @@ def test_command_line(fake_model: Path, tmp_path: Path) -> None:
 
 def test_defaults_without_adapters(fake_model: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("COLLABUI_VLLM_VENV", str(tmp_path / "venv"))
-    server = VLLMServer(str(fake_model), port=1, prefix_caching=False, compact_json=False)
+    server = VLLMServer(str(fake_model), port=1, prefix_caching=False, compact_json=False, block_size=None)
     cmd = server.command()
+    assert "--block-size" not in cmd
     assert "--structured-outputs-config" not in cmd
     assert cmd[0] == str(tmp_path / "venv" / "bin" / "python")
     assert "--enable-lora" not in cmd and "--enforce-eager" not in cmd
@@ -59,6 +61,7 @@ def test_defaults_without_adapters(fake_model: Path, monkeypatch: pytest.MonkeyP
     ({"adapters": {"a": "/nonexistent"}}, "not a LoRA adapter folder"),
     ({"adapters": {"a=b": "/x"}}, "adapter name"),
     ({"port": None}, "no port yet"),
+    ({"block_size": 40}, "not a multiple of 16"),
 ])
 def test_bad_configuration_is_one_line(kwargs: dict, match: str, fake_model: Path) -> None:
     with pytest.raises(ConfigError, match=match) as info:
