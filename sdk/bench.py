@@ -142,7 +142,7 @@ def _timed_step(model: ChatModel, config: TeamConfig, task: str, observation: An
 def measure_backend(model: ChatModel, task: str, observation: Any, settings: BenchSettings, *, backend: str,
                     computed: Counter = lambda: None, unique: UniqueCounter = lambda _: None,
                     reset: Callable[[], None] = lambda: None, rollout: Callable[[Any], tuple[int, float]] | None = None,
-                    ) -> BackendTimes:
+                    say: Callable[[str], None] = lambda _: None) -> BackendTimes:
     """Measure one backend: single step, naive team step, optimized team step, tokens, rollouts.
 
     Args:
@@ -153,20 +153,26 @@ def measure_backend(model: ChatModel, task: str, observation: Any, settings: Ben
         reset: called before each timed phase and before each naive call (clears the local
             prefix cache or the server's).
         rollout: ``rollout(team) -> (episodes, seconds)`` for the throughput figure, or None.
+        say: progress lines (one per phase, as it ends).
     """
     single_cfg = settings.team_config(n_agents=1, rounds=1, topology="independent")
     _timed_step(model, single_cfg, task, observation, reset)  # warm-up, untimed
     singles = [_timed_step(model, single_cfg, task, observation, reset)[0] for _ in range(max(1, settings.single_repeats))]
+    say(f"single-agent step: {statistics.median(singles):.2f} s (median of {len(singles)})")
     team_cfg = settings.team_config()
     naive = SequentialModel(model, before_call=reset)
     naive_s, _, _ = _timed_step(naive, team_cfg, task, observation, reset)
+    say(f"naive team step ({naive.calls} sequential calls): {naive_s:.2f} s")
     recorder = RecordingModel(model)
     before = computed()
     team_s, step, team = _timed_step(recorder, team_cfg, task, observation, reset)
     after = computed()
+    say(f"optimized team step ({team.supersteps} supersteps): {team_s:.2f} s")
     counts = [p.prompt_tokens for row in step.proposals for p in row]
     # Before the rollout: its episodes go through the same recorder and are not this step's.
     unique_tokens = unique(recorder.requests)
+    if rollout is not None:
+        say(f"rollout: {settings.episodes} MiniWoB++ episodes on {settings.browsers} browsers ...")
     episodes, rollout_s = rollout(team) if rollout is not None else (0, None)
     return BackendTimes(
         backend=backend, single_s=statistics.median(singles), naive_s=naive_s, team_s=team_s,
@@ -216,6 +222,10 @@ def _rollout(settings: BenchSettings) -> Callable[[Any], tuple[int, float]] | No
     return run
 
 
+def _say(backend: str) -> Callable[[str], None]:
+    return lambda message: print(f"[{backend}] {message}", flush=True)
+
+
 def _bench_local(settings: BenchSettings, task: str, obs: Any) -> BackendTimes:
     from collabui.models.local import LocalModel
 
@@ -223,7 +233,8 @@ def _bench_local(settings: BenchSettings, task: str, obs: Any) -> BackendTimes:
     try:
         return measure_backend(model, task, obs, settings, backend="local",
                                computed=lambda: model.stats.prompt_tokens_computed,
-                               unique=model.unique_prompt_tokens, reset=model.clear_prefix_cache)
+                               unique=model.unique_prompt_tokens, reset=model.clear_prefix_cache,
+                               say=_say("local"))
     finally:
         model.close()
 
@@ -289,7 +300,8 @@ def _bench_vllm(settings: BenchSettings, task: str, obs: Any) -> BackendTimes:
     with server:
         model = server.client(timeout=300)
         return measure_backend(model, task, obs, settings, backend="vllm", computed=_vllm_computed(server),
-                               unique=unique, reset=_vllm_reset(server), rollout=_rollout(settings))
+                               unique=unique, reset=_vllm_reset(server), rollout=_rollout(settings),
+                               say=_say("vllm"))
 
 
 def run_bench(settings: BenchSettings, *, observation: tuple[str, Any] | None = None,

@@ -13,7 +13,7 @@ import argparse
 import dataclasses
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from collabui.config import TeamConfig
 from collabui.errors import CollabUIError, ConfigError
@@ -36,10 +36,11 @@ def _names(text: str) -> tuple[str | None, ...]:
     return tuple(None if x in ("", "none", "base") else x for x in text.split(","))
 
 
-def _add_team_options(parser: argparse.ArgumentParser) -> None:
+def _add_team_options(parser: argparse.ArgumentParser, *, skip: Collection[str] = ()) -> None:
+    """One flag per TeamConfig field (except ``skip``: fields the command decides itself)."""
     defaults = TeamConfig()
     for f in dataclasses.fields(TeamConfig):
-        if f.name in _SKIP:
+        if f.name in _SKIP or f.name in skip:
             continue
         flag = "--" + _FLAG_NAMES.get(f.name, f.name).replace("_", "-")
         help_text = f.metadata.get("help", "")
@@ -76,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--serial", help="Android phone serial (with --env android; default $ANDROID_SERIAL)")
     run.add_argument("--app-allowlist", help="comma-separated apps open_app may launch (phones)")
     run.add_argument("--quiet", action="store_true", help="only print the summary")
+    run.add_argument("--guided-json", action="store_true",
+                     help="constrain answers to the action space's JSON schema (vLLM structured outputs on "
+                          "openai: servers, llguidance for local models)")
     _add_team_options(run)
     sub.add_parser("envs", help="list the environments")
     sub.add_parser("devices", help="list attached Android phones (adb)")
@@ -145,7 +149,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         view.status(f"loading model {args.model} ...")
         t0 = time.perf_counter()
-        model = load_model(args.model)
+        model = load_model(args.model, **({"guided_json": config.action_space} if args.guided_json else {}))
         view.status(f"model ready in {time.perf_counter() - t0:.1f}s")
         team = CollabAgentTeam(model, config=config)
         view.team(team)

@@ -25,12 +25,23 @@ def add_eval_command(subparsers: Any) -> None:
     _add_autowebbench(sub)
 
 
+#: TeamConfig flags of `collabui run` that `eval miniwob` passes through as team_options.
+_TEAM_OPTIONS = ("temperatures", "max_observation_chars", "screenshots")
+GUIDED_HELP = ("constrain answers to the action space's JSON schema (vLLM structured outputs on "
+               "openai: servers, llguidance for local models); baselines ignore it")
+
+
 def _add_miniwob(sub: Any) -> None:
-    p = sub.add_parser("miniwob", help="success rate per MiniWoB++ task and overall (95%% Wilson CIs)")
+    from collabui.cli import _add_team_options
+
+    # "resolve": the evaluation's own flags below replace some of TeamConfig's generated ones.
+    p = sub.add_parser("miniwob", conflict_handler="resolve",
+                       help="success rate per MiniWoB++ task and overall (95%% Wilson CIs)")
+    _add_team_options(p, skip={"action_space"})  # --mobile decides it
     p.add_argument("--tasks", default="easy", help="a suite (easy, all) or comma-separated task names (default easy)")
     p.add_argument("--episodes", type=int, default=3, help="episodes per task (default 3)")
     p.add_argument("--seed", type=int, default=0, help="seed of the episodes and of the DAG (default 0)")
-    p.add_argument("--agents", type=int, default=None, help="agents n (default 4; 1 for random/lexical)")
+    p.add_argument("--agents", dest="agents", type=int, default=None, help="agents n (default 4; 1 for random/lexical)")
     p.add_argument("--rounds", type=int, default=None, help="rounds m (default 3; 1 for random/lexical)")
     p.add_argument("--topology", default="random", help="message DAG (default random)")
     p.add_argument("--model", default="smollm2",
@@ -42,6 +53,7 @@ def _add_miniwob(sub: Any) -> None:
     p.add_argument("--prompt-style", default="react",
                    help="agents' prompt: react | compact (as the model was trained; default react)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="generation budget per agent call (default 64)")
+    p.add_argument("--guided-json", action="store_true", help=GUIDED_HELP)
     p.add_argument("--out", required=True, help="run folder: results.json, summary.md, traces/, episodes.jsonl")
     p.add_argument("--plot", action="store_true", help="also write plot.png (needs matplotlib)")
 
@@ -86,8 +98,25 @@ def _miniwob_command(args: argparse.Namespace) -> str:
     for flag, value in (("--agents", args.agents), ("--rounds", args.rounds), ("--adapters", args.adapters)):
         if value is not None:
             parts += [flag, str(value)]
-    parts += [flag for flag, on in (("--mobile", args.mobile), ("--plot", args.plot)) if on]
+    if args.prompt_style != "react":
+        parts += ["--prompt-style", args.prompt_style]
+    if args.max_new_tokens != 64:
+        parts += ["--max-new-tokens", str(args.max_new_tokens)]
+    for name, value in _team_options(args).items():
+        flag = "--" + name.replace("_", "-")
+        parts += [flag] if value is True else [flag, ",".join(map(str, value)) if isinstance(value, tuple) else str(value)]
+    parts += [flag for flag, on in (("--guided-json", args.guided_json), ("--mobile", args.mobile),
+                                    ("--plot", args.plot)) if on]
     return shlex.join(parts)
+
+
+def _team_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The pass-through TeamConfig flags the user set (those left at their defaults are omitted)."""
+    from collabui.config import TeamConfig
+
+    defaults = TeamConfig()
+    return {name: getattr(args, name) for name in _TEAM_OPTIONS
+            if getattr(args, name) is not None and getattr(args, name) != getattr(defaults, name)}
 
 
 def _cmd_miniwob(args: argparse.Namespace) -> int:
@@ -97,7 +126,8 @@ def _cmd_miniwob(args: argparse.Namespace) -> int:
                                adapters=args.adapters, n_agents=args.agents, rounds=args.rounds,
                                topology=args.topology, mobile=args.mobile, max_steps=args.max_steps,
                                concurrency=args.concurrency, prompt_style=args.prompt_style,
-                               max_new_tokens=args.max_new_tokens)
+                               max_new_tokens=args.max_new_tokens, guided_json=args.guided_json,
+                               team_options=_team_options(args))
     evaluate_miniwob(config, args.out, plot=args.plot, command=_miniwob_command(args))
     print(Path(args.out) / "summary.md")
     return 0

@@ -24,7 +24,7 @@ import difflib
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,7 +90,13 @@ def resolve_tasks(spec: str | Sequence[str]) -> list[str]:
 @dataclass(frozen=True, kw_only=True)
 class MiniWoBEvalConfig:
     """One MiniWoB++ evaluation. ``n_agents``/``rounds`` None: 1x1 for the ``random`` and
-    ``lexical`` baselines, else the paper's 4x3."""
+    ``lexical`` baselines, else the paper's 4x3.
+
+    ``guided_json`` constrains every answer to the action space's JSON answer schema (vLLM
+    structured outputs on ``openai:`` servers, llguidance locally). ``team_options`` sets any
+    other :class:`~collabui.config.TeamConfig` field (``temperatures``, ``vote``,
+    ``max_observation_chars``...), as ``collabui run`` flags do.
+    """
 
     tasks: str = "easy"
     episodes: int = 3
@@ -105,12 +111,15 @@ class MiniWoBEvalConfig:
     concurrency: int = 1
     prompt_style: str = "react"
     max_new_tokens: int = 64
+    guided_json: bool = False
+    team_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         from collabui.prompts import PROMPT_STYLES
 
         if self.prompt_style not in PROMPT_STYLES:
             raise ConfigError(f"prompt_style must be one of {list(PROMPT_STYLES)}, got {self.prompt_style!r}")
+        _check_team_options(self.team_options, *self.team_shape())
         for name in ("episodes", "max_steps", "concurrency", "n_agents", "rounds", "max_new_tokens"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -129,29 +138,54 @@ class MiniWoBEvalConfig:
     def env(self) -> str:
         return "miniwob-mobile" if self.mobile else "miniwob"
 
+    @property
+    def action_space(self) -> str:
+        return "mobile" if self.mobile else "web"
 
-def system_label(model: str, n_agents: int, rounds: int, topology: str, adapters: str | None) -> str:
-    """A short human label: ``random single agent``, ``smollm2+adapters team 4x3 (random)``."""
-    name = model + ("+adapters" if adapters else "")
+
+#: TeamConfig fields the evaluation sets itself (its own fields, the episode seed, the device).
+_OWN_TEAM_FIELDS = frozenset({"n_agents", "rounds", "topology", "seed", "adapters", "max_steps", "action_space",
+                              "prompt_style", "max_new_tokens"})
+
+
+def _check_team_options(options: Mapping[str, Any], n_agents: int, rounds: int) -> None:
+    from collabui.config import TeamConfig
+
+    known = {f.name for f in dataclasses.fields(TeamConfig)} - _OWN_TEAM_FIELDS
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ConfigError(f"team_options {unknown} are not TeamConfig fields this evaluation takes; "
+                          f"use {sorted(known)} (the others are MiniWoBEvalConfig fields)")
+    TeamConfig(n_agents=n_agents, rounds=rounds, **options)  # checked before a browser or model starts
+
+
+def system_label(model: str, n_agents: int, rounds: int, topology: str, adapters: str | None, *,
+                 guided: bool = False) -> str:
+    """A short human label: ``random single agent``, ``smollm2+adapters team 4x3 (random)``,
+    ``smollm2+guided single agent``."""
+    name = model + ("+adapters" if adapters else "") + ("+guided" if guided else "")
     if n_agents == 1 and rounds == 1:
         return f"{name} single agent"
     return f"{name} team {n_agents}x{rounds} ({topology})"
 
 
-def load_system_model(spec: str, adapters: str | None, n_agents: int) -> tuple[ChatModel, tuple[str | None, ...] | None]:
+def load_system_model(spec: str, adapters: str | None, n_agents: int, *, guided_json: Any = None,
+                      ) -> tuple[ChatModel, tuple[str | None, ...] | None]:
     """The chat model of ``spec`` and the per-agent adapter names (None without ``adapters``).
 
     With ``adapters`` the base of ``spec`` (``smollm2`` or ``hf:PATH``) is loaded once and
     serves ``<adapters>/agent{i}/`` as ``agent{i}``, as the training stack saves them; agents
-    without an adapter folder use the base model.
+    without an adapter folder use the base model. ``guided_json`` (an action-space name or a
+    schema) constrains the answers of model specs; baselines ignore it.
 
     Raises:
         ConfigError, ModelLoadError: bad spec, missing adapters or training extra.
     """
     from collabui.models.spec import load_model
 
+    kwargs = {} if guided_json is None else {"guided_json": guided_json}
     if not adapters:
-        return load_model(spec), None
+        return load_model(spec, **kwargs), None
     if not Path(adapters).expanduser().is_dir():
         raise ConfigError(f"--adapters {adapters}: no such folder; pass the folder holding agent0/, agent1/, ...")
     try:  # training is an optional extra: import it only when adapters are asked for
@@ -160,7 +194,7 @@ def load_system_model(spec: str, adapters: str | None, n_agents: int) -> tuple[C
     except ImportError as exc:
         raise ConfigError(f"--adapters needs the training extra ({exc.name} missing); run "
                           "`pip install 'collabui-agents[train]'`") from None
-    model = load_team_model(resolve_base_model(spec), adapters)
+    model = load_team_model(resolve_base_model(spec), adapters, **kwargs)
     return model, team_adapters(model, n_agents)
 
 
@@ -191,8 +225,8 @@ def _team_config(config: MiniWoBEvalConfig, adapter_names: tuple[str | None, ...
     topology = make_topology(config.topology, n, seed=config.seed)  # one DAG for every episode
     return TeamConfig(n_agents=n, rounds=m, topology=topology, seed=config.seed,
                       adapters=adapter_names, max_steps=config.max_steps,
-                      action_space="mobile" if config.mobile else "web", prompt_style=config.prompt_style,
-                      max_new_tokens=config.max_new_tokens)
+                      action_space=config.action_space, prompt_style=config.prompt_style,
+                      max_new_tokens=config.max_new_tokens, **config.team_options)
 
 
 def _episode_counts(result: Any) -> dict[str, int]:
@@ -206,11 +240,17 @@ def _fingerprint(config: MiniWoBEvalConfig) -> dict[str, Any]:
     return {"model": config.model, "adapters": config.adapters, "n_agents": n, "rounds": m,
             "topology": config.topology, "seed": config.seed, "env": config.env,
             "max_steps": config.max_steps, "prompt_style": config.prompt_style,
-            "max_new_tokens": config.max_new_tokens}
+            "max_new_tokens": config.max_new_tokens, "guided_json": config.guided_json,
+            "team_options": _jsonable(config.team_options)}
+
+
+def _jsonable(options: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in sorted(options.items())}
 
 
 #: Fingerprint fields added later: a run.json without them was made with these values.
-_LATER_FIELDS = {"prompt_style": "react", "max_new_tokens": 64}
+_LATER_FIELDS: dict[str, Any] = {"prompt_style": "react", "max_new_tokens": 64, "guided_json": False,
+                                 "team_options": {}}
 
 
 def _check_out_dir(out: Path, config: MiniWoBEvalConfig) -> None:
@@ -255,14 +295,15 @@ def evaluate_miniwob(config: MiniWoBEvalConfig, out_dir: str | Path, *, model: C
     n, m = config.team_shape()
     specs = episode_specs(tasks, config.episodes, tag=config.env, seed_parts=("miniwob", config.seed))
     _say(f"eval miniwob: {len(tasks)} tasks x {config.episodes} episodes, "
-         f"{system_label(config.model, n, m, config.topology, config.adapters)}, "
+         f"{system_label(config.model, n, m, config.topology, config.adapters, guided=config.guided_json)}, "
          f"concurrency {config.concurrency}, out {out}")
     own_model = model is None
     if model is None:
-        model, adapter_names = load_system_model(config.model, config.adapters, n)
+        model, adapter_names = load_system_model(config.model, config.adapters, n,
+                                                 guided_json=config.action_space if config.guided_json else None)
     else:
         adapter_names = None
-    envs = EnvPool(config.env, env_factory)
+    envs = EnvPool(config.env, env_factory, options={"screenshots": bool(config.team_options.get("screenshots"))})
     try:
         teams = _EpisodeTeams(model, _team_config(config, adapter_names))
         records = run_episodes(teams, specs, envs, trace_dir=out / "traces", manifest=out / "episodes.jsonl",
@@ -287,14 +328,22 @@ def build_results(config: MiniWoBEvalConfig, tasks: Sequence[str], records: Sequ
     n, m = config.team_shape()
 
     def entry(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        return {"success_rate": rate_entry(sum(bool(r["success"]) for r in rows), len(rows))}
+        metrics = {"success_rate": rate_entry(sum(bool(r["success"]) for r in rows), len(rows))}
+        # Share of agent answers with no valid action (what guided decoding is meant to remove).
+        proposals = sum(int(r.get("proposals", 0)) for r in rows)
+        if proposals:
+            metrics["unparsable_rate"] = rate_entry(sum(int(r.get("unparsable", 0)) for r in rows), proposals)
+        return metrics
 
     per_task = {t: entry([r for r in records if r["task"] == t]) for t in tasks}
     return {
         "schema": "collabui.eval", "version": 1, "harness": "miniwob",
         "system": {"model": config.model, "adapters": config.adapters, "n_agents": n, "rounds": m,
-                   "topology": config.topology,
-                   "label": system_label(config.model, n, m, config.topology, config.adapters)},
+                   "topology": config.topology, "prompt_style": config.prompt_style,
+                   "max_new_tokens": config.max_new_tokens, "guided_json": config.guided_json,
+                   "team_options": _jsonable(config.team_options),
+                   "label": system_label(config.model, n, m, config.topology, config.adapters,
+                                         guided=config.guided_json)},
         "data": {"env": config.env, "tasks_spec": config.tasks, "tasks": list(tasks),
                  "episodes": config.episodes, "seed": config.seed, "max_steps": config.max_steps},
         "overall": entry(records),

@@ -86,10 +86,11 @@ class EnvPool:
         prefix: the environment family (``miniwob`` or ``miniwob-mobile``).
         factory: builds a device from ``<prefix>/<task>``; None: ``make_env`` with one shared
             device for all tasks (the task is switched by ``reset`` options).
+        options: keyword arguments for ``make_env`` (e.g. ``screenshots=True``).
     """
 
-    def __init__(self, prefix: str, factory: EnvFactory | None = None) -> None:
-        self.prefix, self.factory = prefix, factory
+    def __init__(self, prefix: str, factory: EnvFactory | None = None, *, options: dict[str, Any] | None = None) -> None:
+        self.prefix, self.factory, self.options = prefix, factory, dict(options or {})
         self._devices: dict[str, Device] = {}
 
     def get(self, task: str) -> Device:
@@ -101,12 +102,12 @@ class EnvPool:
             else:
                 from collabui.devices.registry import make_env
 
-                self._devices[key] = make_env(f"{self.prefix}/{task}")
+                self._devices[key] = make_env(f"{self.prefix}/{task}", **self.options)
         return self._devices[key]
 
     def sibling(self) -> EnvPool:
         """An empty pool of the same family and factory (one per concurrent worker)."""
-        return EnvPool(self.prefix, self.factory)
+        return EnvPool(self.prefix, self.factory, options=self.options)
 
     def close(self) -> None:
         """Close every opened device (errors while closing are not worth a failed run)."""

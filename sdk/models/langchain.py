@@ -18,11 +18,12 @@ import asyncio
 import socket
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from collabui.errors import ConfigError, EndpointError, ModelError, ModelLoadError
 from collabui.models.base import ChatModel, ChatRequest, ChatResult
+from collabui.serving.schema import guided_schema
 
 __all__ = ["LangChainModel", "DEFAULT_TIMEOUT_S", "DEFAULT_MAX_RETRIES"]
 
@@ -71,7 +72,7 @@ class LangChainModel(ChatModel):
         self.base_url = base_url or _base_url_of(chat)
         model_name = getattr(chat, "model_name", None) or getattr(chat, "model", None)
         self.name = name or (f"openai:{model_name}" if is_openai else f"langchain:{chat._llm_type}")
-        self.guided_schema = _guided_schema(guided_json)
+        self.guided_schema = guided_schema(guided_json)
         if self.guided_schema is not None and not self.per_request_params:
             raise ConfigError(
                 f"guided_json needs an OpenAI-compatible server (vLLM); {self.name} cannot take a "
@@ -193,19 +194,6 @@ class LangChainModel(ChatModel):
                 "model name, or start vLLM with --lora-modules NAME=PATH for adapters"
             )
         return ModelError(f"{self.name} failed ({type(exc).__name__}: {_first_line(exc)}); check the server logs")
-
-
-def _guided_schema(guided_json: Any) -> dict[str, Any] | None:
-    """The JSON schema ``guided_json`` asks for (see ``LangChainModel``), or None."""
-    if guided_json is None or guided_json is False:
-        return None
-    if isinstance(guided_json, Mapping):
-        return dict(guided_json)
-    if guided_json is True:
-        raise ConfigError("guided_json=True does not say which actions; pass 'web', 'mobile' or a schema dict")
-    from collabui.serving.schema import answer_schema
-
-    return answer_schema(guided_json)  # ConfigError for an unknown space name
 
 
 def _to_messages(request: ChatRequest) -> list[Any]:

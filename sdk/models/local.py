@@ -27,9 +27,7 @@ torch, transformers and peft are imported inside functions so importing this mod
 
 from __future__ import annotations
 
-import functools
 import logging
-import secrets
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -37,6 +35,16 @@ from pathlib import Path
 from typing import Any
 
 from collabui.errors import ConfigError, ModelError, ModelLoadError
+from collabui.models._loading import (
+    first_line,
+    import_torch,
+    load,
+    plain_cache_model,
+    resolve_device,
+    resolve_dtype,
+    stop_token_ids,
+)
+from collabui.models._sampling import row_processor_class
 from collabui.models.base import ChatModel, ChatRequest, ChatResult
 from collabui.models.prefix_cache import (
     PrefixCacheStats,
@@ -44,6 +52,7 @@ from collabui.models.prefix_cache import (
     common_prefix_length,
     unique_prefix_tokens,
 )
+from collabui.serving.schema import guided_schema
 
 __all__ = ["LocalModel", "BASE_ADAPTER"]
 
@@ -70,6 +79,9 @@ class LocalModel(ChatModel):
             across calls (see the module docstring); False runs every prompt in full.
             Ignored (off) for models whose cache is not a plain full-attention one.
         prefix_cache_size: cached prefixes kept (LRU), across adapters.
+        guided_json: constrain every answer to a JSON schema (``"web"``, ``"mobile"``: that
+            space's answer schema; or a schema dict): tokens that would break the JSON are
+            masked (llguidance; see :mod:`collabui.models.guided`). None: free text.
 
     Attributes:
         stats: cumulative :class:`PrefixCacheStats` (``prompt_tokens_total``,
@@ -93,6 +105,7 @@ class LocalModel(ChatModel):
         threads: int | None = None,
         prefix_cache: bool = True,
         prefix_cache_size: int = 8,
+        guided_json: Any = None,
     ) -> None:
         if max_batch_size < 1:
             raise ConfigError(f"max_batch_size must be >= 1, got {max_batch_size}; pass 1 or more")
@@ -104,14 +117,16 @@ class LocalModel(ChatModel):
         self._prefixes = PrefixKVCache(prefix_cache_size)
         self.stats = PrefixCacheStats()
         started = time.perf_counter()
-        torch = _import_torch()
+        torch = import_torch()
         if threads is not None:
             torch.set_num_threads(int(threads))
-        self.device = _resolve_device(torch, device)
-        self.dtype = _resolve_dtype(torch, dtype, self.device)
-        self.tokenizer, self.model = _load(self.path, self.device, self.dtype)
-        self._stop_ids = _stop_token_ids(self.tokenizer)
-        self.prefix_cache = bool(prefix_cache) and _plain_cache_model(self.model.config)
+        self.device = resolve_device(torch, device)
+        self.dtype = resolve_dtype(torch, dtype, self.device)
+        self.tokenizer, self.model = load(self.path, self.device, self.dtype)
+        self._stop_ids = stop_token_ids(self.tokenizer)
+        self.prefix_cache = bool(prefix_cache) and plain_cache_model(self.model.config)
+        self.guided_schema = guided_schema(guided_json)
+        self._guide = self._guided_decoder() if self.guided_schema is not None else None
         for adapter_name, adapter_dir in (adapters or {}).items():
             self._load_adapter(adapter_name, adapter_dir)
         self.load_seconds = time.perf_counter() - started
@@ -125,6 +140,12 @@ class LocalModel(ChatModel):
         model = cls(embedded_model_dir(name), **kwargs)
         model.name = name
         return model
+
+    def _guided_decoder(self) -> Any:
+        from collabui.models.guided import GuidedDecoder
+
+        vocab = int(self.model.get_output_embeddings().weight.shape[0])
+        return GuidedDecoder(self.tokenizer, self.guided_schema, self._stop_ids, vocab)
 
     @property
     def adapters(self) -> tuple[str, ...]:
@@ -189,7 +210,7 @@ class LocalModel(ChatModel):
         except Exception as exc:
             raise ModelLoadError(
                 f"adapter {name!r} from {folder} does not fit {self.path} ({type(exc).__name__}: "
-                f"{_first_line(exc)}); train the adapter on this base model"
+                f"{first_line(exc)}); train the adapter on this base model"
             ) from exc
         self.model.eval()
         self._adapters[name] = folder
@@ -208,14 +229,16 @@ class LocalModel(ChatModel):
             return []
         if self.model is None:
             raise ModelError(f"{self.name} was closed; create a new LocalModel")
-        torch = _import_torch()
+        torch = import_torch()
         from transformers import GenerationConfig, LogitsProcessorList
 
         started = time.perf_counter()
         inputs, prompt_counts = self._inputs(batch)
         prompt_len = int(inputs["input_ids"].shape[1])
         budgets = [max(1, r.max_new_tokens) for r in batch]
-        processor = _row_processor_class()(batch, budgets, prompt_len, self._stop_ids[0], self.device)
+        processors = [row_processor_class()(batch, budgets, prompt_len, self._stop_ids[0], self.device)]
+        if self._guide is not None:  # masks first, so rows sample among valid tokens only
+            processors.insert(0, self._guide.processor(len(batch), prompt_len))
         config = GenerationConfig(
             max_new_tokens=max(budgets),
             do_sample=False,  # sampling happens per row inside the processor
@@ -230,12 +253,12 @@ class LocalModel(ChatModel):
                 output = self.model.generate(
                     **inputs,
                     generation_config=config,
-                    logits_processor=LogitsProcessorList([processor]),
+                    logits_processor=LogitsProcessorList(processors),
                     **extra,
                 )
         except Exception as exc:
             raise ModelError(
-                f"{self.name} failed to generate ({type(exc).__name__}: {_first_line(exc)}); "
+                f"{self.name} failed to generate ({type(exc).__name__}: {first_line(exc)}); "
                 "try a smaller max_batch_size or shorter prompts"
             ) from exc
         latency = time.perf_counter() - started
@@ -259,7 +282,7 @@ class LocalModel(ChatModel):
         return self._padded(ids), counts
 
     def _padded(self, ids: list[list[int]]) -> dict[str, Any]:
-        torch = _import_torch()
+        torch = import_torch()
         width = max(len(row) for row in ids)
         pad = self.tokenizer.pad_token_id
         rows = [[pad] * (width - len(row)) + row for row in ids]
@@ -276,7 +299,7 @@ class LocalModel(ChatModel):
         transformers derives position ids from the mask's cumulative sum, so every suffix token
         sits at the position it has in its unpadded prompt.
         """
-        torch = _import_torch()
+        torch = import_torch()
         # Each row keeps at least one suffix token: generate needs it to produce first logits.
         length = min(common_prefix_length(ids), min(len(row) for row in ids) - 1)
         if length < _MIN_PREFIX:
@@ -306,7 +329,7 @@ class LocalModel(ChatModel):
 
     def _extend(self, adapter: str, layers: Any, tokens: list[int]) -> Any:
         """Run ``tokens`` after the cached ``layers`` (None: from scratch); the new layers."""
-        torch = _import_torch()
+        torch = import_torch()
         from transformers import DynamicCache
 
         config = self.model.config
@@ -319,14 +342,14 @@ class LocalModel(ChatModel):
                 out = self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1, **extra)
         except Exception as exc:
             raise ModelError(
-                f"{self.name} failed on a prompt prefix ({type(exc).__name__}: {_first_line(exc)}); "
+                f"{self.name} failed on a prompt prefix ({type(exc).__name__}: {first_line(exc)}); "
                 "pass prefix_cache=False to LocalModel"
             ) from exc
         return tuple((layer.keys, layer.values) for layer in out.past_key_values.layers)
 
     def _batch_cache(self, rows: list[Any]) -> Any:
         """One DynamicCache holding row r's prefix states in batch row r."""
-        torch = _import_torch()
+        torch = import_torch()
         from transformers import DynamicCache
 
         data = [
@@ -350,7 +373,7 @@ class LocalModel(ChatModel):
                 )
             except Exception as exc:
                 raise ConfigError(
-                    f"the chat template of {self.name} rejected the messages ({_first_line(exc)}); "
+                    f"the chat template of {self.name} rejected the messages ({first_line(exc)}); "
                     "send {'role', 'content'} messages with roles system/user/assistant"
                 ) from exc
         return texts
@@ -365,137 +388,3 @@ class LocalModel(ChatModel):
         text = self.tokenizer.decode(tokens[:stop_at], skip_special_tokens=True).strip()
         extra = {"batch_size": size, "adapter": request.adapter, "finished": stop_at < budget}
         return ChatResult(text, prompt_tokens, completion, latency, extra)
-
-
-def _import_torch() -> Any:
-    try:
-        import torch
-    except ImportError:
-        raise ModelLoadError(
-            "local models need torch and transformers; run `pip install 'collabui-agents[local]'` "
-            "with the CPU torch wheel from the README"
-        ) from None
-    return torch
-
-
-def _resolve_device(torch: Any, device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"device {device!r} requested but CUDA is not available; use device='cpu'")
-    return device
-
-
-def _resolve_dtype(torch: Any, dtype: Any, device: str) -> Any:
-    if dtype == "auto":
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
-    if isinstance(dtype, str):
-        resolved = getattr(torch, dtype, None)
-        if not isinstance(resolved, torch.dtype):
-            raise ConfigError(f"unknown dtype {dtype!r}; use 'auto', 'float32', 'bfloat16' or 'float16'")
-        return resolved
-    return dtype
-
-
-def _load(path: Path, device: str, dtype: Any) -> tuple[Any, Any]:
-    """Load tokenizer and model from ``path`` or raise one actionable ModelLoadError."""
-    if not path.is_dir():
-        raise ModelLoadError(
-            f"model folder {path} does not exist; pass a folder with config.json and weights "
-            "(or use the embedded model: `smollm2`)"
-        )
-    if not (path / "config.json").is_file():
-        raise ModelLoadError(
-            f"{path} is not a transformers model folder (no config.json); pass the folder written "
-            "by save_pretrained"
-        )
-    try:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-    except ImportError:
-        raise ModelLoadError("local models need transformers; run `pip install 'collabui-agents[local]'`") from None
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
-    except Exception as exc:
-        raise ModelLoadError(
-            f"could not load the model in {path} ({type(exc).__name__}: {_first_line(exc)}); "
-            "check that the folder holds a complete causal LM and its tokenizer"
-        ) from exc
-    if not getattr(tokenizer, "chat_template", None):
-        raise ModelLoadError(f"the tokenizer in {path} has no chat template; use an instruct/chat model")
-    tokenizer.padding_side = "left"  # decoder-only batching: prompts must end at the same column
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model.eval()
-    return tokenizer, model
-
-
-def _plain_cache_model(config: Any) -> bool:
-    """True when the model's cache is full attention only (what prefix reuse assumes)."""
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-    if getattr(text, "sliding_window", None) and getattr(text, "use_sliding_window", True):
-        return False
-    layer_types = getattr(text, "layer_types", None) or ()
-    return all(t == "full_attention" for t in layer_types)
-
-
-def _stop_token_ids(tokenizer: Any) -> list[int]:
-    """The ids that end an answer: EOS and the ChatML end-of-turn token when present."""
-    ids: list[int] = []
-    if tokenizer.eos_token_id is not None:
-        ids.append(int(tokenizer.eos_token_id))
-    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id and im_end not in ids:
-        ids.append(im_end)
-    if not ids:
-        raise ModelLoadError("the tokenizer has no end-of-sequence token; use a chat model")
-    return ids
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:300] if text else type(exc).__name__
-
-
-@functools.cache
-def _row_processor_class() -> type:
-    """Build the per-row logits processor class (lazily, as it subclasses a transformers class)."""
-    import torch
-    from transformers import LogitsProcessor
-
-    class RowProcessor(LogitsProcessor):
-        """Per-row temperature, seed and budget; turns sampled rows into one-hot scores.
-
-        Generation itself runs greedily, so the token a row gets is the argmax of what this
-        processor returns: the argmax of the raw logits for greedy rows, the sampled token for
-        sampled rows, the stop token for rows past their budget.
-        """
-
-        def __init__(self, batch: list[ChatRequest], budgets: list[int], prompt_len: int, stop_id: int, device: str) -> None:
-            self.temperatures = [float(r.temperature) for r in batch]
-            self.budgets = budgets
-            self.prompt_len = prompt_len
-            self.stop_id = stop_id
-            self.generators: list[Any] = []
-            for request in batch:
-                seed = request.seed if request.seed is not None else secrets.randbits(63)
-                self.generators.append(torch.Generator(device=device).manual_seed(int(seed)))
-
-        def __call__(self, input_ids: Any, scores: Any) -> Any:
-            step = int(input_ids.shape[1]) - self.prompt_len
-            scores = scores.clone()  # never write into a tensor transformers may still hold
-            for row, temperature in enumerate(self.temperatures):
-                if step >= self.budgets[row]:
-                    self._one_hot(scores, row, self.stop_id)
-                elif temperature > 0:
-                    probs = torch.softmax(scores[row].float() / temperature, dim=-1)
-                    token = torch.multinomial(probs, 1, generator=self.generators[row])
-                    self._one_hot(scores, row, int(token))
-            return scores
-
-        @staticmethod
-        def _one_hot(scores: Any, row: int, token: int) -> None:
-            scores[row].fill_(float("-inf"))
-            scores[row, token] = 0.0
-
-    return RowProcessor

@@ -21,11 +21,13 @@ names make them equivalent, and grammar engines support ``anyOf`` everywhere.)
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from collabui.actions import Action, ActionSpace, get_action_space
+from collabui.errors import ConfigError
 
-__all__ = ["action_schema", "answer_schema", "THOUGHT_MAX_CHARS"]
+__all__ = ["action_schema", "answer_schema", "guided_schema", "THOUGHT_MAX_CHARS"]
 
 #: Default cap on the thought's length: a small generation budget (64 tokens) must leave room
 #: for the action after it, or the output is cut mid-action.
@@ -114,3 +116,21 @@ def answer_schema(
         "required": list(order),
         "additionalProperties": False,
     }
+
+
+def guided_schema(guided_json: Any) -> dict[str, Any] | None:
+    """The JSON schema a model's ``guided_json`` option asks for, or None for no guidance.
+
+    ``guided_json`` is None/False (off), an action-space name (``"web"``, ``"mobile"``: that
+    space's :func:`answer_schema`), or a schema dict used as given.
+
+    Raises:
+        ConfigError: True (which space?) or an unknown space name.
+    """
+    if guided_json is None or guided_json is False:
+        return None
+    if isinstance(guided_json, Mapping):
+        return dict(guided_json)
+    if guided_json is True:
+        raise ConfigError("guided_json=True does not say which actions; pass 'web', 'mobile' or a schema dict")
+    return answer_schema(guided_json)  # ConfigError for an unknown space name

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from collabui.errors import (
     DeviceClosedError,
     DeviceError,
 )
+from tests.processes import chromium_descendants
 
 FORM = """<html><head><title>Form</title></head><body>
 <h2>Sign in</h2>
@@ -168,40 +168,15 @@ def test_terminal_actions_record_their_text(device, site):
     assert finished.done and finished.info == {"answer": "42"}
 
 
-def _chromium_descendants() -> set[int]:
-    """Pids of chromium processes descending from this python (read from /proc)."""
-    parents: dict[int, int] = {}
-    names: dict[int, str] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            name = stat[stat.index("(") + 1:stat.rindex(")")]
-            parents[int(entry)] = int(stat[stat.rindex(")") + 2:].split()[1])
-            names[int(entry)] = name
-    found = set()
-    for pid, name in names.items():
-        if "chrom" not in name:
-            continue
-        ancestor = parents.get(pid, 0)
-        while ancestor > 1 and ancestor != os.getpid():
-            ancestor = parents.get(ancestor, 0)
-        if ancestor == os.getpid():
-            found.add(pid)
-    return found
-
-
 @pytest.mark.browser
 def test_close_leaves_no_chromium_and_blocks_use(site):
-    before = _chromium_descendants()
+    before = chromium_descendants()
     dev = BrowserDevice(start_url=(site / "second.html").as_uri())
     dev.reset()
-    assert _chromium_descendants() - before  # it really started Chromium
+    assert chromium_descendants() - before  # it really started Chromium
     dev.close()
     dev.close()  # idempotent
-    assert _chromium_descendants() - before == set()
+    assert chromium_descendants() - before == set()
     for call in (dev.observe, dev.reset, lambda: dev.act(web.Click("A"))):
         with pytest.raises(DeviceClosedError, match="closed; create a new device"):
             call()

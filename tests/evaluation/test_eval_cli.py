@@ -5,6 +5,7 @@ import json
 import pytest
 
 from collabui.cli import build_parser, main
+from collabui.errors import ConfigError
 from collabui.evaluation.stats import rate_entry
 
 
@@ -25,6 +26,41 @@ def test_eval_subcommands_are_registered():
                               "--agents", "4", "--rounds", "3", "--mobile", "--max-steps", "5"])
     assert (args.command, args.eval_command, args.concurrency, args.agents, args.mobile) == ("eval", "miniwob", 2, 4, True)
     assert parser.parse_args(["eval", "compare", "a.json", "b.json"]).eval_command == "compare"
+
+
+def test_miniwob_takes_team_options_and_guided_json(tmp_path):
+    from collabui.eval_cli import _miniwob_command, _team_options
+    from collabui.evaluation.miniwob import MiniWoBEvalConfig
+
+    argv = ["eval", "miniwob", "--out", "o", "--temperatures", "0.2,0.4", "--max-observation-chars", "3000",
+            "--screenshots", "--guided-json", "--prompt-style", "compact"]
+    args = build_parser().parse_args(argv)
+    assert _team_options(args) == {"temperatures": (0.2, 0.4), "max_observation_chars": 3000, "screenshots": True}
+    assert args.guided_json is True
+    command = _miniwob_command(args)
+    for part in ("--temperatures 0.2,0.4", "--max-observation-chars 3000", "--screenshots", "--guided-json",
+                 "--prompt-style compact"):
+        assert part in command
+    defaults = build_parser().parse_args(["eval", "miniwob", "--out", "o"])
+    assert _team_options(defaults) == {} and defaults.guided_json is False
+    with pytest.raises(SystemExit):  # --mobile decides the action space
+        build_parser().parse_args(["eval", "miniwob", "--out", "o", "--action-space", "mobile"])
+    config = MiniWoBEvalConfig(model="smollm2", n_agents=2, team_options=_team_options(args))
+    assert config.team_options["temperatures"] == (0.2, 0.4)
+    with pytest.raises(ConfigError, match="temperatures has 2 values for 4 agents"):
+        MiniWoBEvalConfig(model="smollm2", team_options=_team_options(args))
+
+
+@pytest.mark.parametrize(("options", "match"), [
+    ({"n_agents": 2}, "not TeamConfig fields this evaluation takes"),
+    ({"vote": "x"}, "not TeamConfig fields"),
+    ({"max_observation_chars": 0}, "max_observation_chars"),
+])
+def test_bad_team_options_fail_before_anything_starts(options, match):
+    from collabui.evaluation.miniwob import MiniWoBEvalConfig
+
+    with pytest.raises(ConfigError, match=match):
+        MiniWoBEvalConfig(model="random", team_options=options)
 
 
 def test_compare_prints_deltas_and_writes_markdown(tmp_path, capsys):
@@ -53,7 +89,7 @@ def test_errors_are_one_line_with_exit_code_2(tmp_path, capsys):
 def test_miniwob_end_to_end_with_a_baseline(tmp_path, capsys):
     out = tmp_path / "run"
     argv = ["eval", "miniwob", "--tasks", "click-button,focus-text", "--episodes", "1", "--model", "random:1",
-            "--max-steps", "2", "--concurrency", "2", "--out", str(out), "--plot"]
+            "--max-steps", "2", "--concurrency", "2", "--out", str(out), "--plot", "--screenshots"]
     assert main(argv) == 0
     results = json.loads((out / "results.json").read_text())
     assert results["system"]["label"] == "random:1 single agent"
@@ -62,6 +98,8 @@ def test_miniwob_end_to_end_with_a_baseline(tmp_path, capsys):
     assert results["command"].startswith("collabui eval miniwob --tasks click-button,focus-text --episodes 1")
     assert (out / "summary.md").exists() and (out / "plot.png").stat().st_size > 0
     assert len(list((out / "traces").glob("*.jsonl"))) == 2
+    assert results["system"]["team_options"] == {"screenshots": True}
+    assert list((out / "traces").rglob("*.png")), "--screenshots reaches the browsers"
     err = capsys.readouterr().err
     assert "[miniwob 1/2]" in err and "[miniwob 2/2]" in err and "eval miniwob: success" in err
     # resumed: nothing reruns, the same numbers come back

@@ -5,9 +5,7 @@ device); the `browser` tests run real MiniWoB++ pages in real Chromium and count
 """
 
 import json
-import os
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -25,6 +23,7 @@ from collabui.evaluation.miniwob import (
 from collabui.evaluation.runner import EnvPool, episode_specs, read_manifest, run_episodes
 from collabui.models.fake import ScriptedChatModel
 from collabui.team import CollabAgentTeam
+from tests.processes import chromium_descendants
 
 OK = 'Thought: OK is B.\nAction: {"action": "click", "element_id": "B"}'
 TASKS = "click-button,focus-text"
@@ -184,6 +183,8 @@ def test_unparsable_proposals_are_counted(tmp_path):
                                env_factory=_fake_factory([]), progress=False)
     assert results["counts"]["unparsable"] == results["counts"]["proposals"] == 2
     assert results["overall"]["success_rate"]["value"] == 0.0
+    assert results["overall"]["unparsable_rate"]["value"] == 1.0
+    assert results["breakdown"]["per_task"]["click-button"]["unparsable_rate"]["n"] == 2
 
 
 # -- runner directly ---------------------------------------------------------------------------
@@ -231,27 +232,6 @@ def test_keyboard_interrupt_cancels_workers_and_closes_devices(tmp_path):
 # -- real MiniWoB++ in real Chromium ----------------------------------------------------------
 
 
-def _chromium_pids() -> set[int]:
-    """Chromium processes descending from this Python (read from /proc)."""
-    parents, names = {}, {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            names[int(entry)] = stat[stat.index("(") + 1:stat.rindex(")")]
-            parents[int(entry)] = int(stat[stat.rindex(")") + 2:].split()[1])
-    found = set()
-    for pid, name in names.items():
-        ancestor = parents.get(pid, 0)
-        while ancestor > 1 and ancestor != os.getpid():
-            ancestor = parents.get(ancestor, 0)
-        if "chrom" in name and ancestor == os.getpid():
-            found.add(pid)
-    return found
-
-
 @pytest.fixture
 def opened(monkeypatch):
     """Devices the default factory (``make_env``, one browser per worker for all tasks) opens."""
@@ -279,30 +259,30 @@ def _click_named_button(request):
 
 @pytest.mark.browser
 def test_two_real_browsers_in_parallel_then_none_left(tmp_path, opened):
-    before = _chromium_pids()
+    before = chromium_descendants()
     config = MiniWoBEvalConfig(tasks="click-button", episodes=4, model="scripted", n_agents=1, rounds=1,
                                max_steps=2, concurrency=2)
     results = evaluate_miniwob(config, tmp_path, model=ScriptedChatModel(_click_named_button), progress=False)
     assert results["overall"]["success_rate"]["value"] == 1.0  # real pages, real rewards
     assert len(opened) == 2  # one browser per worker
-    assert _chromium_pids() - before == set()
+    assert chromium_descendants() - before == set()
 
 
 @pytest.mark.browser
 @pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt])
 def test_failure_mid_run_leaves_no_chromium_and_resumes(tmp_path, exc, opened):
-    before = _chromium_pids()
+    before = chromium_descendants()
     config = MiniWoBEvalConfig(tasks="click-button,click-test", episodes=2, model="scripted", n_agents=1,
                                rounds=1, max_steps=1, concurrency=2)
     with pytest.raises(exc):
         evaluate_miniwob(config, tmp_path, model=ScriptedChatModel(Flaky(at=3, exc=exc)), progress=False)
-    assert len(opened) == 2 and _chromium_pids() - before == set()
+    assert len(opened) == 2 and chromium_descendants() - before == set()
     finished = len(read_manifest(tmp_path / "episodes.jsonl"))
     assert finished < 4
     again = Flaky()
     results = evaluate_miniwob(config, tmp_path, model=ScriptedChatModel(again), progress=False)
     assert again.count == 4 - finished and results["counts"]["episodes"] == 4
-    assert _chromium_pids() - before == set()
+    assert chromium_descendants() - before == set()
 
 
 def test_prompt_style_and_budget_reach_the_agents_and_the_folder_check(tmp_path):

@@ -153,7 +153,7 @@ def test_lru_longest_match_per_adapter_and_eviction() -> None:
 def test_only_full_attention_models_use_prefix_reuse() -> None:
     from transformers import AutoConfig
 
-    from collabui.models.local import _plain_cache_model
+    from collabui.models._loading import plain_cache_model as _plain_cache_model
 
     assert _plain_cache_model(AutoConfig.for_model("llama"))
     assert not _plain_cache_model(AutoConfig.for_model("mistral", sliding_window=4096))
