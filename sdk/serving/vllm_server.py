@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from collabui.errors import ConfigError, ModelLoadError
-from collabui.serving.setup import vllm_python
+from collabui.serving.setup import default_flavor, vllm_python
 
 __all__ = ["VLLMServer", "free_port", "read_adapter_rank", "group_members", "LORA_RANKS"]
 
@@ -86,6 +86,15 @@ def _default_kv_cache_gib() -> int:
     return max(1, min(8, int(available / 2**30) // 8))
 
 
+def _cpu_has_native_bf16(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> bool:
+    """True when the CPU computes bf16 natively (AVX512-BF16 or AMX-BF16 flags)."""
+    try:
+        flags = Path(cpuinfo).read_text(encoding="utf-8", errors="replace").split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def _parent_death_hook() -> Any:
     # The kernel sends the signal when the *thread* that forked exits, so only arm it from the
     # main thread; a server started from a worker thread relies on stop() and atexit.
@@ -119,7 +128,9 @@ class VLLMServer:
         kv_cache_gib: ``VLLM_CPU_KVCACHE_SPACE``; None keeps an already set one, else sizes it
             from the free RAM (an eighth, 1 to 8 GiB).
         max_model_len: context length (prompt + output tokens).
-        dtype: weights' dtype on the server.
+        dtype: weights' dtype on the server; ``"auto"`` (default): bfloat16 on GPUs and on CPUs
+            with native bf16 (AVX512-BF16 or AMX), float32 on other CPUs, where vLLM emulates
+            bf16 (measured on a 2-core AVX-512 CPU: batch of 4 in 7.3 s bf16 vs 2.7 s fp32).
         enforce_eager: skip graph compilation: start-up ~35 s instead of ~80-110 s on CPU,
             slower decoding.
         max_lora_rank: None uses the smallest vLLM-accepted rank covering the adapters.
@@ -150,7 +161,7 @@ class VLLMServer:
     served_name: str | None = None
     kv_cache_gib: int | None = None
     max_model_len: int = 2048
-    dtype: str = "bfloat16"
+    dtype: str = "auto"
     enforce_eager: bool = False
     max_lora_rank: int | None = None
     prefix_caching: bool = True
@@ -284,7 +295,7 @@ class VLLMServer:
         python = Path(self.python) if self.python else vllm_python(self.venv)
         cmd = [str(python), "-m", _ENTRY, "--model", str(self.model_dir()),
                "--served-model-name", self.name, "--host", self.host, "--port", str(self.port),
-               "--dtype", self.dtype, "--max-model-len", str(self.max_model_len)]
+               "--dtype", self.resolved_dtype(), "--max-model-len", str(self.max_model_len)]
         cmd.append("--enable-prefix-caching" if self.prefix_caching else "--no-enable-prefix-caching")
         if self.block_size is not None:
             cmd += ["--block-size", str(self.block_size)]
@@ -306,12 +317,27 @@ class VLLMServer:
             cmd += [f"{name}={path}" for name, path in modules.items()]
         return cmd + [str(a) for a in self.extra_args]
 
+    def resolved_dtype(self) -> str:
+        """``dtype``, with ``"auto"`` resolved for this machine (see the class docstring)."""
+        if self.dtype != "auto":
+            return self.dtype
+        if default_flavor() == "gpu" or _cpu_has_native_bf16():
+            return "bfloat16"
+        return "float32"
+
     def environment(self) -> dict[str, str]:
         """The server's environment: ours plus the KV-cache size (``kv_cache_gib``, else an
-        already set ``VLLM_CPU_KVCACHE_SPACE``, else sized from free RAM) and ``env``."""
+        already set ``VLLM_CPU_KVCACHE_SPACE``, else sized from free RAM) and ``env``.
+
+        On machines with at most 4 cores, ``VLLM_CPU_NUM_OF_RESERVED_CPU=0`` unless set: vLLM-CPU
+        otherwise keeps a core for its HTTP front end, which on 2 cores halves the engine
+        (measured: one call 4.1 s on one core, 2.3 s on both).
+        """
         env = dict(os.environ)
         if self.kv_cache_gib is not None or "VLLM_CPU_KVCACHE_SPACE" not in env:
             env["VLLM_CPU_KVCACHE_SPACE"] = str(self.kv_cache_gib or _default_kv_cache_gib())
+        if (os.cpu_count() or 1) <= 4:
+            env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
         env.update(self.env)
         return env
 

@@ -35,6 +35,8 @@ def test_parse_adapters_both_forms(tmp_path: Path) -> None:
 def test_serve_is_registered() -> None:
     args = build_parser().parse_args(["serve", "--model", "m", "--port", "9", "--enforce-eager"])
     assert (args.command, args.model, args.port, args.enforce_eager, args.setup) == ("serve", "m", 9, True, False)
+    assert args.block_size == 32
+    assert build_parser().parse_args(["serve", "--block-size", "128"]).block_size == 128
 
 
 def _fake_venv(tmp_path: Path, fake_pkg: Path) -> Path:

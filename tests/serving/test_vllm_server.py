@@ -27,7 +27,7 @@ def _alive(pid: int) -> bool:
 
 def test_command_line(fake_model: Path, tmp_path: Path) -> None:
     adapters = make_adapters(tmp_path / "ad", 2, rank=12)
-    server = VLLMServer(str(fake_model), adapters=adapters, port=8123, enforce_eager=True,
+    server = VLLMServer(str(fake_model), adapters=adapters, port=8123, enforce_eager=True, dtype="bfloat16",
                         kv_cache_gib=3, python="/x/bin/python", extra_args=["--seed", "1"])
     cmd = server.command()
     assert cmd[:3] == ["/x/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
@@ -54,6 +54,39 @@ def test_defaults_without_adapters(fake_model: Path, monkeypatch: pytest.MonkeyP
     assert "--enable-lora" not in cmd and "--enforce-eager" not in cmd
     assert "--no-enable-prefix-caching" in cmd
     assert int(server.environment()["VLLM_CPU_KVCACHE_SPACE"]) >= 1
+
+
+def test_auto_dtype_is_float32_on_cpus_without_native_bf16(fake_model: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           tmp_path: Path) -> None:
+    from collabui.serving import vllm_server
+
+    plain, bf16 = tmp_path / "plain", tmp_path / "bf16"
+    plain.write_text("flags\t\t: fpu avx2 avx512f avx512_vnni\n")
+    bf16.write_text("flags\t\t: fpu avx2 avx512f avx512_bf16\n")
+    assert not vllm_server._cpu_has_native_bf16(plain) and vllm_server._cpu_has_native_bf16(bf16)
+    assert not vllm_server._cpu_has_native_bf16(tmp_path / "missing")
+    server = VLLMServer(str(fake_model), port=1)
+    monkeypatch.setattr(vllm_server, "default_flavor", lambda: "cpu")
+    monkeypatch.setattr(vllm_server, "_cpu_has_native_bf16", lambda: False)
+    cmd = server.command()
+    assert cmd[cmd.index("--dtype") + 1] == "float32"
+    monkeypatch.setattr(vllm_server, "_cpu_has_native_bf16", lambda: True)
+    assert server.resolved_dtype() == "bfloat16"
+    monkeypatch.setattr(vllm_server, "default_flavor", lambda: "gpu")
+    monkeypatch.setattr(vllm_server, "_cpu_has_native_bf16", lambda: False)
+    assert server.resolved_dtype() == "bfloat16"
+    assert VLLMServer(str(fake_model), port=1, dtype="float16").resolved_dtype() == "float16"
+
+
+def test_small_machines_keep_no_core_for_the_front_end(fake_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert VLLMServer(str(fake_model), port=1).environment()["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
+    monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "1")  # the user's choice wins
+    assert VLLMServer(str(fake_model), port=1).environment()["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"
+    monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU")
+    monkeypatch.setattr("os.cpu_count", lambda: 32)
+    assert "VLLM_CPU_NUM_OF_RESERVED_CPU" not in VLLMServer(str(fake_model), port=1).environment()
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [
