@@ -72,33 +72,23 @@ class MARLReport:
 def plot_marl_report(report: MARLReport | dict[str, Any], path_png: str | Path) -> Path:
     """Success rate per iteration (held-out eval from "before" on, training rollouts) and the
     DPO loss of every agent, iterations laid end to end, into ``path_png`` (Agg backend)."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # headless: safe inside a training job
-    import matplotlib.pyplot as plt
+    from collabui._plotting import figure, tidy
 
     data = report.to_dict() if hasattr(report, "to_dict") else dict(report)
     iterations = data.get("iterations", [])
     path = Path(path_png)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, (ax_ok, ax_loss) = plt.subplots(1, 2, figsize=(11, 4))
-    labels = ["before"] + [f"iter{it['iteration']}" for it in iterations]
-    held_out = [data.get("before", {}).get("success_rate")] + [it["eval"].get("success_rate") for it in iterations]
-    xs = list(range(len(labels)))
-    ax_ok.plot(xs, [_nan(v) for v in held_out], marker="o", label="held-out eval")
-    ax_ok.plot(xs[1:], [_nan(it["train"].get("success_rate")) for it in iterations], marker="s",
-               linestyle="--", label="training rollouts")
-    ax_ok.set_xticks(xs, labels)
-    ax_ok.set_ylim(-0.05, 1.05)
-    ax_ok.set_title("success rate")
-    _plot_losses(ax_loss, iterations)
-    for ax in (ax_ok, ax_loss):
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    with figure(path, 2, figsize=(11, 4)) as (_, (ax_ok, ax_loss)):
+        labels = ["before"] + [f"iter{it['iteration']}" for it in iterations]
+        held_out = [data.get("before", {}).get("success_rate")] + [it["eval"].get("success_rate") for it in iterations]
+        xs = list(range(len(labels)))
+        ax_ok.plot(xs, [_nan(v) for v in held_out], marker="o", label="held-out eval")
+        ax_ok.plot(xs[1:], [_nan(it["train"].get("success_rate")) for it in iterations], marker="s",
+                   linestyle="--", label="training rollouts")
+        ax_ok.set_xticks(xs, labels)
+        ax_ok.set_ylim(-0.05, 1.05)
+        ax_ok.set_title("success rate")
+        _plot_losses(ax_loss, iterations)
+        tidy((ax_ok, ax_loss))
     return path
 
 

@@ -19,33 +19,23 @@ def plot_dpo_report(report: Any, path_png: str | Path) -> Path:
         the written path. Agents without logged steps (resumed without metrics, skipped) are
         listed in the title so an empty curve is never silent.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")  # never needs a display; safe to call from a training job
-    import matplotlib.pyplot as plt
+    from collabui._plotting import figure, tidy
 
     data = report.to_dict() if hasattr(report, "to_dict") else dict(report)
     path = Path(path_png)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, (ax_loss, ax_margin) = plt.subplots(1, 2, figsize=(10, 4))
-    without_curve = []
-    for agent in data.get("agents", []):
-        label = agent.get("adapter") or f"agent{agent.get('agent')}"
-        if not agent.get("loss"):
-            without_curve.append(f"{label} ({agent.get('status')})")
-            continue
-        ax_loss.plot(*zip(*agent["loss"], strict=True), marker=".", label=label)
-        if agent.get("margins"):
-            ax_margin.plot(*zip(*agent["margins"], strict=True), marker=".", label=label)
-    for ax, title in ((ax_loss, "DPO loss"), (ax_margin, "reward margin (chosen - rejected)")):
-        ax.set_xlabel("step")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="small")
-    if without_curve:
-        fig.suptitle("no curve: " + ", ".join(without_curve), fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    with figure(path, 2, figsize=(10, 4)) as (fig, (ax_loss, ax_margin)):
+        without_curve = []
+        for agent in data.get("agents", []):
+            label = agent.get("adapter") or f"agent{agent.get('agent')}"
+            if not agent.get("loss"):
+                without_curve.append(f"{label} ({agent.get('status')})")
+                continue
+            ax_loss.plot(*zip(*agent["loss"], strict=True), marker=".", label=label)
+            if agent.get("margins"):
+                ax_margin.plot(*zip(*agent["margins"], strict=True), marker=".", label=label)
+        ax_loss.set_title("DPO loss")
+        ax_margin.set_title("reward margin (chosen - rejected)")
+        tidy((ax_loss, ax_margin), xlabel="step")
+        if without_curve:
+            fig.suptitle("no curve: " + ", ".join(without_curve), fontsize="small")
     return path

@@ -165,44 +165,33 @@ def render_markdown(report: dict[str, Any]) -> str:
 
 def plot_training_report(report: dict[str, Any], path_png: str | Path) -> Path:
     """Success per evaluation (with intervals), every loss curve, every reward-margin curve."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # headless: safe inside a training job
-    import matplotlib.pyplot as plt
+    from collabui._plotting import figure, tidy
 
     path = Path(path_png)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, (ax_ok, ax_loss, ax_margin) = plt.subplots(1, 3, figsize=(15, 4.2))
-    evals = report["evaluations"]
-    if evals:
-        xs = list(range(len(evals)))
-        rates = [e["success_rate"] or 0.0 for e in evals]
-        err = [[r - e["ci95"][0] for r, e in zip(rates, evals, strict=True)],
-               [e["ci95"][1] - r for r, e in zip(rates, evals, strict=True)]]
-        ax_ok.bar(xs, rates, yerr=err, capsize=4, color="#4c72b0")
-        ax_ok.set_xticks(xs, [e["label"] for e in evals], rotation=30, ha="right", fontsize="small")
-    ax_ok.set_ylim(0, 1.05)
-    ax_ok.set_title("success rate per evaluation (95% CI)")
-    for s in report["sft"]:
-        if s["loss"]:
-            ax_loss.plot(*zip(*s["loss"], strict=True), label=f"SFT {s['label']}")
-    for d in report["dpo"]:
-        for a in d["agents"]:
-            name = f"DPO {d['label']} a{a['agent']}"
-            if a["loss"]:
-                ax_loss.plot(*zip(*a["loss"], strict=True), linestyle="--", marker=".", label=name)
-            if a["margins"]:
-                ax_margin.plot(*zip(*a["margins"], strict=True), marker=".", label=name)
-    ax_loss.set_title("training loss per step")
-    ax_margin.set_title("DPO reward margin (chosen - rejected)")
-    for ax in (ax_loss, ax_margin):
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="x-small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    with figure(path, 3, figsize=(15, 4.2)) as (_, (ax_ok, ax_loss, ax_margin)):
+        evals = report["evaluations"]
+        if evals:
+            xs = list(range(len(evals)))
+            rates = [e["success_rate"] or 0.0 for e in evals]
+            err = [[r - e["ci95"][0] for r, e in zip(rates, evals, strict=True)],
+                   [e["ci95"][1] - r for r, e in zip(rates, evals, strict=True)]]
+            ax_ok.bar(xs, rates, yerr=err, capsize=4, color="#4c72b0")
+            ax_ok.set_xticks(xs, [e["label"] for e in evals], rotation=30, ha="right", fontsize="small")
+        ax_ok.set_ylim(0, 1.05)
+        ax_ok.set_title("success rate per evaluation (95% CI)")
+        for s in report["sft"]:
+            if s["loss"]:
+                ax_loss.plot(*zip(*s["loss"], strict=True), label=f"SFT {s['label']}")
+        for d in report["dpo"]:
+            for a in d["agents"]:
+                name = f"DPO {d['label']} a{a['agent']}"
+                if a["loss"]:
+                    ax_loss.plot(*zip(*a["loss"], strict=True), linestyle="--", marker=".", label=name)
+                if a["margins"]:
+                    ax_margin.plot(*zip(*a["margins"], strict=True), marker=".", label=name)
+        ax_loss.set_title("training loss per step")
+        ax_margin.set_title("DPO reward margin (chosen - rejected)")
+        tidy((ax_loss, ax_margin), xlabel="step", legend_size="x-small")
     return path
 
 

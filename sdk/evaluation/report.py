@@ -127,42 +127,41 @@ def plot_results(all_results: Sequence[Mapping[str, Any]], path: str | Path, *, 
     """
     if not all_results:
         raise ConfigError("plot_results needs at least one results dict")
-    try:
-        import matplotlib
+    from collabui._plotting import figure
 
-        matplotlib.use("Agg")  # files only: never open a window, works without a display
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ConfigError("plots need matplotlib; run `pip install matplotlib`") from None
     metric = metric or _primary(all_results)
     group = group or next(iter(all_results[0].get("breakdown") or {}), None)
     keys = list(dict.fromkeys(k for r in all_results for k in ((r.get("breakdown") or {}).get(group) or {})))
     keys.append(_OVERALL)
     width = 0.8 / len(all_results)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(keys) * max(1, len(all_results)) + 2), 4.5))
-    for s, results in enumerate(all_results):
-        rows = {**((results.get("breakdown") or {}).get(group) or {}), _OVERALL: results.get("overall") or {}}
-        values, low, high = [], [], []
-        for key in keys:
-            entry = (rows.get(key) or {}).get(metric) or {}
-            value = entry.get("value")
-            lo, hi = entry.get("ci95") or (value, value)
-            values.append(value or 0.0)
-            low.append(max(0.0, (value or 0.0) - (lo if lo is not None else 0.0)))
-            high.append(max(0.0, (hi if hi is not None else 0.0) - (value or 0.0)))
-        xs = [k + (s - (len(all_results) - 1) / 2) * width for k in range(len(keys))]
-        ax.bar(xs, values, width, yerr=[low, high], capsize=2, label=_label(results))
-    ax.set_xticks(range(len(keys)), keys, rotation=60, ha="right", fontsize=8)
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel(f"{metric} (95% CI)")
-    ax.set_title(f"{all_results[0].get('harness', 'eval')}: {metric} per {str(group).removeprefix('per_')}")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
     target = Path(path).expanduser()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(target, dpi=120)
-    plt.close(fig)
+    size = (max(6.0, 0.5 * len(keys) * max(1, len(all_results)) + 2), 4.5)
+    with figure(target, figsize=size, dpi=120) as (_, ax):
+        for s, results in enumerate(all_results):
+            values, low, high = _bars(results, group, keys, metric)
+            xs = [k + (s - (len(all_results) - 1) / 2) * width for k in range(len(keys))]
+            ax.bar(xs, values, width, yerr=[low, high], capsize=2, label=_label(results))
+        ax.set_xticks(range(len(keys)), keys, rotation=60, ha="right", fontsize=8)
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel(f"{metric} (95% CI)")
+        ax.set_title(f"{all_results[0].get('harness', 'eval')}: {metric} per {str(group).removeprefix('per_')}")
+        ax.legend(fontsize=8)
     return target
+
+
+def _bars(results: Mapping[str, Any], group: str | None, keys: Sequence[str], metric: str,
+          ) -> tuple[list[float], list[float], list[float]]:
+    """Bar heights and error-bar extents (below, above) of ``metric`` for ``keys``."""
+    rows = {**((results.get("breakdown") or {}).get(group) or {}), _OVERALL: results.get("overall") or {}}
+    values, low, high = [], [], []
+    for key in keys:
+        entry = (rows.get(key) or {}).get(metric) or {}
+        value = entry.get("value")
+        lo, hi = entry.get("ci95") or (value, value)
+        values.append(value or 0.0)
+        low.append(max(0.0, (value or 0.0) - (lo if lo is not None else 0.0)))
+        high.append(max(0.0, (hi if hi is not None else 0.0) - (value or 0.0)))
+    return values, low, high
 
 
 def compare(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[dict[str, Any]]:
