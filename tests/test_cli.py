@@ -76,10 +76,11 @@ def test_endpoint_that_does_not_answer_ends_with_one_line_and_a_valid_trace(caps
 @pytest.mark.model
 @pytest.mark.slow
 def test_cli_runs_the_embedded_team_on_miniwob(tmp_path):
-    """The README's main job, scaled down: real Chromium, real MiniWoB++, real SmolLM2."""
+    """The README's main job, scaled down: real Chromium, real MiniWoB++, real SmolLM2; with
+    --guided-json, so the local guided decoding runs in a real team too."""
     cmd = [sys.executable, "-m", "collabui.cli", "run", "--env", "miniwob/click-button", "--agents", "2",
-           "--rounds", "2", "--episodes", "1", "--max-steps", "1", "--max-new-tokens", "40",
-           "--trace-dir", str(tmp_path)]
+           "--rounds", "2", "--episodes", "1", "--max-steps", "1", "--max-new-tokens", "48",
+           "--trace-dir", str(tmp_path), "--guided-json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "2-round action matrix" in proc.stdout and "vote:" in proc.stdout and "summary" in proc.stdout
@@ -87,6 +88,9 @@ def test_cli_runs_the_embedded_team_on_miniwob(tmp_path):
     trace = read_trace(trace_file)
     assert trace.complete and len(trace.steps) == 1
     assert len(trace.steps[0]["proposals"]) == 2 and len(trace.steps[0]["proposals"][0]) == 2
+    proposals = [p for row in trace.steps[0]["proposals"] for p in row]
+    assert all(p["raw"].startswith('{"action":{"action":"') for p in proposals), [p["raw"] for p in proposals]
+    assert all(p["parse_error"] is None for p in proposals), [p["raw"] for p in proposals]
 
 
 def test_devices_lists_phones(capsys, monkeypatch):
