@@ -172,10 +172,16 @@ class MiniWoBEnv(BrowserDevice):
         page = await self._task_page()
         started = await page.evaluate(_START, {"seed": seed,
                                                "maxTime": int(self.episode_max_time_s * 1000)})
-        await page.wait_for_function("() => WOB_TASK_READY !== false")
+        # Starting a task is a page-level wait, not an element action: a loaded machine can
+        # take longer than the 2 s action timeout (seen when evaluations share the CPU).
+        await page.wait_for_function("() => WOB_TASK_READY !== false", timeout=self._page_timeout_ms)
         self._task = options.get("task") or started["utterance"]
         self._fields, self._seed, self._reported = started["fields"], seed, False
         return await self._observe()
+
+    @property
+    def _page_timeout_ms(self) -> float:
+        return self.config.navigation_timeout_s * 1000
 
     async def _task_page(self) -> Any:
         """The task page, ready for a new episode.
@@ -201,7 +207,7 @@ class MiniWoBEnv(BrowserDevice):
         if not ready:
             try:
                 await page.goto(str(self.url), wait_until="load")
-                await page.wait_for_function(_READY)
+                await page.wait_for_function(_READY, timeout=self._page_timeout_ms)
             except PlaywrightError as exc:
                 self._raise_if_dead(exc)
                 raise DeviceError(f"the MiniWoB task page did not load: {str(exc).splitlines()[0]}; "

@@ -63,6 +63,8 @@ def _add_compare(sub: Any) -> None:
     p.add_argument("a", help="results.json of A (the reference)")
     p.add_argument("b", help="results.json of B")
     p.add_argument("--out", default=None, help="also write the table: FILE.md (Markdown) or FILE.json")
+    p.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="also draw A and B side by side per task/action type (needs matplotlib)")
 
 
 def _add_autowebbench(sub: Any) -> None:
@@ -146,4 +148,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         print("no metric is shared by A and B (different harnesses?)", file=sys.stderr)
     if args.out:
         print(f"written {write_compare(rows, args.out, a=a, b=b)}", file=sys.stderr)
+    if args.plot:
+        from collabui.evaluation.report import plot_results
+
+        print(f"written {plot_results([a, b], args.plot)}", file=sys.stderr)
     return 0

@@ -13,6 +13,7 @@ or the gain of system b over system a on one setting.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,9 @@ def load_results(path: str | Path) -> dict[str, Any]:
 
 def _label(results: Mapping[str, Any]) -> str:
     system = results.get("system") or {}
-    return str(system.get("label") or system.get("model") or "system")
+    label = str(system.get("label") or system.get("model") or "system")
+    # A server's address says nothing about the system and crowds legends: openai:m@URL -> openai:m
+    return re.sub(r"@https?://\S+", "", label)
 
 
 def _fmt(value: Any, digits: int = 3) -> str:

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from collabui.devices.base import Device
-from collabui.errors import ConfigError, TraceError
+from collabui.errors import ConfigError, DeviceError, TraceError
 
 __all__ = [
     "EpisodeSpec",
@@ -104,6 +104,15 @@ class EnvPool:
 
                 self._devices[key] = make_env(f"{self.prefix}/{task}", **self.options)
         return self._devices[key]
+
+    def replace(self, task: str) -> Device:
+        """Close the device ``task`` uses (after an infrastructure failure) and open a new one."""
+        key = task if self.factory is not None else "*"
+        device = self._devices.pop(key, None)
+        if device is not None:
+            with contextlib.suppress(Exception):  # it already failed; closing is best effort
+                device.close()
+        return self.get(task)
 
     def sibling(self) -> EnvPool:
         """An empty pool of the same family and factory (one per concurrent worker)."""
@@ -283,7 +292,12 @@ def _run_one(team: Any, spec: EpisodeSpec, envs: EnvPool, trace_dir: Path,
              extra: RecordExtra | None) -> dict[str, Any]:
     device = _start(spec, envs, trace_dir)
     started = time.perf_counter()
-    device.reset(seed=spec.seed, options={"task_name": spec.task})  # switch task in place
+    try:
+        device.reset(seed=spec.seed, options={"task_name": spec.task})  # switch task in place
+    except DeviceError as exc:  # once more on a fresh browser; a second failure is real
+        _say_retry(spec, exc)
+        device = envs.replace(spec.task)
+        device.reset(seed=spec.seed, options={"task_name": spec.task})
     result = team.run(None, device, seed=spec.seed, trace=trace_dir, episode_id=spec.episode_id,
                       env_name=f"{envs.prefix}/{spec.task}")
     return _record(spec, result, started, trace_dir, extra)
@@ -293,10 +307,19 @@ async def _arun_one(team: Any, spec: EpisodeSpec, envs: EnvPool, trace_dir: Path
                     extra: RecordExtra | None) -> dict[str, Any]:
     device = _start(spec, envs, trace_dir)  # building a device is cheap; Chromium starts in reset
     started = time.perf_counter()
-    await device.areset(seed=spec.seed, options={"task_name": spec.task})
+    try:
+        await device.areset(seed=spec.seed, options={"task_name": spec.task})
+    except DeviceError as exc:
+        _say_retry(spec, exc)
+        device = envs.replace(spec.task)
+        await device.areset(seed=spec.seed, options={"task_name": spec.task})
     result = await team.arun(None, device, seed=spec.seed, trace=trace_dir,
                              episode_id=spec.episode_id, env_name=f"{envs.prefix}/{spec.task}")
     return _record(spec, result, started, trace_dir, extra)
+
+
+def _say_retry(spec: EpisodeSpec, exc: Exception) -> None:
+    print(f"[{spec.episode_id}] reset failed ({exc}); retrying on a fresh browser", file=sys.stderr, flush=True)
 
 
 def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

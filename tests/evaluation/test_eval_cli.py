@@ -67,7 +67,9 @@ def test_compare_prints_deltas_and_writes_markdown(tmp_path, capsys):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps(_results("single agent", (1, 0))))
     b.write_text(json.dumps(_results("team 4x3", (2, 1))))
-    assert main(["eval", "compare", str(a), str(b), "--out", str(tmp_path / "d.md")]) == 0
+    assert main(["eval", "compare", str(a), str(b), "--out", str(tmp_path / "d.md"),
+                 "--plot", str(tmp_path / "ab.png")]) == 0
+    assert (tmp_path / "ab.png").stat().st_size > 0
     out = capsys.readouterr().out
     assert "A = single agent" in out and "B = team 4x3" in out
     overall = next(line for line in out.splitlines() if line.startswith("overall"))

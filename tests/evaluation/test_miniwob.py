@@ -177,6 +177,38 @@ def test_baselines_default_to_a_single_agent_and_models_to_the_paper_team():
         MiniWoBEvalConfig(concurrency=0)
 
 
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_a_failed_reset_is_retried_on_a_fresh_device(tmp_path, concurrency, capsys):
+    from collabui.errors import DeviceError
+
+    devices, failed = [], []
+
+    def make(name):
+        device = _fake_factory(devices)(name)
+        if not failed:  # the first device ever made breaks at reset, like a timed-out task page
+            failed.append(device)
+
+            def broken(*args, **kwargs):
+                raise DeviceError("browser operation failed: Page.wait_for_function: Timeout 2000ms exceeded.")
+
+            device.reset, device.areset = broken, _async(broken)
+        return device
+
+    model = ScriptedChatModel(lambda r: OK)
+    results = evaluate_miniwob(_config(tasks="click-button", episodes=2, concurrency=concurrency), tmp_path,
+                               model=model, env_factory=make, progress=False)
+    assert results["overall"]["success_rate"]["successes"] == 2 and results["counts"]["errors"] == 0
+    assert failed[0].closed and failed[0] not in devices[1:], "the broken device was closed and replaced"
+    assert "reset failed" in capsys.readouterr().err
+
+
+def _async(fn):
+    async def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
 def test_unparsable_proposals_are_counted(tmp_path):
     model = ScriptedChatModel(lambda r: "I would click OK")
     results = evaluate_miniwob(_config(tasks="click-button", episodes=1), tmp_path, model=model,

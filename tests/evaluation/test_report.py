@@ -139,3 +139,10 @@ def test_load_results_errors_are_one_line(tmp_path):
         load_results(tmp_path / "other.json")
     (tmp_path / "ok.json").write_text(json.dumps(A))
     assert load_results(tmp_path / "ok.json") == A
+
+
+def test_labels_drop_the_server_address():
+    from collabui.evaluation.report import render_markdown
+
+    results = {"harness": "miniwob", "system": {"label": "openai:smollm2@http://127.0.0.1:8011/v1 single agent"}}
+    assert render_markdown(results).splitlines()[0] == "# miniwob: openai:smollm2 single agent"
