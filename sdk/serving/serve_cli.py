@@ -60,7 +60,7 @@ def add_serve_command(subparsers: Any) -> argparse.ArgumentParser:
     serve.add_argument("--adapters", default=None, help="a folder of LoRA adapter folders, or name=path,name=path")
     serve.add_argument("--port", type=int, default=None, help="TCP port on 127.0.0.1 (default: a free one)")
     serve.add_argument("--kv-cache-gib", type=int, default=None, help="VLLM_CPU_KVCACHE_SPACE (default: sized from free RAM)")
-    serve.add_argument("--max-model-len", type=int, default=2048, help="context length (default 2048)")
+    serve.add_argument("--max-model-len", type=int, default=None, help="context length (default: the model's own)")
     serve.add_argument("--block-size", type=int, default=32,
                        help="KV-cache block size; prefix caching reuses whole blocks (default 32; vLLM-CPU's own is 128)")
     serve.add_argument("--enforce-eager", action="store_true", help="faster start-up (~35 s on CPU), slower decoding")

@@ -127,7 +127,9 @@ class VLLMServer:
         served_name: the base model's name in requests (default: ``smollm2`` or the folder name).
         kv_cache_gib: ``VLLM_CPU_KVCACHE_SPACE``; None keeps an already set one, else sizes it
             from the free RAM (an eighth, 1 to 8 GiB).
-        max_model_len: context length (prompt + output tokens).
+        max_model_len: context length (prompt + output tokens); None: the model's own (SmolLM2:
+            8192). A cap below the prompts fails those requests: 2048 rejected 5 of the first 60
+            AutoWebBench pages.
         dtype: weights' dtype on the server; ``"auto"`` (default): bfloat16 on GPUs and on CPUs
             with native bf16 (AVX512-BF16 or AMX), float32 on other CPUs, where vLLM emulates
             bf16 (measured on a 2-core AVX-512 CPU: batch of 4 in 7.3 s bf16 vs 2.7 s fp32).
@@ -160,7 +162,7 @@ class VLLMServer:
     host: str = "127.0.0.1"
     served_name: str | None = None
     kv_cache_gib: int | None = None
-    max_model_len: int = 2048
+    max_model_len: int | None = None
     dtype: str = "auto"
     enforce_eager: bool = False
     max_lora_rank: int | None = None
@@ -295,7 +297,9 @@ class VLLMServer:
         python = Path(self.python) if self.python else vllm_python(self.venv)
         cmd = [str(python), "-m", _ENTRY, "--model", str(self.model_dir()),
                "--served-model-name", self.name, "--host", self.host, "--port", str(self.port),
-               "--dtype", self.resolved_dtype(), "--max-model-len", str(self.max_model_len)]
+               "--dtype", self.resolved_dtype()]
+        if self.max_model_len is not None:
+            cmd += ["--max-model-len", str(self.max_model_len)]
         cmd.append("--enable-prefix-caching" if self.prefix_caching else "--no-enable-prefix-caching")
         if self.block_size is not None:
             cmd += ["--block-size", str(self.block_size)]

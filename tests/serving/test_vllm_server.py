@@ -28,6 +28,7 @@ def _alive(pid: int) -> bool:
 def test_command_line(fake_model: Path, tmp_path: Path) -> None:
     adapters = make_adapters(tmp_path / "ad", 2, rank=12)
     server = VLLMServer(str(fake_model), adapters=adapters, port=8123, enforce_eager=True, dtype="bfloat16",
+                        max_model_len=2048,
                         kv_cache_gib=3, python="/x/bin/python", extra_args=["--seed", "1"])
     cmd = server.command()
     assert cmd[:3] == ["/x/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
@@ -48,7 +49,7 @@ def test_defaults_without_adapters(fake_model: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("COLLABUI_VLLM_VENV", str(tmp_path / "venv"))
     server = VLLMServer(str(fake_model), port=1, prefix_caching=False, compact_json=False, block_size=None)
     cmd = server.command()
-    assert "--block-size" not in cmd
+    assert "--block-size" not in cmd and "--max-model-len" not in cmd, "the model's own context"
     assert "--structured-outputs-config" not in cmd
     assert cmd[0] == str(tmp_path / "venv" / "bin" / "python")
     assert "--enable-lora" not in cmd and "--enforce-eager" not in cmd
