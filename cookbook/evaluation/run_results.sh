@@ -35,6 +35,14 @@ $C eval autowebbench --data "$DATA/en/ind.json" --model "$M" --limit 60 --quiet 
 $C eval autowebbench --data "$DATA/zh/ind.json" --model "$M" --agents 1 --rounds 1 --limit 60 --quiet \
     --out "$OUT/awb-zh-single"
 
+# The same parse-failure pair on the local backend (transformers; llguidance when guided).
+$C eval miniwob --tasks easy --episodes 1 --model smollm2 --agents 4 --rounds 1 --max-steps 3 \
+    --out "$OUT/local-4x1-free"
+$C eval miniwob --tasks easy --episodes 1 --model smollm2 --agents 4 --rounds 1 --max-steps 3 --guided-json \
+    --out "$OUT/local-4x1-guided"
+# All 349 en records, single agent (the first 60 above are reused).
+$C eval autowebbench --data "$DATA/en/ind.json" --model "$M" --agents 1 --rounds 1 --quiet --out "$OUT/awb-en-single"
+
 $C eval compare "$OUT/miniwob-single/results.json" "$OUT/miniwob-team-4x3/results.json" \
     --plot "$OUT/miniwob_single_vs_team.png"
 $C eval compare "$OUT/miniwob-4x1-free/results.json" "$OUT/miniwob-4x1-guided/results.json"

@@ -27,7 +27,7 @@ def test_the_script_is_valid_bash() -> None:
 
 def test_every_command_parses() -> None:
     commands = _commands()
-    assert len(commands) == 10, commands
+    assert len(commands) == 13, commands
     parser = build_parser()
     for argv in commands:
         assert argv[0] == "collabui"
