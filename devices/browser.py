@@ -17,6 +17,7 @@ import atexit
 import concurrent.futures
 import contextlib
 import dataclasses
+import hashlib
 import os
 import shutil
 import threading
@@ -80,6 +81,13 @@ class BrowserConfig:
         navigation_timeout_s: longest wait for a page load.
         extra_args: more Chromium command-line flags.
         max_text: longest text run kept in the simplified HTML.
+        element_format: how ``Observation.text`` shows the page: ``"html"`` (simplified HTML,
+            ``<button[B]| Ok>``) or ``"text-first"`` (one line per item, ``button "Ok" [B]``).
+        shuffle_elements: shuffle runs of sibling elements and draw ids at random, so no
+            policy can win by position or id habits (see ``js/simplify.js``). Seeded: the same
+            seed and the same calls since ``reset()`` give byte-identical observations.
+        shuffle_seed: base seed of the shuffle, mixed with the number of observations taken
+            since ``reset()`` (MiniWoB also mixes in the episode seed).
     """
 
     executable_path: str | None = None
@@ -92,6 +100,9 @@ class BrowserConfig:
     navigation_timeout_s: float = 30.0
     extra_args: tuple[str, ...] = ()
     max_text: int = 300
+    element_format: str = "html"
+    shuffle_elements: bool = False
+    shuffle_seed: int = 0
 
     def __post_init__(self) -> None:
         vp = self.viewport
@@ -104,6 +115,13 @@ class BrowserConfig:
             value = getattr(self, name)
             if not isinstance(value, int | float) or value <= 0:
                 raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+        if self.element_format not in simplify.ELEMENT_FORMATS:
+            raise ConfigError(f"element_format must be one of {list(simplify.ELEMENT_FORMATS)}, "
+                              f"got {self.element_format!r}")
+        if not isinstance(self.shuffle_elements, bool):
+            raise ConfigError(f"shuffle_elements must be True or False, got {self.shuffle_elements!r}")
+        if isinstance(self.shuffle_seed, bool) or not isinstance(self.shuffle_seed, int):
+            raise ConfigError(f"shuffle_seed must be an integer, got {self.shuffle_seed!r}")
 
     @classmethod
     def build(cls, config: BrowserConfig | None = None, **overrides: Any) -> BrowserConfig:
@@ -185,6 +203,8 @@ class BrowserDevice(Device):
         self._dead: str | None = None
         self._task: str | None = self.config.task
         self._page_globals: dict[str, Any] = {}
+        #: Observations taken since the last reset (one of the shuffle seed's parts).
+        self._observations = 0
         _LIVE.add(self)
 
     # ---- sync / async plumbing -------------------------------------------------------------
@@ -349,6 +369,7 @@ class BrowserDevice(Device):
         if self._browser is None:
             await self._launch()
         await self._new_context()
+        self._observations = 0
         self._task = options.get("task", self.config.task)
         error = await self._goto(_normalize_url(str(url)))
         if error:
@@ -381,6 +402,7 @@ class BrowserDevice(Device):
 
         page = self._current_page()
         script, options = self._walk()
+        self._observations += 1
         for attempt in range(3):
             try:
                 await page.wait_for_load_state("domcontentloaded")
@@ -400,16 +422,30 @@ class BrowserDevice(Device):
             current_tab=pages.index(page) if page in pages else 0,
             viewport=simplify.format_viewport(snap["scrollY"], snap["innerHeight"],
                                               snap["scrollHeight"]),
-            last_action_error=error, screenshot=shot, extra={"elements": snap["count"]})
+            last_action_error=error, screenshot=shot, extra=self._snapshot_extra(snap))
 
     def _walk(self) -> tuple[str, dict[str, Any]]:
         """The in-page walk (function source, argument) whose result ``_observe`` reads."""
+        c = self.config
         return simplify.walk_script(), simplify.walk_options(
-            skip=self.skip_selectors, globals_=self.page_globals, max_text=self.config.max_text)
+            skip=self.skip_selectors, globals_=self.page_globals, max_text=c.max_text,
+            shuffle=c.shuffle_elements, seed=_mix_seed(*self._shuffle_key()))
+
+    def _shuffle_key(self) -> tuple[Any, ...]:
+        """What the shuffle seed of the next observation derives from (see BrowserConfig)."""
+        return (self.config.shuffle_seed, self._observations)
 
     def _snapshot_text(self, snap: dict[str, Any]) -> str:
-        """The observation text of one walk result."""
-        return snap["text"]
+        """The observation text of one walk result, in ``config.element_format``."""
+        return simplify.render(snap["tree"], self.config.element_format)
+
+    def _snapshot_extra(self, snap: dict[str, Any]) -> dict[str, Any]:
+        """``Observation.extra`` of one walk result: ``elements`` (how many interactive
+        elements are listed) and ``tree`` (the walk's element tree, see ``simplify.Node``)."""
+        extra: dict[str, Any] = {"elements": snap["count"]}
+        if "tree" in snap:  # subclasses with their own walk have no tree
+            extra["tree"] = snap["tree"]
+        return extra
 
     async def _screenshot(self, page: Any) -> bytes:
         return await page.screenshot()
@@ -424,6 +460,11 @@ class BrowserDevice(Device):
         error, info = await self._execute(action)
         observation = await self._observe(error)
         return StepOutcome(observation, 0.0, bool(action.terminal), info)
+
+
+def _mix_seed(*parts: Any) -> int:
+    """A stable 32-bit seed from ``parts`` (sha256 of their repr; never Python's salted hash)."""
+    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:4], "big")
 
 
 def _require_action(action: Any) -> Action:

@@ -177,6 +177,7 @@ class MiniWoBEnv(BrowserDevice):
         await page.wait_for_function("() => WOB_TASK_READY !== false", timeout=self._page_timeout_ms)
         self._task = options.get("task") or started["utterance"]
         self._fields, self._seed, self._reported = started["fields"], seed, False
+        self._observations = 0
         return await self._observe()
 
     @property
@@ -227,6 +228,12 @@ class MiniWoBEnv(BrowserDevice):
             url = url[len(self._server.base_url):]
         return dataclasses.replace(observation, extra=extra, url=url)
 
+    def _shuffle_key(self) -> tuple[Any, ...]:
+        # The task and episode seed too: every episode gets its own order, and a replay of one
+        # seed with the same actions sees the same observations (an environment-verified critic
+        # relies on that).
+        return (self.config.shuffle_seed, self.task_name, self._seed, self._observations)
+
     async def _screenshot(self, page: Any) -> bytes:
         width, height = TASK_AREA
         return await page.screenshot(clip={"x": 0, "y": 0, "width": width, "height": height})
@@ -270,4 +277,5 @@ class MiniWoBEnv(BrowserDevice):
     def describe(self) -> Mapping[str, Any]:
         """Identity of the environment, for traces."""
         return {"env": f"{self.env_prefix}/{self.task_name}", "episode_max_time_s": self.episode_max_time_s,
-                "viewport": list(self.config.viewport)}
+                "viewport": list(self.config.viewport), "element_format": self.config.element_format,
+                "shuffle_elements": self.config.shuffle_elements}

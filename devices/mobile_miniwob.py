@@ -109,6 +109,10 @@ class MiniWoBMobileEnv(MiniWoBEnv):
                 or long_press_s <= 0:
             raise ConfigError(f"long_press_s must be a positive number, got {long_press_s!r}")
         super().__init__(task, episode_max_time_s=episode_max_time_s, config=config, **overrides)
+        if self.config.shuffle_elements or self.config.element_format != "html":
+            # This env renders its own indexed list: the web-page options would silently do nothing.
+            raise ConfigError("element_format and shuffle_elements apply to web pages; "
+                              "miniwob-mobile shows an indexed element list")
         self.device_name, self.long_press_s = device, float(long_press_s)
         self._elements: list[UIElement] = []
 

@@ -81,13 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="constrain answers to the action space's JSON schema (vLLM structured outputs on "
                           "openai: servers, llguidance for local models)")
     _add_team_options(run)
+    from collabui.eval_cli import add_eval_command, add_page_options
+
+    add_page_options(run)
     sub.add_parser("envs", help="list the environments")
     sub.add_parser("devices", help="list attached Android phones (adb)")
     from collabui.training.cli import add_train_commands
 
     add_train_commands(sub)
-    from collabui.eval_cli import add_eval_command
-
     add_eval_command(sub)
     from collabui.serving.serve_cli import add_serve_command
 
@@ -120,6 +121,7 @@ def _cmd_devices() -> int:
 def _make_device(args: argparse.Namespace, config: TeamConfig):
     from collabui.devices.registry import make_env
 
+    page = _page_options(args)
     if args.env == "android":
         if not args.task:
             raise ConfigError("--env android needs --task TEXT: a phone has no built-in task")
@@ -129,8 +131,19 @@ def _make_device(args: argparse.Namespace, config: TeamConfig):
     if args.url:
         if not args.task:
             raise ConfigError("--url needs --task TEXT: the team must know what to do on the page")
-        return make_env("web", url=args.url, task=args.task, screenshots=config.screenshots)
-    return make_env(args.env, screenshots=config.screenshots)
+        return make_env("web", url=args.url, task=args.task, screenshots=config.screenshots, **page)
+    return make_env(args.env, screenshots=config.screenshots, **page)
+
+
+def _page_options(args: argparse.Namespace) -> dict[str, object]:
+    """``--element-format`` / ``--shuffle-elements`` as browser options (web pages only)."""
+    page = {"element_format": args.element_format, "shuffle_elements": args.shuffle_elements}
+    if args.env and args.env != "web" and not args.env.startswith("miniwob/"):
+        if args.shuffle_elements or args.element_format != "html":
+            raise ConfigError("--element-format and --shuffle-elements apply to web pages "
+                              "(--url, miniwob/...); this environment shows its own element list")
+        return {}
+    return page
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_eval_command", "run_eval_command"]
+__all__ = ["add_eval_command", "run_eval_command", "add_page_options"]
 
 
 def add_eval_command(subparsers: Any) -> None:
@@ -54,8 +54,21 @@ def _add_miniwob(sub: Any) -> None:
                    help="agents' prompt: react | compact (as the model was trained; default react)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="generation budget per agent call (default 64)")
     p.add_argument("--guided-json", action="store_true", help=GUIDED_HELP)
+    add_page_options(p)
     p.add_argument("--out", required=True, help="run folder: results.json, summary.md, traces/, episodes.jsonl")
     p.add_argument("--plot", action="store_true", help="also write plot.png (needs matplotlib)")
+
+
+def add_page_options(parser: argparse.ArgumentParser) -> None:
+    """``--element-format`` and ``--shuffle-elements``: how web pages are shown to the agents."""
+    from collabui.devices.simplify import ELEMENT_FORMATS
+
+    parser.add_argument("--element-format", choices=ELEMENT_FORMATS, default="html",
+                        help="page text: html (<button[B]| Ok>) or text-first (one line per item, "
+                             'button "Ok" [B]; fewer tokens) (default html)')
+    parser.add_argument("--shuffle-elements", action="store_true",
+                        help="shuffle sibling elements and draw element ids at random (seeded by "
+                             "the episode), so no policy wins by position habits")
 
 
 def _add_compare(sub: Any) -> None:
@@ -104,10 +117,13 @@ def _miniwob_command(args: argparse.Namespace) -> str:
         parts += ["--prompt-style", args.prompt_style]
     if args.max_new_tokens != 64:
         parts += ["--max-new-tokens", str(args.max_new_tokens)]
+    if args.element_format != "html":
+        parts += ["--element-format", args.element_format]
     for name, value in _team_options(args).items():
         flag = "--" + name.replace("_", "-")
         parts += [flag] if value is True else [flag, ",".join(map(str, value)) if isinstance(value, tuple) else str(value)]
     parts += [flag for flag, on in (("--guided-json", args.guided_json), ("--mobile", args.mobile),
+                                    ("--shuffle-elements", args.shuffle_elements),
                                     ("--plot", args.plot)) if on]
     return shlex.join(parts)
 
@@ -129,6 +145,8 @@ def _cmd_miniwob(args: argparse.Namespace) -> int:
                                topology=args.topology, mobile=args.mobile, max_steps=args.max_steps,
                                concurrency=args.concurrency, prompt_style=args.prompt_style,
                                max_new_tokens=args.max_new_tokens, guided_json=args.guided_json,
+                               element_format=args.element_format,
+                               shuffle_elements=args.shuffle_elements,
                                team_options=_team_options(args))
     evaluate_miniwob(config, args.out, plot=args.plot, command=_miniwob_command(args))
     print(Path(args.out) / "summary.md")

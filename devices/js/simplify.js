@@ -1,13 +1,23 @@
-// collabui: one-round-trip DOM walk producing AutoWebBench-style simplified HTML.
+// collabui: one-round-trip DOM walk producing the tree behind AutoWebBench-style simplified HTML.
 //
 // Called as `page.evaluate(SOURCE, opts)`; SOURCE is this file (an arrow function expression).
-// opts = {skip: [css selectors], globals: [window var names], maxText: int, maxOptions: int}
-// Returns {text, count, url, title, scrollY, innerHeight, scrollHeight, globals}.
+// opts = {skip: [css selectors], globals: [window var names], maxText: int, maxOptions: int,
+//         shuffle: bool, seed: uint32}
+// Returns {tree, count, url, title, scrollY, innerHeight, scrollHeight, globals}.
 //
-// Format: `<tag| text children>`; interactive elements get a short upper-case id
-// (`<button[B]| Submit>`), written to the element as data-collabui-id so actions find it.
+// tree: null (nothing visible) or a node {tag, id, parts}: `tag` is the lower-case tag name
+// ('' for an anonymous group), `id` the short upper-case id of an interactive element (else
+// null), `parts` its text runs (strings) and child nodes in order. Python renders it
+// (collabui.devices.simplify: `<tag[ID]| text children>`, or text-first lines); the ids are
+// written to the elements as data-collabui-id so actions find them.
 // Non-interactive wrappers without own text collapse into their child (one child) or into an
-// anonymous group `< a b >` (several children); invisible elements are dropped.
+// anonymous group (several children); invisible elements are dropped.
+//
+// opts.shuffle: (1) within every node, each maximal run of consecutive interactive child nodes
+// is shuffled, except that a label holding only text and a form field right after a text run or
+// such a label stay in place (they read as "field labelled X"); (2) ids are drawn at random from
+// A, B, ..., Z, AA, ... (a pool of max(26, 2 x count)) instead of being handed out in document
+// order. Both use mulberry32(opts.seed), so one seed gives one observation.
 (opts) => {
   const SKIP_TAGS = new Set(['SCRIPT', 'STYLE', 'NOSCRIPT', 'TEMPLATE', 'HEAD', 'META', 'LINK',
     'BR', 'HR', 'WBR', 'PARAM', 'SOURCE', 'TRACK', 'OPTION', 'OPTGROUP', 'DATALIST', 'CANVAS']);
@@ -148,9 +158,7 @@
     return {tag, parts};
   };
 
-  let n = 0;
-  const nextId = () => {
-    let i = n++;
+  const idOf = (i) => {
     let s = '';
     do {
       s = String.fromCharCode(65 + (i % 26)) + s;
@@ -159,30 +167,83 @@
     return s;
   };
 
-  const render = (node) => {
-    if (typeof node === 'string') return node;
-    let head = '<' + node.tag.toLowerCase();
-    if (node.inter) {
-      const id = nextId();
-      node.el.setAttribute('data-collabui-id', id);
-      head += '[' + id + ']';
+  // mulberry32: a tiny seeded PRNG, so a seed fixes the shuffle in any browser.
+  let state = (opts.seed || 0) >>> 0;
+  const random = () => {
+    state = (state + 0x6D2B79F5) >>> 0;
+    let t = Math.imul(state ^ (state >>> 15), 1 | state);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  const shuffleRange = (arr, lo, hi) => {  // Fisher-Yates on arr[lo:hi]
+    for (let i = hi - 1; i > lo; i--) {
+      const j = lo + Math.floor(random() * (i - lo + 1));
+      [arr[i], arr[j]] = [arr[j], arr[i]];
     }
-    const body = node.parts.map(render).join(' ');
-    const last = node.parts[node.parts.length - 1];
-    const tail = last !== undefined && typeof last !== 'string' ? ' >' : '>';
-    if (node.tag === '') return '< ' + body + ' >';
-    return head + '| ' + body + tail;
   };
 
+  const isNode = (p) => typeof p !== 'string';
+  const hasInteractive = (node) => node.parts.some((p) => isNode(p) && (p.inter ||
+    hasInteractive(p)));
+  // A label without a control inside names the field next to it: it reads like text.
+  const textLabel = (p) => isNode(p) && p.tag === 'LABEL' && !hasInteractive(p);
+  const readsAsText = (p) => !isNode(p) || !p.inter || textLabel(p);
+  const FIELD_TAGS = new Set(['INPUT', 'SELECT', 'TEXTAREA']);
+  const movable = (parts, i) => {
+    const p = parts[i];
+    if (!isNode(p) || !p.inter || textLabel(p)) return false;
+    return !(FIELD_TAGS.has(p.tag) && i > 0 && readsAsText(parts[i - 1]));
+  };
+
+  const shuffleSiblings = (node) => {
+    if (!isNode(node)) return;
+    const parts = node.parts;
+    let start = 0;
+    for (let i = 0; i <= parts.length; i++) {
+      if (i < parts.length && movable(parts, i)) continue;
+      if (i - start > 1) shuffleRange(parts, start, i);
+      start = i + 1;
+    }
+    parts.forEach(shuffleSiblings);
+  };
+
+  // Interactive nodes in document (pre-)order: the order ids were always handed out in.
+  const interactiveNodes = (node, out) => {
+    if (!isNode(node)) return out;
+    if (node.inter) out.push(node);
+    for (const p of node.parts) interactiveNodes(p, out);
+    return out;
+  };
+
+  const assignIds = (nodes) => {
+    let ids = nodes.map((_, i) => i);
+    if (opts.shuffle) {
+      // A pool twice as large as needed: neither the ids nor their order follow the layout.
+      const pool = Array.from({length: Math.max(26, 2 * nodes.length)}, (_, i) => i);
+      shuffleRange(pool, 0, pool.length);
+      ids = pool.slice(0, nodes.length);
+    }
+    nodes.forEach((node, k) => {
+      node.id = idOf(ids[k]);
+      node.el.setAttribute('data-collabui-id', node.id);
+    });
+  };
+
+  const toJson = (node) => isNode(node)
+    ? {tag: node.tag.toLowerCase(), id: node.id || null, parts: node.parts.map(toJson)}
+    : node;
+
   const root = walk(document.body || document.documentElement, false);
-  const text = root === null ? '' : render(root);
+  if (root !== null && opts.shuffle) shuffleSiblings(root);
+  const listed = root === null ? [] : interactiveNodes(root, []);
+  assignIds(listed);
   const globals = {};
   for (const g of opts.globals || []) {
     try { globals[g] = window[g] === undefined ? null : window[g]; } catch (e) { globals[g] = null; }
   }
   return {
-    text,
-    count: n,
+    tree: root === null ? null : toJson(root),
+    count: listed.length,
     url: location.href,
     title: document.title,
     scrollY: window.scrollY,

@@ -93,7 +93,9 @@ class MiniWoBEvalConfig:
     ``lexical`` baselines, else the paper's 4x3.
 
     ``guided_json`` constrains every answer to the action space's JSON answer schema (vLLM
-    structured outputs on ``openai:`` servers, llguidance locally). ``team_options`` sets any
+    structured outputs on ``openai:`` servers, llguidance locally). ``element_format``
+    (``html`` | ``text-first``) and ``shuffle_elements`` set how the web pages are shown (see
+    :class:`~collabui.devices.browser.BrowserConfig`); the mobile tasks have their own list. ``team_options`` sets any
     other :class:`~collabui.config.TeamConfig` field (``temperatures``, ``vote``,
     ``max_observation_chars``...), as ``collabui run`` flags do.
     """
@@ -112,6 +114,8 @@ class MiniWoBEvalConfig:
     prompt_style: str = "react"
     max_new_tokens: int = 64
     guided_json: bool = False
+    element_format: str = "html"
+    shuffle_elements: bool = False
     team_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -120,10 +124,31 @@ class MiniWoBEvalConfig:
         if self.prompt_style not in PROMPT_STYLES:
             raise ConfigError(f"prompt_style must be one of {list(PROMPT_STYLES)}, got {self.prompt_style!r}")
         _check_team_options(self.team_options, *self.team_shape())
+        self._check_page_options()
         for name in ("episodes", "max_steps", "concurrency", "n_agents", "rounds", "max_new_tokens"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+
+    def _check_page_options(self) -> None:
+        from collabui.devices.simplify import ELEMENT_FORMATS
+
+        if self.element_format not in ELEMENT_FORMATS:
+            raise ConfigError(f"element_format must be one of {list(ELEMENT_FORMATS)}, "
+                              f"got {self.element_format!r}")
+        if not isinstance(self.shuffle_elements, bool):
+            raise ConfigError(f"shuffle_elements must be True or False, got {self.shuffle_elements!r}")
+        if self.mobile and (self.shuffle_elements or self.element_format != "html"):
+            # The phone tasks show an indexed element list: a silent no-op would mislabel results.
+            raise ConfigError("element_format and shuffle_elements apply to web pages; the mobile "
+                              "tasks show their own element list (drop --mobile or those flags)")
+
+    def env_options(self) -> dict[str, Any]:
+        """Keyword arguments for ``make_env`` of every episode's device."""
+        options: dict[str, Any] = {"screenshots": bool(self.team_options.get("screenshots"))}
+        if not self.mobile:
+            options.update(element_format=self.element_format, shuffle_elements=self.shuffle_elements)
+        return options
 
     @property
     def is_baseline(self) -> bool:
@@ -241,6 +266,7 @@ def _fingerprint(config: MiniWoBEvalConfig) -> dict[str, Any]:
             "topology": config.topology, "seed": config.seed, "env": config.env,
             "max_steps": config.max_steps, "prompt_style": config.prompt_style,
             "max_new_tokens": config.max_new_tokens, "guided_json": config.guided_json,
+            "element_format": config.element_format, "shuffle_elements": config.shuffle_elements,
             "team_options": _jsonable(config.team_options)}
 
 
@@ -250,6 +276,7 @@ def _jsonable(options: Mapping[str, Any]) -> dict[str, Any]:
 
 #: Fingerprint fields added later: a run.json without them was made with these values.
 _LATER_FIELDS: dict[str, Any] = {"prompt_style": "react", "max_new_tokens": 64, "guided_json": False,
+                                 "element_format": "html", "shuffle_elements": False,
                                  "team_options": {}}
 
 
@@ -303,7 +330,7 @@ def evaluate_miniwob(config: MiniWoBEvalConfig, out_dir: str | Path, *, model: C
                                                  guided_json=config.action_space if config.guided_json else None)
     else:
         adapter_names = None
-    envs = EnvPool(config.env, env_factory, options={"screenshots": bool(config.team_options.get("screenshots"))})
+    envs = EnvPool(config.env, env_factory, options=config.env_options())  # sibling pools share them
     try:
         teams = _EpisodeTeams(model, _team_config(config, adapter_names))
         records = run_episodes(teams, specs, envs, trace_dir=out / "traces", manifest=out / "episodes.jsonl",
@@ -345,7 +372,8 @@ def build_results(config: MiniWoBEvalConfig, tasks: Sequence[str], records: Sequ
                    "label": system_label(config.model, n, m, config.topology, config.adapters,
                                          guided=config.guided_json)},
         "data": {"env": config.env, "tasks_spec": config.tasks, "tasks": list(tasks),
-                 "episodes": config.episodes, "seed": config.seed, "max_steps": config.max_steps},
+                 "episodes": config.episodes, "seed": config.seed, "max_steps": config.max_steps,
+                 "element_format": config.element_format, "shuffle_elements": config.shuffle_elements},
         "overall": entry(records),
         "breakdown": {"per_task": per_task},
         "counts": {"episodes": len(records), "errors": sum(1 for r in records if r.get("error")),

@@ -116,3 +116,29 @@ def test_help_renders(argv, capsys):
     with pytest.raises(SystemExit) as info:
         main(argv)
     assert info.value.code == 0 and "usage: collabui eval" in capsys.readouterr().out
+
+
+def test_page_flags_reach_the_config_and_the_command(capsys):
+    from collabui.cli import _page_options
+    from collabui.eval_cli import _miniwob_command
+
+    argv = ["eval", "miniwob", "--out", "o", "--shuffle-elements", "--element-format", "text-first"]
+    args = build_parser().parse_args(argv)
+    assert (args.shuffle_elements, args.element_format) == (True, "text-first")
+    command = _miniwob_command(args)
+    assert "--element-format text-first" in command and "--shuffle-elements" in command
+    defaults = _miniwob_command(build_parser().parse_args(["eval", "miniwob", "--out", "o"]))
+    assert "--element-format" not in defaults and "--shuffle-elements" not in defaults
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["eval", "miniwob", "--out", "o", "--element-format", "xml"])
+    assert "html" in capsys.readouterr().err  # argparse names the valid choices
+    assert main(["eval", "miniwob", "--mobile", "--shuffle-elements", "--model", "random",
+                 "--out", "o"]) == 2
+    assert "apply to web pages" in capsys.readouterr().err
+    # `collabui run` takes the same flags
+    run = build_parser().parse_args(["run", "--env", "miniwob/click-button", "--shuffle-elements",
+                                     "--element-format", "text-first"])
+    assert _page_options(run) == {"element_format": "text-first", "shuffle_elements": True}
+    phone = build_parser().parse_args(["run", "--env", "android", "--task", "t", "--shuffle-elements"])
+    with pytest.raises(ConfigError, match="apply to web pages"):
+        _page_options(phone)

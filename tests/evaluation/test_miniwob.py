@@ -5,6 +5,7 @@ device); the `browser` tests run real MiniWoB++ pages in real Chromium and count
 """
 
 import json
+import re
 import threading
 
 import pytest
@@ -329,3 +330,60 @@ def test_prompt_style_and_budget_reach_the_agents_and_the_folder_check(tmp_path)
                          env_factory=_fake_factory([]), progress=False)
     with pytest.raises(ConfigError, match="prompt_style must be one of"):
         _config(prompt_style="long")
+
+
+def test_page_options_are_recorded_and_guard_the_folder(tmp_path):
+    config = _config(episodes=1, element_format="text-first", shuffle_elements=True)
+    assert config.env_options() == {"screenshots": False, "element_format": "text-first",
+                                    "shuffle_elements": True}
+    results = evaluate_miniwob(config, tmp_path, model=ScriptedChatModel(Flaky()),
+                               env_factory=_fake_factory([]), progress=False)
+    assert results["data"]["element_format"] == "text-first" and results["data"]["shuffle_elements"]
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert (run["element_format"], run["shuffle_elements"]) == ("text-first", True)
+    with pytest.raises(ConfigError, match="holds a run with other element_format, shuffle_elements"):
+        evaluate_miniwob(_config(episodes=1), tmp_path, model=ScriptedChatModel(Flaky()),
+                         env_factory=_fake_factory([]), progress=False)
+    # A folder made before these options existed was made with html, unshuffled.
+    old = tmp_path / "old"
+    evaluate_miniwob(_config(episodes=1), old, model=ScriptedChatModel(Flaky()),
+                     env_factory=_fake_factory([]), progress=False)
+    fingerprint = json.loads((old / "run.json").read_text())
+    del fingerprint["element_format"], fingerprint["shuffle_elements"]
+    (old / "run.json").write_text(json.dumps(fingerprint))
+    evaluate_miniwob(_config(episodes=1), old, model=ScriptedChatModel(Flaky()),
+                     env_factory=_fake_factory([]), progress=False)
+
+
+@pytest.mark.parametrize(("options", "match"), [
+    ({"element_format": "xml"}, r"element_format must be one of \['html', 'text-first'\]"),
+    ({"shuffle_elements": 1}, "shuffle_elements must be True or False"),
+    ({"mobile": True, "shuffle_elements": True}, "apply to web pages"),
+    ({"mobile": True, "element_format": "text-first"}, "apply to web pages"),
+])
+def test_bad_page_options_fail_early(options, match):
+    with pytest.raises(ConfigError, match=match):
+        _config(**options)
+
+
+def _click_named_button_text_first(request):
+    """Clicks the button the click-button task names, read from a text-first screen."""
+    prompt = request.messages[-1]["content"]
+    wanted = re.search(r'Click on the "(.+?)" button', prompt).group(1)
+    element = re.search(r'^button "' + re.escape(wanted) + r'" \[(\w+)\]$', prompt, re.M).group(1)
+    return f'Action: {{"action": "click", "element_id": "{element}"}}'
+
+
+@pytest.mark.browser
+def test_parallel_browsers_get_the_page_options(tmp_path, opened):
+    config = MiniWoBEvalConfig(tasks="click-button", episodes=4, model="scripted", n_agents=1, rounds=1,
+                               max_steps=2, concurrency=2, element_format="text-first",
+                               shuffle_elements=True)
+    results = evaluate_miniwob(config, tmp_path, model=ScriptedChatModel(_click_named_button_text_first),
+                               progress=False)
+    assert results["overall"]["success_rate"]["value"] == 1.0  # shuffled ids still hit their buttons
+    assert len(opened) == 2
+    assert all((d.config.element_format, d.config.shuffle_elements) == ("text-first", True) for d in opened)
+    trace = next((tmp_path / "traces").glob("*.jsonl")).read_text().splitlines()
+    step = next(json.loads(line) for line in trace if '"observation"' in line)
+    assert re.search(r'^button ".+" \[[A-Z]+\]$', step["observation"]["text"], re.M)

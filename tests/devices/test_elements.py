@@ -1,0 +1,276 @@
+"""The element tree behind the observation: html and text-first renderings, the flat element
+list, and seeded shuffling of element order and ids (on real MiniWoB++ pages in Chromium)."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from collabui.actions import web
+from collabui.devices import BrowserConfig, BrowserDevice, make_env
+from collabui.devices.simplify import (
+    ELEMENT_FORMATS,
+    flat_elements,
+    parse_elements,
+    render,
+    render_html,
+    render_text_first,
+)
+from collabui.errors import ConfigError
+
+
+def _node(tag, eid, *parts):
+    return {"tag": tag, "id": eid, "parts": list(parts)}
+
+
+#: A tree in the walk's shape: anonymous group, text-only label + field, wrapping label,
+#: interactive element with non-interactive content, text run between elements.
+TREE = _node(
+    "", None,
+    _node("h2", None, "Sign in"),
+    _node("div", None, "Amazon", _node("a", "A", _node("span", None, "Amazon"))),
+    _node("", None, _node("label", "B", "Username"), _node("input", "C")),
+    _node("label", "D", _node("input", "E", "checkbox; true"), 'Stay "signed" in'),
+    _node("div", "F", _node("", None, _node("div", None, "Cora"), _node("div", None, "Hi")),
+          _node("span", "G", ".trash")),
+    "Some text",
+    _node("select", "H", "Red; options: Red | Blue"),
+)
+TREE_HTML = ('< <h2| Sign in> <div| Amazon <a[A]| <span| Amazon> > > < <label[B]| Username> '
+             '<input[C]| > > <label[D]| <input[E]| checkbox; true> Stay "signed" in> '
+             '<div[F]| < <div| Cora> <div| Hi> > <span[G]| .trash> > Some text '
+             '<select[H]| Red; options: Red | Blue> >')
+TREE_TEXT_FIRST = "\n".join([
+    "Sign in", "Amazon", 'a "Amazon" [A]', 'label "Username" [B]', 'input "" [C]',
+    r'label "Stay \"signed\" in" [D]', 'input "checkbox; true" [E]', 'div "Cora Hi" [F]',
+    'span ".trash" [G]', "Some text", 'select "Red; options: Red | Blue" [H]',
+])
+
+
+def test_render_html_follows_the_walks_spacing_rules():
+    assert render_html(TREE) == TREE_HTML
+    assert render(TREE, "html") == TREE_HTML
+    assert render_html(None) == render_text_first(None) == ""
+
+
+def test_render_text_first_is_one_line_per_item():
+    assert render_text_first(TREE) == TREE_TEXT_FIRST
+    assert render(TREE, "text-first") == TREE_TEXT_FIRST
+    assert len(TREE_TEXT_FIRST) < len(TREE_HTML)
+    with pytest.raises(ValueError, match=r"\['html', 'text-first'\]"):
+        render(TREE, "xml")
+
+
+def test_flat_elements_match_the_parsed_text_and_name_fields():
+    flat = flat_elements(TREE)
+    parsed = [e for e in parse_elements(TREE_HTML) if e.id]
+    assert [(e["id"], e["tag"], e["text"], e["full_text"]) for e in flat] == \
+        [(e.id, e.tag, e.text, e.full_text) for e in parsed]
+    context = {e["id"]: e["context"] for e in flat}
+    assert context["A"] == "Amazon" and context["C"] == "Username"  # a text-only label names a field
+    assert context["E"] == 'Stay "signed" in'  # the label wrapping it
+    assert context["G"] == "Hi"  # the row an icon belongs to
+    assert context["H"] == "Some text"
+    assert flat_elements(None) == []
+
+
+def test_parse_elements_reads_text_first_screens_too():
+    parsed = parse_elements("Location: /x.html\n" + TREE_TEXT_FIRST)
+    assert [(e.id, e.tag, e.text) for e in parsed if e.id] == \
+        [(e["id"], e["tag"], _label) for e, _label in zip(flat_elements(TREE), [
+            "Amazon", "Username", "", 'Stay "signed" in', "checkbox; true", "Cora Hi", ".trash",
+            "Red; options: Red | Blue"], strict=True)]
+    assert (parsed[0].tag, parsed[0].id, parsed[0].text) == ("", None, "Location: /x.html")
+    assert {e.depth for e in parsed} == {0}
+
+
+def test_browser_config_validates_page_options():
+    assert ELEMENT_FORMATS == ("html", "text-first")
+    with pytest.raises(ConfigError, match=r"element_format must be one of \['html', 'text-first'\]"):
+        BrowserConfig(element_format="markdown")
+    with pytest.raises(ConfigError, match="shuffle_elements"):
+        BrowserConfig(shuffle_elements="yes")
+    with pytest.raises(ConfigError, match="shuffle_seed"):
+        BrowserConfig(shuffle_seed=1.5)
+    with pytest.raises(ConfigError, match="miniwob-mobile shows an indexed element list"):
+        make_env("miniwob-mobile/click-button", shuffle_elements=True)
+
+
+# -- real pages --------------------------------------------------------------------------------
+
+#: Texts the in-page walk rendered itself before rendering moved to Python (same seeds).
+GOLDEN = {
+    ("click-button", 0): "< <div| donec lacus, ridiculus> <button[A]| okay> <button[B]| okay> "
+                         "<input[C]| > <button[D]| next> <div| enim id at> >",
+    ("click-button", 1): "< <div| cursus dis justo> <div| facilisis proin aliquam> <button[A]| Ok> "
+                         "<div| pharetra turpis scelerisque> <div| rutrum lectus adipiscing> "
+                         "<div| pretium, aliquet egestas> >",
+    ("enter-text", 0): "< <input[A]| > <button[B]| Submit> >",
+    ("click-checkboxes", 0): "< < <label[A]| <input[B]| checkbox; false> AU> <label[C]| "
+                             "<input[D]| checkbox; false> HF2> > <button[E]| Submit> >",
+    ("click-checkboxes", 1): "< < <label[A]| <input[B]| checkbox; false> USa> <label[C]| "
+                             "<input[D]| checkbox; false> DKkQH> > <button[E]| Submit> >",
+    ("login-user", 0): "< < <label[A]| Username> <input[B]| > > < <label[C]| Password> "
+                       "<input[D]| password> > <button[E]| Login> >",
+    ("email-inbox", 0): "< < <h2| Primary> <span[A]| #open-search> > <div[B]| < <div| Audrey> "
+                        "<div| Ridiculus eget...> <div| Imperdiet. Curs..> > < <span[C]| .trash> "
+                        "<span[D]| .star> > > <div[E]| < <div| Cora> <div| In id.> "
+                        "<div| Lacus. At sit. ..> > < <span[F]| .trash> <span[G]| .star> > > "
+                        "<div[H]| < <div| Bobine> <div| Cras. Convallis..> <div| Purus feugiat. ..> "
+                        "> < <span[I]| .trash> <span[J]| .star> > > <div[K]| < <div| Bevvy> "
+                        "<div| Tincidunt.> <div| Quis varius. Se..> > < <span[L]| .trash> "
+                        "<span[M]| .star> > > >",
+    ("use-autocomplete", 0): "< <label[A]| Tags:> <input[B]| > <button[C]| Submit> >",
+}
+TEXT_FIRST_LOGIN = ('label "Username" [A]\ninput "" [B]\nlabel "Password" [C]\n'
+                    'input "password" [D]\nbutton "Login" [E]')
+LENGTH_TASKS = ["click-button", "click-link", "enter-text", "login-user-popup", "click-checkboxes"]
+
+
+@pytest.fixture(scope="module")
+def env():
+    device = make_env("miniwob/click-button")
+    yield device
+    device.close()
+
+
+@pytest.fixture(scope="module")
+def shuffled():
+    device = make_env("miniwob/click-button", shuffle_elements=True)
+    yield device
+    device.close()
+
+
+def _settled(env, observation, expected):
+    # email-inbox's icons are CSS `content:url(...)` images: sized (so listed) once loaded.
+    for _ in range(30):
+        if observation.text == expected:
+            break
+        time.sleep(0.1)
+        observation = env.observe()
+    return observation
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize(("task", "seed"), list(GOLDEN))
+def test_python_rendering_reproduces_the_walks_old_text(env, task, seed):
+    observation = env.reset(seed=seed, options={"task_name": task})
+    observation = _settled(env, observation, GOLDEN[task, seed])
+    assert observation.text == GOLDEN[task, seed]
+    tree = observation.extra["tree"]
+    assert render_html(tree) == observation.text
+    assert observation.extra["elements"] == len(flat_elements(tree))
+    assert [e["id"] for e in flat_elements(tree)] == [e.id for e in parse_elements(observation.text)
+                                                     if e.id]
+
+
+@pytest.mark.browser
+def test_text_first_observations_are_shorter_and_actionable():
+    with make_env("miniwob/login-user", element_format="text-first") as device:
+        observation = device.reset(seed=0)
+        assert observation.text == TEXT_FIRST_LOGIN
+        lengths = {}
+        for task in [*LENGTH_TASKS, "email-inbox", "social-media"]:
+            observation = device.reset(seed=0, options={"task_name": task})
+            assert observation.text == render_text_first(observation.extra["tree"])
+            lengths[task] = (len(render_html(observation.extra["tree"])), len(observation.text))
+        # Pages of a few controls save little (the same tag, text and id per element); nested
+        # layouts save a lot (no wrapper tags, no anonymous groups).
+        assert sum(t for _, t in map(lengths.get, LENGTH_TASKS)) < \
+            sum(h for h, _ in map(lengths.get, LENGTH_TASKS))
+        assert all(t < 0.8 * h for h, t in map(lengths.get, ["email-inbox", "social-media"]))
+        observation = device.reset(seed=0, options={"task_name": "click-button"})
+        assert _click_target(device, observation).reward == 1.0
+
+
+def _target(observation):
+    return re.fullmatch(r'Click on the "(.+)" button\.', observation.task).group(1)
+
+
+def _click_target(device, observation):
+    target = _target(observation)
+    element = next(e for e in flat_elements(observation.extra["tree"])
+                   if e["tag"] == "button" and e["full_text"] == target)
+    return device.act(web.Click(element["id"]))
+
+
+def _ids(observation):
+    return [e["id"] for e in flat_elements(observation.extra["tree"])]
+
+
+def _items(observation):
+    return [(e["tag"], e["full_text"]) for e in flat_elements(observation.extra["tree"])]
+
+
+@pytest.mark.browser
+def test_shuffled_ids_still_hit_their_elements(shuffled):
+    for seed in range(5):
+        observation = shuffled.reset(seed=seed, options={"task_name": "click-button"})
+        ids = _ids(observation)
+        assert len(set(ids)) == len(ids) == observation.extra["elements"]
+        assert all(re.fullmatch(r"[A-Z]{1,2}", i) for i in ids)
+        outcome = _click_target(shuffled, observation)
+        assert outcome.reward == 1.0, (seed, observation.text, outcome.info)
+
+
+@pytest.mark.browser
+def test_shuffle_is_a_function_of_the_seeds(shuffled):
+    first = shuffled.reset(seed=3, options={"task_name": "click-checkboxes"})
+    later = [shuffled.observe() for _ in range(8)]  # same page, next observation counts
+    again = shuffled.reset(seed=3)
+    assert again.text == first.text and again.extra == first.extra
+    assert [shuffled.observe().text for _ in range(8)] == [o.text for o in later]
+    # Same page content, other order and ids as the observation count moves on.
+    assert all(sorted(_items(o)) == sorted(_items(first)) for o in later)
+    assert len({tuple(_ids(o)) for o in [first, *later]}) == 9
+    assert len({tuple(_items(o)) for o in [first, *later]}) > 1
+    assert len({_ids(o)[0] for o in [first, *later]}) > 1  # "A" is not the first element
+
+
+@pytest.mark.browser
+def test_replay_of_seed_and_actions_gives_identical_observations(shuffled):
+    def episode():
+        observation = shuffled.reset(seed=11, options={"task_name": "click-checkboxes"})
+        texts = [observation.text]
+        for element in flat_elements(observation.extra["tree"])[:2]:
+            texts.append(shuffled.act(web.Click(element["id"])).observation.text)
+        return texts
+
+    assert episode() == episode()
+
+
+@pytest.mark.browser
+def test_a_label_keeps_its_field_while_rows_shuffle(shuffled):
+    shuffled.reset(seed=0, options={"task_name": "login-user"})
+    for observation in [shuffled.observe() for _ in range(6)]:
+        fields = [e for e in flat_elements(observation.extra["tree"]) if e["tag"] == "input"]
+        assert [e["context"] for e in fields] == ["Username", "Password"]
+        assert re.search(r"<label\[[A-Z]+\]\| Username> <input\[[A-Z]+\]\| >", observation.text)
+    shuffled.reset(seed=0, options={"task_name": "click-button"})
+    observations = [shuffled.observe() for _ in range(6)]
+    assert len({tuple(_items(o)) for o in observations}) > 1  # a row of buttons is shuffled
+
+
+PAGE = ("<html><body><p>Pick one</p>" + "".join(f"<button onclick=\"document.title='b{i}'\">"
+        f"b{i}</button>" for i in range(12)) + "</body></html>")
+
+
+@pytest.mark.browser
+def test_plain_browser_shuffles_from_shuffle_seed(tmp_path):
+    page = tmp_path / "page.html"
+    page.write_text(PAGE)
+    texts = {}
+    for shuffle_seed in (0, 1):
+        with BrowserDevice(shuffle_elements=True, shuffle_seed=shuffle_seed) as device:
+            first = device.reset(options={"url": page.as_uri()}).text
+            assert device.reset(options={"url": page.as_uri()}).text == first
+            element = next(e for e in flat_elements(device.observe().extra["tree"])
+                           if e["full_text"] == "b7")
+            assert device.act(web.Click(element["id"])).observation.tabs == ("b7",)
+            texts[shuffle_seed] = first
+    assert texts[0] != texts[1]
+    for text in texts.values():
+        assert text.startswith("< <p| Pick one> <button[")  # text keeps its place
+        assert re.findall(r"\| (b\d+)>", text) != [f"b{i}" for i in range(12)]
