@@ -19,6 +19,7 @@ from typing import Any
 __all__ = [
     "MAX_DEPTH",
     "Call",
+    "ScanBudget",
     "Truncated",
     "Unreadable",
     "balanced_end",
@@ -30,7 +31,9 @@ __all__ = [
 ]
 
 MAX_DEPTH = 32  # brackets deeper than this are not an action; also keeps ast/json off the stack limit
+# Every pattern here is one character class: a search is linear in the text it scans.
 _SPECIAL = re.compile(r"[\"'\\{}()\[\]]")
+_IN_QUOTE = {'"': re.compile(r'["\\]'), "'": re.compile(r"['\\]")}  # brackets in strings are text
 _CLOSE = {"{": "}", "(": ")", "[": "]"}
 _LITERAL_NAMES = {"true": True, "false": False, "null": None, "none": None}
 
@@ -52,31 +55,70 @@ class Call:
     kwargs: dict[str, Any]
 
 
-def balanced_end(text: str, start: int) -> int:
-    """Index just past the bracket group opening at ``text[start]``, skipping quoted strings."""
+class ScanBudget:
+    """How many characters :func:`balanced_end` may still step over, shared by the candidates of
+    one parse.
+
+    Each candidate is scanned from its own start (a quote means something else from another
+    start), so text holding many overlapping candidates (``{'{'{'...``, ``{\\\\...`` repeated)
+    would be rescanned once per candidate; a budget proportional to the text keeps the whole parse
+    linear in its length.
+    """
+
+    def __init__(self, chars: int) -> None:
+        self.left = chars
+
+    def stop(self, start: int, length: int) -> int:
+        """Where a scan from ``start`` must stop (the text ends at ``length``)."""
+        return min(length, start + 1 + max(self.left, 0))
+
+
+def balanced_end(text: str, start: int, budget: ScanBudget | None = None) -> int:
+    """Index just past the bracket group opening at ``text[start]``, skipping quoted strings.
+
+    With a ``budget``, the characters scanned are charged to it, and a scan that would need more
+    than is left raises :class:`Unreadable` (too complex) instead of running on.
+    """
+    stop = len(text) if budget is None else budget.stop(start, len(text))
+    end, error = _group_end(text, start, stop)
+    if budget is not None:
+        budget.left -= end - start
+    if error is not None:
+        raise error
+    return end
+
+
+def _group_end(text: str, start: int, stop: int) -> tuple[int, Unreadable | None]:
+    """Where the group opening at ``text[start]`` ends (or the scan gave up), and why not if not.
+
+    Looks no further than ``stop``; returns the error instead of raising so that the caller can
+    charge the characters scanned whatever the outcome.
+    """
     stack = [_CLOSE[text[start]]]
     quote: str | None = None
     pos = start + 1
     while True:
-        m = _SPECIAL.search(text, pos)
+        m = (_IN_QUOTE[quote] if quote else _SPECIAL).search(text, pos, stop)
         if m is None:
+            if stop < len(text):
+                return stop, Unreadable("action is too complex to read (scan limit reached)")
             what = "unterminated string" if quote else "unbalanced brackets"
-            raise Truncated(f"action is truncated ({what})")
+            return stop, Truncated(f"action is truncated ({what})")
         ch, pos = m.group(), m.end()
         if ch == "\\":
             pos += 1
         elif quote:
-            quote = None if ch == quote else quote
+            quote = None  # in a string only its own quote (or a backslash) is found
         elif ch in "\"'":
             quote = ch
         elif ch in _CLOSE:
             stack.append(_CLOSE[ch])
             if len(stack) > MAX_DEPTH:
-                raise Unreadable("action is nested too deeply")
+                return pos, Unreadable("action is nested too deeply")
         elif ch != stack.pop():
-            raise Unreadable(f"mismatched bracket {ch!r} in action")
+            return pos, Unreadable(f"mismatched bracket {ch!r} in action")
         elif not stack:
-            return pos
+            return pos, None
 
 
 def escape_controls(src: str) -> str:

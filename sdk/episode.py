@@ -98,6 +98,14 @@ class _Run:
         self.history: list[str] = []
         self.started = time.perf_counter()
         self.result: EpisodeResult | None = None
+        self.header: dict[str, Any] | None = None  # as written to the trace
+
+    def open(self) -> None:
+        """Write the header before the environment reset: a reset can hang or take the process
+        down (a browser starting), and a trace must never be left empty. Only the task may be
+        unknown yet (when the environment sets it); it is written as "" (still a valid header),
+        and ``begin`` writes the header again with it, which replaces this one."""
+        self._write_header(self.task or "")
 
     def begin(self, obs: Observation) -> None:
         task = self.task or obs.task
@@ -105,12 +113,17 @@ class _Run:
             raise ConfigError("no task: pass task= (or --task) or use an environment that defines one")
         self.task = task
         self.result = EpisodeResult(task=task, trace_path=self.recorder.location if self.recorder else None)
-        self._write({
+        if self.header is None or self.header["task"] != task:
+            self._write_header(task)
+
+    def _write_header(self, task: str) -> None:
+        created = self.header["created"] if self.header else _now()
+        header = {
             "type": "episode",
             "schema": SCHEMA_NAME,
             "version": SCHEMA_VERSION,
             "episode_id": self.episode_id,
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "created": created,
             "env": self.env_name,
             "task": task,
             "seed": self.seed,
@@ -118,7 +131,9 @@ class _Run:
             "action_space": self.team.space.name,
             "team": self.team.config.to_dict(),
             "topology": self.team.topology.to_dict(),
-        })
+        }
+        self._write(header)
+        self.header = header  # only once written: end() then knows the trace has a header
 
     def record(self, t: int, obs: Observation, step, outcome: StepOutcome | None, error: str | None, timings) -> StepRecord:
         executed = step.action
@@ -161,12 +176,13 @@ class _Run:
         return rec
 
     def end(self, error: str | None) -> EpisodeResult:
-        result = self.result or EpisodeResult(task=self.task or "")
+        trace_path = self.recorder.location if self.recorder and self.header else None
+        result = self.result or EpisodeResult(task=self.task or "", trace_path=trace_path)
         result.error = result.error or error
         result.success = result.reward > 0
         result.duration_s = time.perf_counter() - self.started
         if self.recorder is not None:
-            if self.result is not None:
+            if self.header is not None:  # also after a failed reset: the trace says why it ended
                 self._write({
                     "type": "end",
                     "reward": result.reward,
@@ -188,6 +204,7 @@ class _Run:
         ``("act", action)`` and receives their results (or their exceptions, thrown in)."""
         error: str | None = None
         try:
+            self.open()
             obs = yield ("reset", seed)
             self.begin(obs)
             for t in range(self.max_steps):
@@ -210,6 +227,10 @@ class _Run:
             self.end(f"{type(exc).__name__}: {exc}")
             raise
         return self.end(error)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def _episode_id(env_name: str | None) -> str:

@@ -31,6 +31,9 @@ literal reader of :mod:`collabui._literal` (``ast`` nodes of constants, dicts, l
 ``true``/``null``-style names, unary minus), which also covers the repairs small models need
 (single quotes, trailing commas, unquoted keys). Unknown extra keys (``"reason"``,
 ``"amount"``...) are ignored; required arguments are never invented.
+
+Only the first :data:`MAX_ANSWER_CHARS` (8192) characters of an answer are parsed, in time
+linear in them: adversarial answers of 16 kB parse in milliseconds.
 """
 
 from __future__ import annotations
@@ -42,24 +45,54 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from collabui._literal import Call, Truncated, Unreadable, balanced_end, read_call, read_object
+from collabui._literal import (
+    Call,
+    ScanBudget,
+    Truncated,
+    Unreadable,
+    balanced_end,
+    read_call,
+    read_object,
+)
 from collabui.actions import Action, ActionSpace, Unknown, get_action_space
 from collabui.errors import ActionError
 
-__all__ = ["MAX_SCAN_CHARS", "ParsedProposal", "parse_action", "parse_proposal"]
+__all__ = [
+    "MAX_ANSWER_CHARS",
+    "MAX_SCAN_CHARS",
+    "ParsedProposal",
+    "parse_action",
+    "parse_proposal",
+]
 
-#: Only this many leading characters of a proposal are scanned (guards against huge inputs).
-MAX_SCAN_CHARS = 20_000
-_MAX_ATTEMPTS = 128  # candidate reads per proposal, so adversarial text stays linear-ish
+#: Only this many leading characters of an answer are parsed. A real action answer (a thought
+#: and one action) is far shorter; the rest of a longer one is a model running on, and parsing
+#: it would only cost time (the parser's work is bounded by a multiple of this).
+MAX_ANSWER_CHARS = 8192
+MAX_SCAN_CHARS = MAX_ANSWER_CHARS  # the former name, kept for callers
+_MAX_ATTEMPTS = 128  # candidate reads per proposal
 _MAX_MARKERS = 64  # only the last markers count: each one costs a scan of the text after it
+# Characters the bracket scans of one parse may step over in total, per character of text:
+# candidates overlap (nested objects, a marker's object is also read unmarked), so a real
+# answer needs 2-3 scans of its text; adversarial text is cut off here, keeping a parse linear.
+_SCANS_PER_CHAR = 6
+_SCAN_SLACK = 4096
 
+# Every pattern runs in linear time: no quantifier is nested in another, and a run that a
+# quantifier matches is entered from one place only (after a literal, at a line start, at the
+# start of a name, or at the position given to match()), so no search rescans it from each of
+# its characters. Answers are also cut to MAX_ANSWER_CHARS first.
 _MARKER = re.compile(r"(?i)(?<![\w\"'])action\s*[:：]")
 _OBSERVATION = re.compile(r"(?im)^[ \t>*#_\-]*observation[ \t*_]*[:：]")
 _THOUGHT = re.compile(
     r"(?im)^[ \t>*#_\-]*(?:thoughts?|reason(?:ing)?|rationale|think(?:ing)?)[ \t*_]*[:：][ \t*_]*"
 )
-_CALL = re.compile(r"(?<![\w.])(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)\(")
+# A possibly dotted name and "(": "page.click(". The name is checked by _call_name (a pattern
+# of dotted identifiers would nest quantifiers).
+_CALL = re.compile(r"(?<![\w.])([A-Za-z_][\w.]*)\(")
 _START = re.compile(r"\{|" + _CALL.pattern)  # where an object or a call may begin
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+_INT = re.compile(r"-?\d{1,18}")
 _LEAD_NAME = re.compile(r"[\s`*_\"']*([A-Za-z_]\w*)")
 _FENCE_LANGS = {"json", "json5", "python", "py", "js", "javascript", "text", "plaintext", "txt"}
 
@@ -182,9 +215,10 @@ class _Parser:
 
     def __init__(self, text: str, space: ActionSpace) -> None:
         self.raw = text
-        self.text = _drop_run_on(text[:MAX_SCAN_CHARS])
+        self.text = _drop_run_on(text[:MAX_ANSWER_CHARS])
         self.space = space
         self.attempts = 0
+        self.budget = ScanBudget(_SCANS_PER_CHAR * len(self.text) + _SCAN_SLACK)
         self.thought: str | None = None
 
     def run(self) -> ParsedProposal:
@@ -208,7 +242,8 @@ class _Parser:
         return ParsedProposal(thought=self.thought, action=action, error=None)
 
     def _none_reason(self) -> str:
-        cut = f" in the first {MAX_SCAN_CHARS} characters" if len(self.raw) > MAX_SCAN_CHARS else ""
+        cut = (f" in the first {MAX_ANSWER_CHARS} characters"
+               if len(self.raw) > MAX_ANSWER_CHARS else "")
         return f"no action found{cut}: expected 'Action: {{\"action\": ...}}'"
 
     def _from_markers(self, markers: list[re.Match[str]]) -> tuple[_Candidate | None, str | None]:
@@ -267,11 +302,13 @@ class _Parser:
         for m in _START.finditer(self.text, pos):
             if m.group(1) is None:
                 yield m.start(), None
-            elif any_call or self._resolve(m.group(1)) is not None:
-                yield m.end() - 1, m.group(1)
+                continue
+            name = _call_name(m)
+            if name is not None and (any_call or self._resolve(name) is not None):
+                yield m.end() - 1, name
 
     def _read_at(self, start: int, call_name: str | None, marker_end: int | None) -> _Candidate:
-        end = balanced_end(self.text, start)
+        end = balanced_end(self.text, start, self.budget)
         src = self.text[start:end]
         if call_name is not None:
             return _Candidate(start, end, read_call(call_name, src))
@@ -402,11 +439,12 @@ class _Parser:
         return positional
 
     def _call_in_string(self, src: str) -> Call:
-        m = _CALL.search(src)
-        if m is None:
-            raise Unreadable(f"cannot read action {src[:60]!r}")
-        start = m.end() - 1
-        return read_call(m.group(1), src[start:balanced_end(src, start)])
+        for m in _CALL.finditer(src):
+            name = _call_name(m)
+            if name is not None:
+                start = m.end() - 1
+                return read_call(name, src[start:balanced_end(src, start, self.budget)])
+        raise Unreadable(f"cannot read action {src[:60]!r}")
 
     def _build(self, raw_name: Any, kwargs: dict[str, Any], positional: list[Any]) -> Action:
         name = self._resolve(raw_name)
@@ -438,6 +476,15 @@ class _Parser:
 # --------------------------------------------------------------------------- coercion
 
 
+def _call_name(m: re.Match[str]) -> str | None:
+    """The called name of a ``_CALL``/``_START`` match (``click`` for ``page.click(``), or None
+    when the dotted name is not made of identifiers (``a..b(``, ``a.1(``)."""
+    parts = m.group(1).split(".")
+    if all(_IDENTIFIER.fullmatch(p) for p in parts):
+        return parts[-1]
+    return None
+
+
 def _norm_key(key: Any) -> str:
     return re.sub(r"[\s\-]+", "_", str(key).strip().lower())
 
@@ -462,6 +509,16 @@ def _coerce_all(name: str, fields: tuple[dataclasses.Field[Any], ...],
     return out
 
 
+def _unbracket(value: str) -> str:
+    """``" [ 3 ] "`` -> ``"3"``: one optional bracket pair and whitespace, removed by hand (a
+    single pattern with whitespace on both sides of optional brackets backtracks quadratically
+    on a long whitespace run)."""
+    text = value.strip()
+    text = text[1:] if text.startswith("[") else text
+    text = text[:-1] if text.endswith("]") else text
+    return text.strip()
+
+
 def _coerce(field: str, annotation: str, value: Any) -> Any:
     """Bring a model-written value to the field's type; leave it alone when unsure, so the
     action's own validation names the problem."""
@@ -470,8 +527,9 @@ def _coerce(field: str, annotation: str, value: Any) -> Any:
             return value.strip().lower() in _TRUE
         return bool(value) if isinstance(value, int) and value in (0, 1) else value
     if "int" in annotation:
-        if isinstance(value, str) and re.fullmatch(r"\s*\[?\s*-?\d{1,18}\s*\]?\s*", value):
-            return int(value.strip().strip("[]"))
+        if isinstance(value, str):
+            digits = _unbracket(value)
+            return int(digits) if _INT.fullmatch(digits) else value
         return int(value) if isinstance(value, float) and value.is_integer() else value
     if field == "element_id":
         if isinstance(value, int) and not isinstance(value, bool):

@@ -7,11 +7,17 @@ n x m matrix, the DAG, the vote with counts, the executed action, reward, done, 
 ``end`` record. Screenshots are side files next to the JSONL, referenced by relative path. The
 schema is versioned (``SCHEMA_VERSION``) and shipped as ``collabui/schemas/trace.schema.json``.
 Never pickled.
+
+Whatever a model writes, the trace stays readable: every line is valid UTF-8 JSON (lone
+surrogates become U+FFFD), a line is written whole or not at all, raw answers longer than
+``MAX_RAW_CHARS`` keep their first part (``raw_truncated`` holds the original length), and the
+episode header is on disk before the environment is reset (see ``EpisodeRecorder.write``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
@@ -22,8 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from collabui.errors import TraceError
+from collabui.parsing import MAX_ANSWER_CHARS
 
 __all__ = [
+    "MAX_RAW_CHARS",
     "SCHEMA_NAME",
     "SCHEMA_VERSION",
     "Trace",
@@ -31,6 +39,7 @@ __all__ = [
     "EpisodeRecorder",
     "JsonlTraceStore",
     "MemoryTraceStore",
+    "encode_record",
     "read_trace",
     "validate_record",
     "trace_schema",
@@ -38,6 +47,9 @@ __all__ = [
 
 SCHEMA_NAME = "collabui.trace"
 SCHEMA_VERSION = 1
+#: A raw model answer is stored up to this many characters, all the parser reads of it: a model
+#: stuck repeating itself would otherwise write megabytes per proposal, n x m times a step.
+MAX_RAW_CHARS = MAX_ANSWER_CHARS
 
 
 @lru_cache(maxsize=1)
@@ -65,12 +77,66 @@ def validate_record(record: Mapping[str, Any]) -> None:
         raise TraceError(f"invalid {kind} record at {where}: {exc.message}") from None
 
 
+def encode_record(record: Mapping[str, Any]) -> bytes:
+    """One trace line: ``record`` as UTF-8 JSON and a newline, raw answers capped.
+
+    Lone surrogates (a model's broken UTF-16, ``"\\ud800"``) cannot be encoded as UTF-8; they
+    become U+FFFD, and pairs of them the character they stand for, so no string in a record can
+    keep it from being written. Raises TraceError when the record is invalid.
+    """
+    record = _cap_raw(record)
+    validate_record(record)
+    line = json.dumps(record, ensure_ascii=False) + "\n"
+    try:
+        return line.encode("utf-8")
+    except UnicodeEncodeError:
+        fixed = line.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        return fixed.encode("utf-8")
+
+
+def _cap_raw(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A step record whose raw answers (of proposals, and in ``unknown`` actions, which repeat
+    them) are cut to MAX_RAW_CHARS, each with ``raw_truncated``: its original length."""
+    if record.get("type") != "step" or not isinstance(record.get("proposals"), list):
+        return record
+    rows = [[_cap_proposal(p) for p in row] if isinstance(row, list) else row
+            for row in record["proposals"]]
+    out = {**record, "proposals": rows}
+    if isinstance(record.get("executed"), Mapping):
+        out["executed"] = _cap_field(record["executed"])
+    if isinstance(record.get("vote"), Mapping) and isinstance(record["vote"].get("action"), Mapping):
+        out["vote"] = {**record["vote"], "action": _cap_field(record["vote"]["action"])}
+    return out
+
+
+def _cap_proposal(prop: Any) -> Any:
+    if not isinstance(prop, Mapping):
+        return prop  # validation will say what is wrong
+    out = _cap_field(prop)
+    if isinstance(prop.get("action"), Mapping):
+        out = {**out, "action": _cap_field(prop["action"])}
+    return out
+
+
+def _cap_field(data: Mapping[str, Any]) -> dict[str, Any]:
+    raw = data.get("raw")
+    if not isinstance(raw, str) or len(raw) <= MAX_RAW_CHARS:
+        return dict(data)
+    return {**data, "raw": raw[:MAX_RAW_CHARS], "raw_truncated": len(raw)}
+
+
 class EpisodeRecorder(ABC):
     """Writes one episode's records as they happen."""
 
     @abstractmethod
     def write(self, record: Mapping[str, Any]) -> None:
-        """Append one record (validated) and make it durable."""
+        """Append one record (validated, see :func:`encode_record`) and make it durable.
+
+        An ``episode`` record written while the header is the only record replaces it: the
+        header goes to disk before the environment is reset, so that a process killed during
+        the reset leaves a readable trace, and is written again once the environment has told
+        the task.
+        """
 
     @abstractmethod
     def add_screenshot(self, t: int, png: bytes) -> str:
@@ -95,19 +161,62 @@ class TraceStore(ABC):
 
 
 class _JsonlRecorder(EpisodeRecorder):
+    """Appends lines to a file. Each line is encoded in full first, then handed to the OS in one
+    write() of an unbuffered file (nothing waits in a Python buffer for a later write), and a
+    failed write is cut off again: the file only ever holds whole records, but a torn last
+    line when the process is killed in mid-write, which read_trace skips."""
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self._fh = path.open("x", encoding="utf-8")
+        self._fh = path.open("xb", buffering=0)
+        self._size = 0  # bytes of whole records in the file
+        self._only_header = False  # the header is the only record so far
 
     def write(self, record: Mapping[str, Any]) -> None:
-        validate_record(record)
-        line = json.dumps(record, ensure_ascii=False)
+        data = encode_record(record)
         with self._lock:
             if self._fh.closed:
                 raise TraceError(f"trace {self.path} is closed; start a new episode to record more")
-            self._fh.write(line + "\n")
-            self._fh.flush()
+            if record.get("type") == "episode" and self._size:
+                self._replace_header(data)
+            else:
+                self._append(data)
+            self._only_header = record.get("type") == "episode"
+
+    def _append(self, data: bytes) -> None:
+        try:
+            done = self._fh.write(data)
+            while done < len(data):  # a short write (a full disk, a signal): finish or fail
+                done += self._fh.write(data[done:])
+        except OSError as exc:
+            self._cut_back()
+            raise TraceError(f"cannot write trace {self.path}: {exc.strerror}") from None
+        self._size += len(data)
+
+    def _cut_back(self) -> None:
+        """Drop the part of a failed write, so that the next record starts a line."""
+        try:
+            self._fh.truncate(self._size)
+            self._fh.seek(self._size)
+        except OSError:
+            pass  # the write error is the one to report
+
+    def _replace_header(self, data: bytes) -> None:
+        """Swap the file for one holding only the new header: written aside, then renamed over
+        the trace, so a kill at any moment leaves the old header or the new one."""
+        if not self._only_header:
+            raise TraceError(f"trace {self.path} already has steps; its header cannot change")
+        part = self.path.with_name(self.path.name + ".part")
+        try:
+            part.write_bytes(data)
+            os.replace(part, self.path)
+        except OSError as exc:
+            part.unlink(missing_ok=True)
+            raise TraceError(f"cannot write trace {self.path}: {exc.strerror}") from None
+        self._fh.close()
+        self._fh = self.path.open("ab", buffering=0)
+        self._size = len(data)
 
     def add_screenshot(self, t: int, png: bytes) -> str:
         folder = self.path.with_suffix("")
@@ -150,8 +259,13 @@ class _MemoryRecorder(EpisodeRecorder):
         store.episodes[episode_id] = self
 
     def write(self, record: Mapping[str, Any]) -> None:
-        validate_record(record)
-        self.records.append(json.loads(json.dumps(record)))
+        stored = json.loads(encode_record(record))  # as a JSONL trace would read back
+        if stored["type"] == "episode" and self.records:
+            if len(self.records) > 1:
+                raise TraceError("the trace already has steps; its header cannot change")
+            self.records[0] = stored
+        else:
+            self.records.append(stored)
 
     def add_screenshot(self, t: int, png: bytes) -> str:
         ref = f"step_{t:04d}.png"
@@ -195,15 +309,18 @@ def read_trace(path: str | Path, *, validate: bool = True) -> Trace:
     path = Path(path)
     if not path.is_file():
         raise TraceError(f"no trace at {path}; pass the .jsonl file written by --trace-dir")
-    lines = path.read_text(encoding="utf-8").splitlines()
+    # Split on "\n" only: str.splitlines() also splits at U+2028, U+0085... which JSON leaves
+    # unescaped inside strings. Decoding per line lets a torn last line end mid-character.
+    lines = path.read_bytes().split(b"\n")
+    last = max((k for k, line in enumerate(lines) if line.strip()), default=-1)
     records: list[dict[str, Any]] = []
     for k, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if k == len(lines) - 1:  # a partial final line from a killed process
+            records.append(json.loads(line.decode("utf-8")))
+        except ValueError:  # not UTF-8 or not JSON
+            if k == last:  # a partial final line from a killed process
                 break
             raise TraceError(f"{path}:{k + 1} is not JSON; the trace is corrupt") from None
     if not records or records[0].get("type") != "episode":

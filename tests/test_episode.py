@@ -1,6 +1,10 @@
 """Episodes end cleanly when the device dies: the error is recorded, the trace stays valid."""
 
 import asyncio
+import json
+import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -96,3 +100,83 @@ def test_screenshots_are_side_files(tmp_path):
     trace = read_trace(tmp_path / "shots.jsonl")
     ref = trace.steps[0]["screenshot"]
     assert ref and (tmp_path / ref).read_bytes().startswith(b"\x89PNG")
+
+
+# --------------------------------------------------------------------------- the header comes first
+
+
+class _ResetFails(FakeDevice):
+    def reset(self, *, seed=None, options=None):
+        raise DeviceClosedError("the browser did not start")
+
+
+class _PeeksAtReset(FakeDevice):
+    """Reads the trace during reset: what a process killed at that moment would leave."""
+
+    def __init__(self, path, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.path, self.seen = path, None
+
+    def reset(self, *, seed=None, options=None):
+        self.seen = read_trace(self.path)
+        return super().reset(seed=seed, options=options)
+
+
+def test_trace_of_a_failed_reset_is_readable_and_says_why(tmp_path):
+    team = CollabAgentTeam(ScriptedChatModel([CLICK_B], cycle=True), n_agents=1, rounds=1)
+    result = team.run("Click OK.", _ResetFails(["<button[B]| OK>"]), trace=tmp_path, episode_id="r")
+    assert result.error.startswith("DeviceClosedError") and result.n_steps == 0
+    assert result.trace_path == str(tmp_path / "r.jsonl")
+    trace = read_trace(tmp_path / "r.jsonl")
+    assert trace.header["task"] == "Click OK." and trace.steps == []
+    assert trace.complete and "did not start" in trace.end["error"]
+
+
+def test_header_is_on_disk_during_reset_and_completed_with_the_env_task(tmp_path):
+    screens = [Observation(text="<button[B]| OK>", task="Click OK.")]
+    device = _PeeksAtReset(tmp_path / "p.jsonl", screens, success_when=lambda a: a == Click("B"))
+    team = CollabAgentTeam(ScriptedChatModel([CLICK_B], cycle=True), n_agents=1, rounds=1)
+    result = team.run(None, device, seed=7, trace=tmp_path, episode_id="p")
+    assert result.success
+    # During the reset the task was not known yet: the header has it empty, and the rest.
+    assert device.seen.header["task"] == "" and device.seen.header["seed"] == 7
+    assert device.seen.steps == [] and not device.seen.complete
+    trace = read_trace(tmp_path / "p.jsonl")
+    assert trace.header["task"] == "Click OK." and trace.header["created"] == device.seen.header["created"]
+    records = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert [r["type"] for r in records] == ["episode", "step", "end"]
+
+
+_KILLED_IN_RESET = """
+import os, signal, sys
+from collabui import CollabAgentTeam
+from collabui.devices.fake import FakeDevice
+from collabui.models.fake import ScriptedChatModel
+
+class Dies(FakeDevice):
+    def reset(self, *, seed=None, options=None):
+        os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer or a `kill -9` would
+
+team = CollabAgentTeam(ScriptedChatModel(["finish()"], cycle=True), n_agents=1, rounds=1)
+team.run("Click OK.", Dies(["<button[B]| OK>"]), trace=sys.argv[1], episode_id="killed")
+"""
+
+
+def test_kill_9_during_reset_leaves_a_readable_trace(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", _KILLED_IN_RESET, str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    trace = read_trace(tmp_path / "killed.jsonl")
+    assert trace.header["task"] == "Click OK." and trace.steps == [] and not trace.complete
+
+
+def test_surrogates_and_huge_answers_do_not_cost_the_step(tmp_path):
+    answers = ['Thought: \ud800\nAction: {"action": "click", "element_id": "B"}',
+               "Action: " + "click(" * 20_000]
+    device = FakeDevice([Observation(text="<button[B]| OK>", task="Click OK.")],
+                        success_when=lambda a: a == Click("B"))
+    team = CollabAgentTeam(ScriptedChatModel(answers, cycle=True), n_agents=2, rounds=1)
+    assert team.run(None, device, trace=tmp_path, episode_id="s").success
+    (first,), (second,) = read_trace(tmp_path / "s.jsonl").steps[0]["proposals"]
+    assert first["thought"] == "\ufffd" and first["action"] == {"action": "click", "element_id": "B"}
+    assert len(second["raw"]) == 8192 and second["raw_truncated"] == len(answers[1])

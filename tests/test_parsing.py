@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collabui.actions import MOBILE, WEB, Action, Unknown, mobile, web
-from collabui.parsing import MAX_SCAN_CHARS, ParsedProposal, parse_action, parse_proposal
+from collabui.parsing import MAX_ANSWER_CHARS, ParsedProposal, parse_action, parse_proposal
 
 AUTOWEBBENCH = Path("/work/shared/data/autowebbench")
 
@@ -132,10 +133,82 @@ def test_huge_and_deep_inputs_give_unknown(text: str) -> None:
 
 
 def test_action_beyond_scan_cap_is_not_read() -> None:
-    text = " " * MAX_SCAN_CHARS + 'Action: {"action": "click", "element_id": "B"}'
+    text = " " * MAX_ANSWER_CHARS + 'Action: {"action": "click", "element_id": "B"}'
     action = parse_action(text, WEB)
     assert isinstance(action, Unknown)
-    assert str(MAX_SCAN_CHARS) in action.reason
+    assert str(MAX_ANSWER_CHARS) in action.reason
+
+
+# --------------------------------------------------------------------------- linear time
+
+# Adversarial answers as (start, repeated unit, end), each aimed at a pattern or a scan that was
+# (or could become) super-linear: whitespace runs inside calls and objects (the integer pattern
+# once took 1.2 s on 16 kB of them), deep nesting, unclosed quotes, repeated action keys, digit
+# and backslash runs, and braces that each start a new candidate to rescan.
+ADVERSARIAL = {
+    "whitespace in call": ('switch_tab("1', " ", 'x")'),
+    "whitespace in object": ('Action: {"action": "switch_tab", "tab_index": "1', " \t", 'x"}'),
+    "whitespace after marker": ("Action:", " ", "click('B'"),
+    "parentheses": ("Action: ", "((((", ""),
+    "call nesting": ("", "click(", ""),
+    "brace nesting": ("", '{"a": [', ""),
+    "unclosed double quote": ('Action: {"action": "type_string", "content": "', "a b ", ""),
+    "unclosed single quotes": ("click('", "B' '", ""),
+    "action key repeated": ("", '{"action": ', ""),
+    "marker and object repeated": ("", 'Action: {"action": "click", "element_id": ', ""),
+    "markers": ("", "Action: ", ""),
+    "digits in call": ("Action: switch_tab(", "9", ")"),
+    "digits in string": ('{"action": "switch_tab", "tab_index": "', "9", '"}'),
+    "backslashes": ('Action: {"action": "click", "element_id": "', "\\", '"}'),
+    "escaped braces": ("", "{" + "\\" * 31, ""),
+    "quoted braces": ("", "{'", ""),
+    "dotted names": ("", "a.", "b"),
+    "raw newlines in string": ("Action: {'action': 'type_string', 'content': '", "\n", "'}"),
+    "observation lines": ("Action: x\n", " >* Observation ", ""),
+    "thought labels": ("", "\n# Thought ", ""),
+    "empty objects": ("", "{} ", 'click("B")'),
+}
+
+
+def _adversarial(shape: tuple[str, str, str], size: int) -> str:
+    start, unit, end = shape
+    return start + unit * max(1, (size - len(start) - len(end)) // len(unit)) + end
+
+
+def _parse_seconds(*texts: str, repeat: int = 5) -> list[float]:
+    """For each text, its slower space's best of ``repeat`` parses. The texts take turns, so a
+    burst of other load slows them alike; the minimum is the run least disturbed by it."""
+    best = [[float("inf")] * len(texts) for _ in (WEB, MOBILE)]
+    for _ in range(repeat):
+        for k, text in enumerate(texts):
+            for s, space in enumerate((WEB, MOBILE)):
+                t0 = time.perf_counter()
+                parse_proposal(text, space)
+                best[s][k] = min(best[s][k], time.perf_counter() - t0)
+    return [max(web_s, mobile_s) for web_s, mobile_s in zip(*best, strict=True)]
+
+
+def test_adversarial_answers_parse_in_linear_time() -> None:
+    # The target is < 50 ms per 16 kB answer (a few ms here); the bound is looser so that a
+    # loaded 2-core CI machine does not fail it, yet far below the seconds a backtracking
+    # pattern takes. 16 kB answers are cut to MAX_ANSWER_CHARS = 8 kB, 4x the 2 kB ones: linear
+    # parsing takes about 4x as long, quadratic 16x; 8x (plus 2 ms for timer noise) tells them
+    # apart.
+    rows = [(name, *_parse_seconds(_adversarial(shape, 2048), _adversarial(shape, 16384)))
+            for name, shape in ADVERSARIAL.items()]
+    print("\nadversarial answer               2 kB       16 kB")
+    for name, small, big in rows:
+        print(f"{name:28s} {small * 1e3:7.2f} ms {big * 1e3:8.2f} ms")
+    assert [name for name, _, big in rows if big >= 0.25] == []
+    assert [name for name, small, big in rows if big > 8 * small + 0.002] == []
+    assert sum(big for *_, big in rows) < 8 * sum(small for _, small, _ in rows)
+
+
+def test_answer_is_cut_at_max_answer_chars() -> None:
+    action = 'Action: {"action": "click", "element_id": "B"}'
+    assert parse_action(" " * (MAX_ANSWER_CHARS - len(action)) + action, WEB) == web.Click("B")
+    late = parse_action(" " * (MAX_ANSWER_CHARS - len(action) + 1) + action, WEB)
+    assert isinstance(late, Unknown) and "truncated" in late.reason
 
 
 def test_valid_action_followed_by_megabytes_of_chatter() -> None:
@@ -360,6 +433,11 @@ SMALL_MODEL_OUTPUTS = [
     ("extra-keys", "web", 'Action: {"action": "click", "element_id": "B", "reason": "it is the '
      'submit button", "confidence": 0.9}', web.Click("B")),
     ("switch-tab-index", "web", 'Action: {"action": "switch_tab", "index": 1}', web.SwitchTab(1)),
+    ("switch-tab-bracketed-string", "web", '{"action": "switch_tab", "tab_index": " [ 3 ] "}',
+     web.SwitchTab(3)),
+    ("switch-tab-spaced-junk", "web", 'switch_tab("1   x")', R("tab_index must be an integer")),
+    ("dotted-call", "web", "Action: page.click('B')", web.Click("B")),
+    ("dotted-call-bad-name", "web", "Action: a..click('B')", R("nothing readable")),
     ("go-back-synonym", "web", 'Action: {"action": "go", "direction": "back"}', web.Go("backward")),
     ("bad-direction", "web", 'Action: {"action": "scroll_page", "direction": "sideways"}',
      R("direction")),

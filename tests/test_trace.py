@@ -3,7 +3,13 @@ import json
 import pytest
 
 from collabui.errors import TraceError
-from collabui.trace import JsonlTraceStore, MemoryTraceStore, read_trace, validate_record
+from collabui.trace import (
+    MAX_RAW_CHARS,
+    JsonlTraceStore,
+    MemoryTraceStore,
+    read_trace,
+    validate_record,
+)
 
 HEADER = {
     "type": "episode", "schema": "collabui.trace", "version": 1, "episode_id": "e1",
@@ -76,3 +82,121 @@ def test_memory_store_validates():
     with pytest.raises(TraceError):
         rec.write({**END, "steps": -1})
     assert store.episodes["x"].records == [HEADER]
+
+
+# --------------------------------------------------------------------------- robustness
+
+
+def _step_with(raw: str, **extra) -> dict:
+    unknown = {"action": "unknown", "raw": raw, "reason": "no action found"}
+    prop = {**_prop(0, 0), "raw": raw, "action": unknown, **extra}
+    return {**STEP, "proposals": [[prop]]}
+
+
+def _lines(path) -> list[dict]:
+    """Every line as strict UTF-8 JSON (what any reader, not only read_trace, must accept)."""
+    return [json.loads(line.decode("utf-8")) for line in path.read_bytes().split(b"\n") if line]
+
+
+def test_any_string_is_written_as_valid_utf8_json(tmp_path):
+    # A lone surrogate once crashed the writer after the step's action had run, losing the step.
+    raw = "Action: click('\ud800') \udfff emoji: \ud83d\ude00 sep:\u2028\x85 nul:\x00"
+    rec = JsonlTraceStore(tmp_path).start("e1")
+    rec.write({**HEADER, "task": "task \udc00"})
+    rec.write(_step_with(raw, thought="\ud800 thinks", **{"extra \ud800": 1}))
+    rec.close()
+    lines = _lines(tmp_path / "e1.jsonl")
+    assert len(lines) == 2 and lines[0]["task"] == "task \ufffd"
+    expected = "Action: click('\ufffd') \ufffd emoji: \U0001f600 sep:\u2028\x85 nul:\x00"
+    prop = read_trace(tmp_path / "e1.jsonl").steps[0]["proposals"][0][0]
+    assert prop["raw"] == expected and prop["action"]["raw"] == expected
+    assert prop["thought"] == "\ufffd thinks" and prop["extra \ufffd"] == 1
+
+
+def test_memory_store_keeps_what_a_file_would():
+    store = MemoryTraceStore()
+    rec = store.start("x")
+    rec.write(HEADER)
+    rec.write(_step_with("\ud800"))
+    assert store.episodes["x"].records[1]["proposals"][0][0]["raw"] == "\ufffd"
+
+
+def test_long_raw_answers_are_cut_with_their_length_recorded(tmp_path):
+    raw = "Action: " + "x" * 100_000
+    rec = JsonlTraceStore(tmp_path).start("e1")
+    rec.write(HEADER)
+    rec.write(_step_with(raw))
+    rec.write(_step_with("y" * MAX_RAW_CHARS))  # exactly at the cap: kept whole, not marked
+    rec.close()
+    first, second = read_trace(tmp_path / "e1.jsonl").steps
+    prop = first["proposals"][0][0]
+    assert MAX_RAW_CHARS == 8192
+    assert prop["raw"] == raw[:8192] and prop["raw_truncated"] == len(raw)
+    assert prop["action"]["raw"] == raw[:8192] and prop["action"]["raw_truncated"] == len(raw)
+    assert "raw_truncated" not in second["proposals"][0][0]
+    assert (tmp_path / "e1.jsonl").stat().st_size < 4 * 8192 + 4096  # two steps, two raws each
+    with pytest.raises(TraceError, match="raw_truncated"):
+        validate_record(_step_with("x", raw_truncated=-1))
+
+
+class _FailingFile:
+    """Stands in for a trace file: records write() calls; the failing one writes part of its
+    data and then raises, like a disk that fills up mid-write."""
+
+    def __init__(self, fh, fail_at: int | None = None) -> None:
+        self.fh, self.fail_at, self.writes = fh, fail_at, []
+
+    def write(self, data: bytes) -> int:
+        self.writes.append(len(data))
+        if len(self.writes) == self.fail_at:
+            self.fh.write(data[: len(data) // 2])
+            raise OSError(28, "No space left on device")
+        return self.fh.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.fh, name)
+
+
+def test_each_record_is_one_write_and_whole_or_absent(tmp_path):
+    rec = JsonlTraceStore(tmp_path).start("e1")
+    rec.write(HEADER)
+    rec._fh = spy = _FailingFile(rec._fh, fail_at=2)
+    big_step = {**STEP, "observation": {"text": "<div| x>" * 20_000}}
+    rec.write(big_step)
+    assert len(spy.writes) == 1  # the whole 160 kB line in one call
+    with pytest.raises(TraceError, match="No space left"):
+        rec.write(STEP)
+    rec.write(END)  # starts on a fresh line: the half-written step was cut off
+    rec.close()
+    trace = read_trace(tmp_path / "e1.jsonl")
+    assert len(trace.steps) == 1 and trace.complete
+
+
+def test_header_is_replaced_while_it_is_the_only_record(tmp_path):
+    rec = JsonlTraceStore(tmp_path).start("e1")
+    rec.write({**HEADER, "task": ""})  # written before the environment said the task
+    rec.write(HEADER)
+    rec.write(STEP)
+    with pytest.raises(TraceError, match="already has steps"):
+        rec.write(HEADER)
+    rec.write(END)
+    rec.close()
+    assert [r["type"] for r in _lines(tmp_path / "e1.jsonl")] == ["episode", "step", "end"]
+    assert read_trace(tmp_path / "e1.jsonl").header["task"] == "Click the button."
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e1.jsonl"]  # no temporary file left
+
+
+def test_old_traces_still_read(tmp_path):
+    # Written by the previous writer: no raw_truncated fields, text-mode lines.
+    path = tmp_path / "old.jsonl"
+    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in (HEADER, STEP, END)) + "\n",
+                    encoding="utf-8")
+    trace = read_trace(path)
+    assert trace.complete and len(trace.steps) == 1
+
+
+def test_torn_last_line_may_end_mid_character(tmp_path):
+    path = tmp_path / "e1.jsonl"
+    torn = json.dumps({**STEP, "observation": {"text": "天气"}}, ensure_ascii=False).encode()
+    path.write_bytes(json.dumps(HEADER).encode() + b"\n" + torn[: torn.index("天".encode()) + 1])
+    assert read_trace(path).steps == []
