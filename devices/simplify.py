@@ -187,12 +187,14 @@ def _join(runs: Iterator[str] | list[str]) -> str:
 def flat_elements(tree: Node | None) -> list[dict[str, Any]]:
     """The interactive elements of ``tree`` in the order the observation text lists them.
 
-    Each is ``{"id", "tag", "text", "full_text", "context"}``: ``text`` its own text runs,
+    Each is ``{"id", "tag", "text", "full_text", "context", "dom"}``: ``text`` its own text runs,
     ``full_text`` all text inside it (nested elements included), as :class:`Element` has them;
     ``context`` the nearest text that names it: the own text of a ``label`` wrapping it, else
     the last text run before it that belongs to a non-interactive node or to a ``label``
     (``""`` if none), never a button's or a field's own text. It tells which field an
-    ``<input>`` is (``Username``) and which row an icon belongs to.
+    ``<input>`` is (``Username``) and which row an icon belongs to; ``dom`` the element's rank
+    in document order before any shuffle (the same element in every rendering of a page; None
+    in trees recorded before it existed).
     """
     out: list[dict[str, Any]] = []
     if tree is not None:
@@ -208,7 +210,8 @@ def _flatten(node: Node, out: list[dict[str, Any]], context: list[str],
     if node["id"]:
         out.append({"id": node["id"], "tag": node["tag"], "text": own,
                     "full_text": _join(_all_runs(node)),
-                    "context": wrapping_label if wrapping_label else context[0]})
+                    "context": wrapping_label if wrapping_label else context[0],
+                    "dom": node.get("dom")})
         if node["tag"] == "label" and own:
             wrapping_label = own
     label_like = not node["id"] or node["tag"] == "label"

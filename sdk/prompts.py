@@ -18,7 +18,11 @@ from collabui.models.base import Message
 
 __all__ = ["PeerOutput", "PROMPT_STYLES", "build_messages", "render_observation"]
 
-PROMPT_STYLES = ("react", "compact")
+#: ``react``: instructions, a demonstration turn, Thought + Action answers (untrained models).
+#: ``compact``: a shorter system prompt, same answers. ``trained``: for models fine-tuned on
+#: verified data (adapters): no demonstration turn (small models copy its answer verbatim) and
+#: an ``Action:`` line alone, which keeps a step near 150 prompt tokens on MiniWoB++ pages.
+PROMPT_STYLES = ("react", "compact", "trained")
 
 _INTRO = {
     "web": "You operate a web browser to complete the user's task.",
@@ -76,6 +80,10 @@ _COMPACT_ACTIONS = {
 
 def _system(space: ActionSpace, style: str) -> str:
     kind = space.name if space.name in _INTRO else "web"
+    if style == "trained":
+        # The fine-tuned model learned the action vocabulary from its data: listing it would
+        # cost ~70 of every prompt's tokens (a third of a MiniWoB++ step).
+        return _INTRO[kind] + " Answer with one line: Action: <JSON action>"
     lines = [_INTRO[kind], _SCREEN[kind]]
     if style == "react":
         lines += [
@@ -136,7 +144,8 @@ def build_messages(
         history: executed actions so far, oldest first (call strings).
         peers: this round's outputs of the agent's DAG predecessors.
         own_previous: the agent's own output of the previous round, if any.
-        style: ``react`` (default) or ``compact`` (shorter system prompt for small models).
+        style: ``react`` (default), ``compact`` (shorter system prompt for small models) or
+            ``trained`` (no demonstration turn, answer ``Action: <json>``; see PROMPT_STYLES).
     """
     if style not in PROMPT_STYLES:
         raise ConfigError(f"unknown prompt style {style!r}; use one of {list(PROMPT_STYLES)}")
@@ -146,6 +155,9 @@ def build_messages(
     if peers:
         parts.append("Answers from other agents in this round (they may contain errors):")
         parts += [f"[Agent {p.agent}] {p.render()}" for p in peers]
+    if style == "trained":
+        return ({"role": "system", "content": _system(space, style)},
+                {"role": "user", "content": "\n".join(parts)})
     parts.append("Reply with a Thought line and an Action line.")
     demo_user, demo_answer = _DEMO[space.name if space.name in _DEMO else "web"]
     return (

@@ -6,6 +6,7 @@
     collabui train marl --env miniwob --train-tasks click-button,click-link --eval-tasks focus-text --iterations 2
     collabui train synth --envs miniwob/click-button --episodes 5 --out runs/stage1
     collabui train sft --data runs/stage1/instruction.jsonl --model smollm2 --out runs/sft [--merge]
+    collabui train demonstrate --out runs/demo --minutes 10
 
 ``dpo`` takes every ``AgentDPOConfig`` (TRL ``DPOConfig``) field as a flag, so the CLI and the
 API share one dataclass.
@@ -27,7 +28,8 @@ def add_train_commands(sub: argparse._SubParsersAction) -> None:
     tsub = train.add_subparsers(dest="train_command", required=True)
     label = tsub.add_parser("label", help="score every action matrix with a critic (reward matrices)")
     label.add_argument("--traces", nargs="+", required=True, help="trace files or folders of .jsonl traces")
-    label.add_argument("--critic", default="outcome", help="outcome | reference | llm:<model spec> (default outcome)")
+    label.add_argument("--critic", default="outcome", help="outcome | reference | oracle | verified | "
+                       "llm:<model spec> (default outcome)")
     label.add_argument("--out", required=True, help="labels JSONL (appended to; finished steps are skipped)")
     label.add_argument("--no-resume", action="store_true", help="relabel everything")
     pairs = tsub.add_parser("pairs", help="build per-agent preference pairs (rewarded vs adversarial)")
@@ -50,6 +52,18 @@ def add_train_commands(sub: argparse._SubParsersAction) -> None:
     report.add_argument("run", help="the run folder (the --out of train sft|dpo|marl, or the recipe's)")
     report.add_argument("--out", default=None, help="where training_report.* go (default: the run folder)")
     report.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    demo = tsub.add_parser("demonstrate", help="search verified trajectories on MiniWoB++ tasks "
+                           "(the environment's reward keeps only what works) into a dataset")
+    demo.add_argument("--out", required=True, help="folder: steps.jsonl, dataset/, README.md (resumable)")
+    demo.add_argument("--tasks", default=None, help="comma-separated MiniWoB++ tasks (default: the "
+                      "training list, collabui.training.task_lists.TRAIN_TASKS)")
+    demo.add_argument("--seeds", type=int, default=200, help="seeds per task (default 200)")
+    demo.add_argument("--seed-start", type=int, default=1000, help="first seed (default 1000)")
+    demo.add_argument("--renderings", type=int, default=3, help="observations written per verified step")
+    demo.add_argument("--no-shuffle", action="store_true", help="keep document order and A, B, C ids")
+    demo.add_argument("--workers", type=int, default=4, help="browsers searching in parallel (default 4)")
+    demo.add_argument("--minutes", type=float, default=10.0, help="time budget (default 10)")
+    demo.add_argument("--budget", type=int, default=40, help="actions tried per search (default 40)")
     from collabui.training.marl_cli import add_marl_command
     from collabui.training.stage1_cli import add_synth_sft_commands
 
@@ -131,8 +145,24 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _demonstrate(args: argparse.Namespace) -> int:
+    from collabui.training.demonstrate import DemoConfig, generate_demonstrations
+    from collabui.training.verified import SearchConfig
+
+    kwargs = {"tasks": tuple(t.strip() for t in args.tasks.split(",") if t.strip())} if args.tasks else {}
+    config = DemoConfig(out_dir=args.out, seeds=args.seeds, seed_start=args.seed_start,
+                        renderings=args.renderings, shuffle=not args.no_shuffle, workers=args.workers,
+                        minutes=args.minutes, search=SearchConfig(node_budget=args.budget), **kwargs)
+    stats = generate_demonstrations(config)
+    print(json.dumps({k: v for k, v in stats.to_dict().items() if k != "per_task"}))
+    print(f"dataset in {Path(args.out) / 'dataset'}; card {Path(args.out) / 'README.md'}", file=sys.stderr)
+    return 0 if stats.verified_steps else 1
+
+
 def run_train_command(args: argparse.Namespace, rest: list[str]) -> int:
     """Dispatch a parsed ``collabui train`` command."""
+    if args.train_command == "demonstrate":
+        return _demonstrate(args)
     if args.train_command == "label":
         return _label(args)
     if args.train_command == "pairs":

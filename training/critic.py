@@ -43,7 +43,8 @@ __all__ = [
 
 #: Paper Eq. 6: R = ceil(score - 0.5), i.e. reward 1 exactly when score >= 0.5.
 REWARD_THRESHOLD = 0.5
-CRITIC_SPECS = "outcome, reference, oracle (MiniWoB++ task rules), llm:<model spec> (e.g. llm:openai:gpt-4o)"
+CRITIC_SPECS = ("outcome, reference, oracle (MiniWoB++ task rules), verified (MiniWoB++ replay: the "
+                "environment's own reward), llm:<model spec> (e.g. llm:openai:gpt-4o)")
 
 Matrix = tuple[tuple[Any, ...], ...]
 
@@ -71,6 +72,12 @@ class StepContext:
         gold: the gold action dict, when the data has one.
         success: the episode's outcome from the trace's end record (None: not given).
         messages: n x m: the exact chat messages each agent read (empty when not known).
+        env: the environment name from the trace header (e.g. ``miniwob/click-button``).
+        seed: the episode's reset seed from the trace header (None: not seeded).
+        prefix: the actions executed before this step, oldest first (action dicts), which
+            replay the episode up to this step.
+        screen: the device's observation text at this step (``rendered_observation`` adds
+            the location lines and may be cut; replays compare against this).
     """
 
     episode_id: str
@@ -84,6 +91,10 @@ class StepContext:
     gold: dict[str, Any] | None = None
     success: bool | None = None
     messages: Matrix = ()
+    env: str | None = None
+    seed: int | None = None
+    prefix: tuple[dict[str, Any], ...] = ()
+    screen: str | None = None
 
     @property
     def n(self) -> int:
@@ -103,8 +114,10 @@ class StepContext:
 
     @classmethod
     def from_trace_step(cls, header: Mapping[str, Any], step: Mapping[str, Any], *,
-                        end: Mapping[str, Any] | None = None) -> StepContext:
-        """Build the context of one step record (see ``collabui.trace``).
+                        end: Mapping[str, Any] | None = None,
+                        prefix: Sequence[Mapping[str, Any]] = ()) -> StepContext:
+        """Build the context of one step record (see ``collabui.trace``); ``prefix`` holds the
+        ``executed`` dicts of the episode's earlier steps.
 
         Raises:
             TraceError: the step's proposals are not a non-empty rectangular matrix.
@@ -128,6 +141,10 @@ class StepContext:
             success=None if end is None else bool(end.get("success")),
             messages=tuple(tuple(tuple(dict(msg) for msg in p["messages"]) for p in row)
                            for row in rows),
+            env=header.get("env"),
+            seed=header.get("seed") if isinstance(header.get("seed"), int) else None,
+            prefix=tuple(dict(a) for a in prefix),
+            screen=(step.get("observation") or {}).get("text"),
         )
 
 
@@ -339,6 +356,10 @@ def make_critic(spec: str, **kw: Any) -> Critic:
         return OutcomeCritic(**kw)
     if text == "reference":
         return ReferenceCritic(**kw)
+    if text == "verified":
+        from collabui.training.verified import EnvVerifiedCritic
+
+        return EnvVerifiedCritic(**kw)
     if text == "oracle":
         from collabui.training.oracles import oracle_gold
 

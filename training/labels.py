@@ -72,8 +72,10 @@ def _is_trace(path: Path) -> bool:
 
 def iter_step_contexts(trace: Trace) -> Iterator[StepContext]:
     """One StepContext per step of ``trace`` (with the episode's outcome when it ended)."""
+    executed: list[dict[str, Any]] = []
     for step in trace.steps:
-        yield StepContext.from_trace_step(trace.header, step, end=trace.end)
+        yield StepContext.from_trace_step(trace.header, step, end=trace.end, prefix=executed)
+        executed.append(dict(step.get("executed") or {"action": "unknown"}))
 
 
 def validate_label(record: Any, where: str = "label") -> dict[str, Any]:

@@ -1,60 +1,65 @@
-"""The CPU training recipe: stage 1 (agentic fine-tuning) then iterative MARL, measured on held-out tasks.
+"""The CPU recipe: verified demonstrations -> SFT -> held-out evaluation, with results.json.
 
-Run (about an hour on 2 CPU cores; resumable: rerun the same command after a crash or Ctrl-C):
+Run (one command, resumable: rerun it after a crash or Ctrl-C and finished work is kept):
 
-    ./.venv/bin/python cookbook/cpu_recipe/recipe.py --out runs/recipe
+    ./.venv/bin/python cookbook/cpu_recipe/recipe.py --out runs/recipe [--publish]
 
-Stages, each one's output the next one's input (see README.md next to this file):
+Stages (see README.md next to this file for what each one measured):
 
-0. ``base_eval/``: the untrained SmolLM2 team on the held-out tasks;
-1. ``stage1/``: synthesize knowledge QA, simple instructions and process preferences from real
-   MiniWoB++ pages of the training tasks; LoRA SFT on the first two (merged), then DPO on the
-   preferences (merged): the stage-1 model;
-2. ``marl/``: iterative MARL from the stage-1 model on the training tasks (oracle critic, rule
-   adversary, per-agent DPO, edge update), held-out evaluation before and after every iteration
-   on exactly the episodes of step 0.
+1. ``demo/``: search verified trajectories on the training tasks (the environment's reward
+   keeps only what works; element order and ids shuffled by the device), ``--demo-minutes``.
+2. ``sft/``: LoRA SFT (all linear layers, rank 32, completion-only loss) of SmolLM2 on those
+   steps in the ``trained`` prompt style, merged into ``sft/merged/`` (the trained model).
+3. ``eval/<system>/``: every system on the held-out tasks with shuffled pages and fixed seeds:
+   random and lexical baselines, the base model and the trained model as single agents (and
+   the team rows when ``--team`` is given).
+4. ``results.json`` (and with ``--publish`` ``cookbook/cpu_recipe/results.json``): success per
+   system with 95% Wilson intervals; ``--table`` prints the README's table from it.
 
-At the end ``training_report.{md,json,png}`` gathers everything (``collabui train report``).
+Train and tune only on ``TRAIN_TASKS``; ``HELDOUT_TASKS`` are evaluation only.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from collabui.training.marl import MARLConfig, evaluate_model, resolve_base_model, run_marl
-from collabui.training.run_report import write_training_report
+from collabui.training.task_lists import HELDOUT_TASKS, TRAIN_TASKS
 
-TRAIN_TASKS = "click-button,click-link,enter-text,focus-text"
-EVAL_TASKS = "click-dialog,click-tab,click-widget,focus-text-2"
+HERE = Path(__file__).resolve().parent
+#: Every linear layer of a Llama block: capacity where a 135M model needs it.
+ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 def _args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="runs/recipe")
-    ap.add_argument("--train-tasks", default=TRAIN_TASKS, help="the oracle critic knows these templates")
-    ap.add_argument("--eval-tasks", default=EVAL_TASKS, help="held-out tasks (never trained on)")
-    ap.add_argument("--agents", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--max-steps", type=int, default=2)
-    ap.add_argument("--eval-episodes", type=int, default=3, help="episodes per held-out task")
-    ap.add_argument("--episodes", type=int, default=2, help="MARL rollout episodes per training task")
-    ap.add_argument("--iterations", type=int, default=2, help="MARL iterations")
-    ap.add_argument("--synth-pages", type=int, default=3, help="stage-1 pages per training task")
+    ap.add_argument("--demo-minutes", type=float, default=10.0, help="search time budget")
+    ap.add_argument("--demo-workers", type=int, default=4, help="browsers searching at once")
+    ap.add_argument("--sft-examples", type=int, default=2000, help="SFT rows drawn from the data")
     ap.add_argument("--sft-epochs", type=float, default=1.0)
-    ap.add_argument("--stage1-dpo-steps", type=int, default=6)
-    ap.add_argument("--marl-dpo-steps", type=int, default=4)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--lora-r", type=int, default=32)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--element-format", default="html", choices=("html", "text-first"))
+    ap.add_argument("--episodes", type=int, default=13, help="held-out episodes per task (models)")
+    ap.add_argument("--baseline-episodes", type=int, default=25, help="per task, random and lexical")
+    ap.add_argument("--max-steps", type=int, default=6)
+    ap.add_argument("--eval-seed", type=int, default=0)
+    ap.add_argument("--team", action="store_true", help="also evaluate 4 x 3 teams (slow on a CPU)")
+    ap.add_argument("--publish", action="store_true", help="copy results.json next to this file")
+    ap.add_argument("--table", action="store_true", help="print the README table of results.json and exit")
     return ap.parse_args(argv)
 
 
 class _Clock:
-    """Seconds per stage, kept in ``recipe.json`` across resumed runs (a resumed stage adds ~0)."""
+    """Seconds per stage, kept in ``recipe.json`` across resumed runs."""
 
     def __init__(self, path: Path, args: argparse.Namespace) -> None:
         self.path = path
@@ -67,63 +72,113 @@ class _Clock:
         result = fn()
         spent = time.perf_counter() - started
         self.data["seconds"][name] = round(self.data["seconds"].get(name, 0.0) + spent, 1)
-        self.data["seconds"]["total"] = round(sum(v for k, v in self.data["seconds"].items() if k != "total"), 1)
         self.path.write_text(json.dumps(self.data, indent=1))
         print(f"[recipe] {name}: {spent:.0f} s", file=sys.stderr, flush=True)
         return result
 
-
-def _stage1(args: argparse.Namespace, out: Path) -> Path:
-    """Synthesize, SFT (merged), DPO on process preferences (merged): the stage-1 model folder."""
-    from datasets import concatenate_datasets
-
-    from collabui.training.dpo import AgentDPOConfig, train_agents_dpo
-    from collabui.training.pairs import load_pairs
-    from collabui.training.sft import AgentSFTConfig, merge_adapter, train_sft
-    from collabui.training.synth import load_sft_dataset, synthesize
-
-    synth = out / "synth"
-    if not (synth / "synth_stats.json").is_file():
-        envs = [f"miniwob/{t}" for t in args.train_tasks.split(",")]
-        synthesize(envs, episodes_per_env=args.synth_pages, seed=args.seed, out_dir=synth,
-                   kinds=("knowledge", "instruction", "preference"), style="compact")
-    rows = concatenate_datasets([load_sft_dataset(synth / "knowledge.jsonl"),
-                                 load_sft_dataset(synth / "instruction.jsonl")]).shuffle(seed=args.seed)
-    sft = train_sft(rows, base_model=resolve_base_model("smollm2"), out_dir=out / "sft", merge=True,
-                    config=AgentSFTConfig(output_dir=str(out / "sft" / "trl"), num_train_epochs=args.sft_epochs,
-                                          learning_rate=2e-4, per_device_train_batch_size=4, seed=args.seed,
-                                          gradient_checkpointing=False))
-    sft_model = Path(str(sft.merged_path))
-    train_agents_dpo(load_pairs(synth / "preference.jsonl"), base_model=sft_model, out_dir=out / "dpo",
-                     config=AgentDPOConfig(output_dir=str(out / "dpo" / "trl"), max_steps=args.stage1_dpo_steps,
-                                           learning_rate=5e-5, seed=args.seed, gradient_checkpointing=False))
-    return merge_adapter(sft_model, out / "dpo" / "agent0")
+    def minutes(self, *prefixes: str) -> float:
+        return round(sum(v for k, v in self.data["seconds"].items() if k.startswith(prefixes)) / 60, 1)
 
 
-def marl_config(args: argparse.Namespace, model: str, out: Path) -> MARLConfig:
-    """The MARL run of the recipe; its held-out protocol is also the untrained team's."""
-    return MARLConfig(model=model, env="miniwob", train_tasks=args.train_tasks, eval_tasks=args.eval_tasks,
-                      episodes_per_task=args.episodes, eval_episodes_per_task=args.eval_episodes,
-                      iterations=args.iterations, n_agents=args.agents, rounds=args.rounds,
-                      max_steps=args.max_steps, max_new_tokens=48, prompt_style="compact",
-                      critic="oracle", adversary="rule", seed=args.seed, out_dir=str(out / "marl"),
-                      dpo={"max_steps": args.marl_dpo_steps, "per_device_train_batch_size": 1, "learning_rate": 1e-4,
-                           "gradient_checkpointing": False})
+def demonstrate(args: argparse.Namespace, out: Path) -> Any:
+    from collabui.training.demonstrate import DemoConfig, generate_demonstrations
+
+    return generate_demonstrations(DemoConfig(out_dir=str(out), tasks=TRAIN_TASKS, seeds=400,
+                                              minutes=args.demo_minutes, workers=args.demo_workers))
 
 
-def main() -> int:
-    args = _args()
+def sft(args: argparse.Namespace, demo: Path, out: Path) -> Path:
+    """SFT on the verified steps; returns the merged model folder."""
+    from datasets import Dataset
+
+    from collabui.models.embedded import embedded_model_dir
+    from collabui.training.demonstrate import read_steps
+    from collabui.training.sft import AgentSFTConfig, train_sft
+    from collabui.training.sft_data import sft_rows
+
+    rows = sft_rows(read_steps(demo / "steps.jsonl"), style="trained", element_format=args.element_format,
+                    limit=args.sft_examples, seed=0)
+    data = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
+    config = AgentSFTConfig(output_dir=str(out / "trl"), num_train_epochs=args.sft_epochs, learning_rate=args.lr,
+                            per_device_train_batch_size=args.batch, lora_r=args.lora_r, lora_alpha=2 * args.lora_r,
+                            lora_target_modules=list(ALL_LINEAR), max_length=512, seed=0,
+                            lr_scheduler_type="cosine", warmup_steps=10)
+    report = train_sft(data, base_model=embedded_model_dir(), out_dir=out, config=config, merge=True)
+    return Path(str(report.merged_path))
+
+
+def systems(args: argparse.Namespace, trained: Path) -> dict[str, dict[str, Any]]:
+    """The evaluated systems: eval config fields per row of results.json."""
+    rows: dict[str, dict[str, Any]] = {
+        "random": {"model": "random", "episodes": args.baseline_episodes},
+        "lexical": {"model": "lexical", "episodes": args.baseline_episodes},
+        "base_single": {"model": "smollm2", "n_agents": 1, "rounds": 1, "prompt_style": "react"},
+        "trained_single": {"model": f"hf:{trained}", "n_agents": 1, "rounds": 1, "prompt_style": "trained",
+                           "max_new_tokens": 48},
+    }
+    if args.team:
+        rows["base_team"] = {"model": "smollm2", "n_agents": 4, "rounds": 3, "prompt_style": "react"}
+        rows["trained_team"] = {"model": f"hf:{trained}", "n_agents": 4, "rounds": 3,
+                                "prompt_style": "trained", "max_new_tokens": 48}
+    return rows
+
+
+def evaluate(args: argparse.Namespace, name: str, fields: dict[str, Any], out: Path) -> dict[str, Any]:
+    from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
+
+    fields = {"episodes": args.episodes, **fields}
+    config = MiniWoBEvalConfig(tasks=",".join(HELDOUT_TASKS), seed=args.eval_seed, max_steps=args.max_steps,
+                               shuffle_elements=True, element_format=args.element_format, concurrency=2,
+                               **fields)
+    return evaluate_miniwob(config, out / name, command=f"recipe.py system {name}")
+
+
+def _row(results: dict[str, Any]) -> dict[str, Any]:
+    rate = results["overall"]["success_rate"]
+    return {"successes": rate["successes"], "episodes": rate["n"], "rate": rate["value"],
+            "ci95": rate["ci95"],
+            "per_task": {t: v["success_rate"]["value"] for t, v in results["breakdown"]["per_task"].items()}}
+
+
+def table(results: dict[str, Any]) -> str:
+    """The README table of a results.json."""
+    lines = ["| system | success (held-out, shuffled) | 95% CI | episodes |", "|---|---|---|---|"]
+    for name, row in results["systems"].items():
+        low, high = row["ci95"]
+        lines.append(f"| {name} | {row['successes']}/{row['episodes']} = {100 * row['rate']:.1f}% | "
+                     f"{100 * low:.1f}-{100 * high:.1f}% | {row['episodes']} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
     out = Path(args.out)
+    if args.table:
+        path = out / "results.json" if (out / "results.json").is_file() else HERE / "results.json"
+        print(table(json.loads(path.read_text())))
+        return 0
     out.mkdir(parents=True, exist_ok=True)
     clock = _Clock(out / "recipe.json", args)
-
-    base = marl_config(args, "smollm2", out)
-    clock.run("0 base eval", lambda: evaluate_model(base, "smollm2", out / "base_eval", tag="base"))
-    stage1_model = clock.run("1 stage 1 (synth, SFT, DPO)", lambda: _stage1(args, out / "stage1"))
-    clock.run("2 MARL", lambda: run_marl(marl_config(args, f"hf:{stage1_model}", out)))
-    paths = write_training_report(out)
-    print(paths["md"].read_text())
-    print(f"[recipe] total {clock.data['seconds']['total'] / 60:.1f} min; report {paths['md']}", file=sys.stderr)
+    if not (out / "demo" / "demo_stats.json").is_file():
+        clock.run("1 demonstrations", lambda: demonstrate(args, out / "demo"))
+    trained = clock.run("2 sft", lambda: sft(args, out / "demo", out / "sft"))
+    results: dict[str, Any] = {"train_tasks": list(TRAIN_TASKS), "heldout_tasks": list(HELDOUT_TASKS),
+                               "shuffled": True, "element_format": args.element_format,
+                               "max_steps": args.max_steps, "systems": {}}
+    for name, fields in systems(args, trained).items():
+        done = clock.run(f"3 eval {name}", lambda n=name, f=fields: evaluate(args, n, f, out / "eval"))
+        results["systems"][name] = _row(done)
+    results["demo"] = json.loads((out / "demo" / "demo_stats.json").read_text())
+    results["demo"].pop("per_task", None)
+    # Training time: the search's own clock (kept across resumes) plus SFT.
+    results["minutes"] = round(results["demo"]["seconds"] / 60 + clock.minutes("2 "), 1)
+    results["eval_minutes"] = clock.minutes("3 ")
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    if args.publish:
+        shutil.copyfile(out / "results.json", HERE / "results.json")
+    print(table(results))
+    print(f"[recipe] training {results['minutes']} min, evaluation {results['eval_minutes']} min; "
+          f"{out / 'results.json'}", file=sys.stderr)
     return 0
 
 

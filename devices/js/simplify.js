@@ -229,11 +229,15 @@
     });
   };
 
+  // `dom`: the element's rank among interactive elements in document order, taken before any
+  // shuffle. Never rendered; it lets two renderings of one page name the same element.
   const toJson = (node) => isNode(node)
-    ? {tag: node.tag.toLowerCase(), id: node.id || null, parts: node.parts.map(toJson)}
+    ? Object.assign({tag: node.tag.toLowerCase(), id: node.id || null, parts: node.parts.map(toJson)},
+      node.inter ? {dom: node.dom} : {})
     : node;
 
   const root = walk(document.body || document.documentElement, false);
+  if (root !== null) interactiveNodes(root, []).forEach((node, k) => { node.dom = k; });
   if (root !== null && opts.shuffle) shuffleSiblings(root);
   const listed = root === null ? [] : interactiveNodes(root, []);
   assignIds(listed);

@@ -39,6 +39,9 @@ __all__ = [
     "candidate_actions",
     "tokenize",
     "quoted_strings",
+    "lexical_score",
+    "screen_targets",
+    "Target",
 ]
 
 _MOBILE_MARK = "Android phone"
@@ -133,7 +136,7 @@ def quoted_strings(task: str) -> list[str]:
 
 
 @dataclass(frozen=True)
-class _Target:
+class Target:
     """One actionable element of the screen, in either space."""
 
     ref: str | int  # web element id or mobile index
@@ -145,7 +148,7 @@ class _Target:
     scrollable: bool = False
 
 
-def _web_targets(screen: str) -> list[_Target]:
+def _web_targets(screen: str) -> list[Target]:
     from collabui.devices.simplify import parse_elements
 
     targets = []
@@ -159,24 +162,33 @@ def _web_targets(screen: str) -> list[_Target]:
             listed = el.full_text.split("options:", 1)[1].split("|")
             options = tuple(o.strip() for o in listed if o.strip() and o.strip() != "\u2026")
         typeable = el.tag in {"input", "textarea"} and not checkbox
-        targets.append(_Target(el.id, el.tag, el.full_text, typeable, options))
+        targets.append(Target(el.id, el.tag, el.full_text, typeable, options))
     return targets
 
 
-def _mobile_targets(screen: str) -> list[_Target]:
+def _mobile_targets(screen: str) -> list[Target]:
     from collabui.devices.ui_elements import parse_lines
 
     targets = []
     for line in parse_lines(screen):
         flags = set(line["flags"])  # type: ignore[arg-type]
-        targets.append(_Target(int(line["index"]), str(line["type"]), str(line["label"]),  # type: ignore[call-overload]
+        targets.append(Target(int(line["index"]), str(line["type"]), str(line["label"]),  # type: ignore[call-overload]
                                "editable" in flags, (), "long-clickable" in flags,
                                "scrollable" in flags))
     return targets
 
 
-def _targets(view: PromptView) -> list[_Target]:
+def screen_targets(view: PromptView) -> list[Target]:
+    """The actionable elements of the screen in ``view``, in document order."""
     return _mobile_targets(view.screen) if view.space.name == "mobile" else _web_targets(view.screen)
+
+
+_targets = screen_targets
+
+
+def lexical_score(task: str, text: str) -> float:
+    """How strongly ``text`` matches ``task``: the lexical policy's score (see its docstring)."""
+    return _score(_task_weights(task), text)
 
 
 def _type_text(task: str) -> str:
@@ -307,7 +319,7 @@ class LexicalPolicyModel(ChatModel):
                        space.from_dict({"action": "click", key: best.ref}), started)
 
 
-def _should_type(view: PromptView, quoted: list[str], targets: list[_Target]) -> bool:
+def _should_type(view: PromptView, quoted: list[str], targets: list[Target]) -> bool:
     """Type the quoted text when it was not typed yet and the task says to type it, or when no
     other element shows that text (else the quote names something to click, "Click "OK"")."""
     if not quoted or quoted[0].casefold() in view.history.casefold():

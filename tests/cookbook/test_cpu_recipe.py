@@ -1,11 +1,13 @@
-"""The CPU recipe's configuration: valid tasks, held-out tasks disjoint from training, and a
-critic that knows every training task (a recipe whose critic abstains everywhere trains nothing)."""
+"""The CPU recipe's configuration: valid and disjoint task lists, every evaluated system a valid
+evaluation on shuffled held-out pages, and the README table rendered from results.json."""
 
 import importlib.util
+import json
 from pathlib import Path
 
 from collabui.devices.miniwob import miniwob_tasks
-from collabui.training.oracles import ORACLE_TASKS
+from collabui.evaluation.miniwob import MiniWoBEvalConfig
+from collabui.training.task_lists import HELDOUT_TASKS, TRAIN_TASKS
 
 RECIPE = Path(__file__).resolve().parents[2] / "cookbook" / "cpu_recipe" / "recipe.py"
 
@@ -17,19 +19,30 @@ def _recipe():
     return module
 
 
-def test_default_recipe_config_is_valid_and_the_oracle_knows_its_training_tasks(tmp_path):
-    recipe = _recipe()
-    config = recipe.marl_config(recipe._args([]), "smollm2", tmp_path)
+def test_task_lists_are_real_and_disjoint():
     known = set(miniwob_tasks())
-    assert set(config.train_tasks) <= known and set(config.eval_tasks) <= known
-    assert not set(config.train_tasks) & set(config.eval_tasks)
-    assert set(config.train_tasks) <= set(ORACLE_TASKS) and config.critic == "oracle"
-    assert config.prompt_style == "compact" and config.out_dir == str(tmp_path / "marl")
-    assert config.dpo_config(tmp_path / "trl").max_steps == 4
+    assert set(TRAIN_TASKS) <= known and set(HELDOUT_TASKS) <= known
+    assert not set(TRAIN_TASKS) & set(HELDOUT_TASKS)
+    assert len(TRAIN_TASKS) == 20 and len(HELDOUT_TASKS) == 8
 
 
-def test_recipe_flags_reach_the_config(tmp_path):
+def test_every_system_is_a_valid_shuffled_heldout_evaluation(tmp_path):
     recipe = _recipe()
-    args = recipe._args(["--agents", "4", "--rounds", "3", "--iterations", "1", "--eval-tasks", "click-tab"])
-    config = recipe.marl_config(args, "hf:/x", tmp_path)
-    assert (config.n_agents, config.rounds, config.iterations, config.eval_tasks) == (4, 3, 1, ("click-tab",))
+    args = recipe._args(["--team"])
+    rows = recipe.systems(args, tmp_path / "merged")
+    assert {"random", "lexical", "base_single", "trained_single", "base_team", "trained_team"} <= set(rows)
+    for fields in rows.values():
+        config = MiniWoBEvalConfig(tasks=",".join(HELDOUT_TASKS), shuffle_elements=True,
+                                   **{"episodes": args.episodes, **fields})
+        assert config.shuffle_elements and config.tasks.split(",") == list(HELDOUT_TASKS)
+    assert rows["trained_single"]["prompt_style"] == "trained"
+    assert rows["random"]["episodes"] >= 25 and args.episodes * len(HELDOUT_TASKS) >= 100
+
+
+def test_table_is_generated_from_results(tmp_path):
+    recipe = _recipe()
+    results = {"systems": {"lexical": {"successes": 41, "episodes": 200, "rate": 0.205, "ci95": [0.155, 0.266]}}}
+    text = recipe.table(results)
+    assert "| lexical | 41/200 = 20.5% | 15.5-26.6% | 200 |" in text
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    assert recipe.main(["--out", str(tmp_path), "--table"]) == 0

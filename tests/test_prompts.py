@@ -1,0 +1,35 @@
+"""Prompt styles: what each one puts in front of the model."""
+
+import pytest
+
+from collabui.actions import WEB
+from collabui.errors import ConfigError
+from collabui.prompts import PeerOutput, build_messages
+
+
+def _messages(style: str, **kw):
+    return build_messages(space=WEB, task='Click the "Ok" button.', observation="<button[C]| Ok>",
+                          history=["click('A')"], style=style, **kw)
+
+
+def test_trained_style_has_no_demonstration_and_asks_for_an_action_line():
+    trained = _messages("trained")
+    react = _messages("react")
+    assert [m["role"] for m in trained] == ["system", "user"]
+    # react carries a demonstration turn (user, assistant) before the real user turn
+    assert [m["role"] for m in react] == ["system", "user", "assistant", "user"]
+    assert "Action:" in trained[0]["content"] and "Thought" not in trained[0]["content"]
+    assert "<button[C]| Ok>" in trained[1]["content"] and "1. click('A')" in trained[1]["content"]
+    # Far shorter than the demonstration prompt: the point of the style.
+    assert sum(len(m["content"]) for m in trained) * 3 < sum(len(m["content"]) for m in react)
+
+
+def test_trained_style_still_shows_peers():
+    peer = PeerOutput(agent=2, round=0, thought=None, action_json='{"action": "click", "element_id": "C"}', raw="")
+    text = _messages("trained", peers=[peer])[1]["content"]
+    assert "[Agent 2]" in text and '"element_id": "C"' in text
+
+
+def test_unknown_style_is_refused():
+    with pytest.raises(ConfigError, match="unknown prompt style"):
+        _messages("chatty")

@@ -1,0 +1,75 @@
+"""Prompt-completion rows for SFT from verified demonstrations (``collabui train demonstrate``).
+
+Each verified step becomes the exact chat an agent reads at run time (``build_messages`` with the
+observation rendered by ``render_observation``), and its completion is the verified action as
+an ``Action:`` line: the answer format of the ``trained`` prompt style. The page text is
+rendered from the device's element tree in the requested format, so one data set serves the
+``html`` and ``text-first`` arms of a format comparison.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from collabui.actions import WEB, get_action_space
+from collabui.devices.base import Observation
+from collabui.errors import ConfigError
+from collabui.prompts import build_messages, render_observation
+
+__all__ = ["sft_rows", "answer_text", "prompt_messages"]
+
+
+def answer_text(action: dict[str, Any]) -> str:
+    """The completion of a verified step: ``Action: <json>`` (validated on the way)."""
+    return "Action: " + WEB.from_dict(action).to_json()
+
+
+def _screen(row: dict[str, Any], element_format: str) -> str:
+    if element_format == "html":
+        return str(row["screen"])
+    from collabui.devices.simplify import render
+
+    tree = row.get("tree")
+    tree = json.loads(tree) if isinstance(tree, str) else tree
+    if tree is None:
+        raise ConfigError(f"row {row.get('task_name')}/{row.get('seed')}/{row.get('t')} has no element "
+                          "tree; regenerate the demonstrations to render other formats")
+    return render(tree, element_format)
+
+
+def prompt_messages(row: dict[str, Any], *, style: str = "trained",
+                    element_format: str = "html") -> list[dict[str, str]]:
+    """The chat an agent reads at the row's step (single agent: no peers)."""
+    obs = Observation(text=_screen(row, element_format), task=row["task"], url=row.get("url"),
+                      viewport=row.get("viewport"))
+    messages = build_messages(space=get_action_space("web"), task=str(row["task"]),
+                              observation=render_observation(obs), history=list(row["history"]),
+                              style=style)
+    return [dict(m) for m in messages]
+
+
+def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_format: str = "html",
+             limit: int | None = None, seed: int = 0,
+             renderings: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Prompt-completion rows (TRL's conversational format) from demonstration rows.
+
+    Args:
+        rows: demonstration rows (``read_steps``); their ``action`` may be a dict or JSON.
+        style, element_format: the prompt style and page format the trained model will read.
+        limit: keep at most this many, drawn at random (seeded) after shuffling.
+        renderings: keep only these renderings (e.g. ``("page",)``); None keeps all.
+    """
+    out = []
+    for row in rows:
+        if renderings is not None and row.get("rendering") not in renderings:
+            continue
+        action = row["action"]
+        action = json.loads(action) if isinstance(action, str) else action
+        out.append({"prompt": prompt_messages(row, style=style, element_format=element_format),
+                    "completion": [{"role": "assistant", "content": answer_text(action)}],
+                    "task_name": row["task_name"], "seed": int(row["seed"]), "t": int(row["t"])})
+    random.Random(seed).shuffle(out)
+    return out[:limit] if limit is not None else out

@@ -1,0 +1,424 @@
+"""Environment-verified credit: replay a seeded MiniWoB++ episode and let the task's own reward
+judge actions.
+
+MiniWoB++ tasks are generated from ``Math.seedrandom(seed)``, so ``reset(seed)`` followed by the
+same actions rebuilds the same page. That makes the environment itself a critic and a teacher:
+
+* :func:`search` finds a sequence of actions that completes the task from a replayed state: a
+  depth-first search over the page's candidate actions (clicks, typing the task's quoted
+  strings, selecting options), best lexical match first. It keeps the browser's state while it
+  goes deeper and replays ``reset(seed) + prefix`` only after a dead end, so a task the lexical
+  order gets right costs one action per step.
+* :class:`EnvVerifiedCritic` (critic spec ``verified``) scores a recorded step's n x m matrix:
+  a search from the replayed step finds a completion of L actions; then each distinct proposal
+  is executed on the replayed page and scores 1 when it completes the task or the task can still
+  be completed within L - 1 more actions (it makes progress), else 0 (it ends the episode
+  unrewarded, wastes a step or leads nowhere). It abstains when the replayed page differs from
+  the recorded observation (compared by digest), on pages that change by themselves (timers,
+  animation: seen by looking twice), and when no action at all is found to complete the task
+  (nothing known to be right).
+
+Nothing hidden is read: only the observation text the agents saw, the task sentence and the
+environment's reward.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from collabui.actions import WEB, Action, Unknown, web
+from collabui.devices.base import Observation, StepOutcome
+from collabui.errors import ConfigError
+from collabui.models.baselines import (
+    PromptView,
+    Target,
+    lexical_score,
+    quoted_strings,
+    screen_targets,
+)
+from collabui.training.critic import Critic, ScoreMatrix, StepContext, to_action
+
+__all__ = [
+    "SETTLE_CHECK_S",
+    "SearchConfig",
+    "SearchResult",
+    "Replayer",
+    "rank_candidates",
+    "search",
+    "screen_digest",
+    "page_key",
+    "EnvVerifiedCritic",
+    "verified_action",
+]
+
+#: Seconds between the two looks that tell a page that moves by itself (timers, animation).
+SETTLE_CHECK_S = 0.3
+_ID_SUFFIX = re.compile(r" \[[A-Z]+\]$")
+_TYPE_HINT = ("type", "enter", "input", "search", "fill", "write")
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """Bounds of one search.
+
+    Attributes:
+        max_depth: most actions after the starting state.
+        node_budget: most actions executed in one search (each costs ~0.1 s of browser time).
+        branch: most candidates tried at each state, best first.
+    """
+
+    max_depth: int = 6
+    node_budget: int = 40
+    branch: int = 8
+
+    def __post_init__(self) -> None:
+        for name in ("max_depth", "node_budget", "branch"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"SearchConfig.{name} must be a positive integer, got {value!r}")
+
+
+@dataclass
+class SearchResult:
+    """What a search found.
+
+    Attributes:
+        actions: the actions that completed the task (None: none found within the budget).
+        observations: the observation each of ``actions`` was chosen on.
+        nodes: actions executed.
+        reason: why nothing was found (empty when found).
+    """
+
+    actions: list[Action] | None
+    observations: list[Observation] = field(default_factory=list)
+    nodes: int = 0
+    reason: str = ""
+
+    @property
+    def found(self) -> bool:
+        return self.actions is not None
+
+
+def page_key(obs: Observation) -> str:
+    """The page's content regardless of element order and ids: what "did anything change?"
+    compares when the device shuffles every observation."""
+    from collabui.devices.simplify import render_text_first
+
+    tree = obs.extra.get("tree")
+    if tree is None:
+        return obs.text
+    lines = [_ID_SUFFIX.sub("", line) for line in render_text_first(tree).splitlines()]
+    return "\n".join(sorted(lines))
+
+
+def screen_digest(text: str) -> str:
+    """Digest of an observation text; a replay is trusted only when its digest matches."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+class Replayer:
+    """One MiniWoB++ browser that rebuilds recorded states: ``reset(seed)`` + the executed prefix.
+
+    Args:
+        env: a MiniWoBEnv to drive (closed by :meth:`close` only when created here).
+        env_options: browser options for the MiniWoBEnv created when ``env`` is None.
+    """
+
+    def __init__(self, env: Any = None, **env_options: Any) -> None:
+        if env is None:
+            from collabui.devices.miniwob import MiniWoBEnv
+
+            env = MiniWoBEnv("click-button", **env_options)
+            self._owned = True
+        else:
+            self._owned = False
+        self.env = env
+        self.replays = 0
+        self.actions = 0
+
+    def start(self, task: str, seed: int, prefix: Sequence[Action] = ()) -> Observation | None:
+        """The observation after ``reset(seed)`` and ``prefix``; None when the prefix ends the
+        episode (the recorded step cannot be reached)."""
+        self.replays += 1
+        obs = self.env.reset(seed=seed, options={"task_name": task})
+        for action in prefix:
+            out = self.act(action)
+            if out.done:
+                return None
+            obs = out.observation
+        return obs
+
+    def act(self, action: Action) -> StepOutcome:
+        self.actions += 1
+        return self.env.act(action)
+
+    def close(self) -> None:
+        if self._owned:
+            self.env.close()
+
+    def __enter__(self) -> Replayer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# --------------------------------------------------------------------------- candidates
+
+
+def _typed(history: Sequence[Action]) -> set[str]:
+    return {a.content.casefold() for a in history if isinstance(a, web.TypeString)}
+
+
+def _typing(task: str, fields: list[Target], history: Sequence[Action]) -> list[Action]:
+    """Type each quoted string of the task not typed yet into each field not holding it; the
+    k-th string into the k-th field first (forms list their fields in the task's order)."""
+    done = _typed(history)
+    quotes = [q for q in dict.fromkeys(quoted_strings(task)) if q.casefold() not in done]
+    pairs = [(abs(k - qi), k, qi) for k in range(len(fields)) for qi in range(len(quotes))
+             if fields[k].text.casefold() != quotes[qi].casefold()]
+    return [web.TypeString(str(fields[k].ref), quotes[qi]) for _, k, qi in sorted(pairs)]
+
+
+def rank_candidates(task: str, obs: Observation, history: Sequence[Action] = ()) -> list[Action]:
+    """The actions worth trying on ``obs``, most promising first.
+
+    Clicks on every element (best lexical match with the task first), typing the task's quoted
+    strings into fields (first when the task asks to type), and each option of a drop-down.
+    """
+    # A disabled element only burns the action timeout (2 s on MiniWoB++).
+    targets = [t for t in screen_targets(PromptView(WEB, task, "None", obs.text))
+               if not t.text.casefold().endswith("disabled")]
+    scored = sorted(range(len(targets)), key=lambda k: (-lexical_score(task, targets[k].text), k))
+    clicks: list[Action] = [web.Click(str(targets[k].ref)) for k in scored]
+    typing = _typing(task, [t for t in targets if t.typeable], history)
+    selects: list[Action] = [web.Select(str(t.ref), o) for t in targets
+                             for o in sorted(t.selectable_options, key=lambda o: -lexical_score(task, o))]
+    wants_typing = any(w in task.casefold() for w in _TYPE_HINT)
+    ordered = [*typing, *selects, *clicks] if wants_typing else [*clicks, *selects, *typing]
+    return list({a.key(): a for a in ordered}.values())
+
+
+# --------------------------------------------------------------------------- search
+
+
+class _Search:
+    """Depth-first search with a live browser state (see :func:`search`)."""
+
+    def __init__(self, replayer: Replayer, task: str, seed: int, prefix: Sequence[Action],
+                 config: SearchConfig) -> None:
+        self.rep, self.task, self.seed, self.prefix = replayer, task, seed, list(prefix)
+        self.config = config
+        self.nodes = 0
+        self.live: list[Action] | None = None  # the path the browser currently stands at
+        self.diverged = False
+
+    def _goto(self, path: list[Action], expected: Observation) -> bool:
+        if self.live == path:
+            return True
+        obs = self.rep.start(self.task, self.seed, [*self.prefix, *path])
+        if obs is None or obs.text != expected.text:
+            self.diverged = True  # the page does not rebuild the same way: stop trusting it
+            return False
+        self.live = list(path)
+        return True
+
+    def run(self, path: list[Action], obs: Observation, depth: int) -> list[tuple[Observation, Action]] | None:
+        if depth >= self.config.max_depth:
+            return None
+        history = [*self.prefix, *path]
+        for action in rank_candidates(obs.task or "", obs, history)[: self.config.branch]:
+            if self.nodes >= self.config.node_budget or self.diverged:
+                return None
+            if not self._goto(path, obs):
+                return None
+            out = self.rep.act(action)
+            self.nodes += 1
+            self.live = [*path, action]
+            if out.done:
+                self.live = None
+                if out.reward > 0:
+                    return [(obs, action)]
+                continue
+            if page_key(out.observation) == page_key(obs):
+                continue  # changed nothing visible: a wasted step, not progress
+            rest = self.run([*path, action], out.observation, depth + 1)
+            if rest is not None:
+                return [(obs, action), *rest]
+        return None
+
+
+def search(replayer: Replayer, task: str, seed: int, prefix: Sequence[Action] = (), *,
+           start: Observation | None = None, config: SearchConfig | None = None) -> SearchResult:
+    """Find actions that complete ``task`` (MiniWoB++ name) from ``reset(seed)`` + ``prefix``.
+
+    Args:
+        replayer: the browser to search with.
+        start: the observation at that state when the browser already stands there (saves a
+            replay); otherwise the state is rebuilt first.
+        config: search bounds.
+    """
+    config = config or SearchConfig()
+    s = _Search(replayer, task, seed, prefix, config)
+    if start is None:
+        start = replayer.start(task, seed, prefix)
+        if start is None:
+            return SearchResult(None, reason="the prefix ends the episode")
+    s.live = []
+    found = s.run([], start, 0)
+    if found is None:
+        why = ("the replayed page differed from the first visit" if s.diverged else
+               f"no completion within {config.max_depth} actions / {config.node_budget} tries")
+        return SearchResult(None, nodes=s.nodes, reason=why)
+    return SearchResult([a for _, a in found], [o for o, _ in found], s.nodes)
+
+
+# --------------------------------------------------------------------------- the critic
+
+
+def _miniwob_task(env: str | None) -> str | None:
+    if not env or not env.startswith("miniwob/"):
+        return None
+    return env.split("/", 1)[1]
+
+
+class EnvVerifiedCritic(Critic):
+    """Scores a recorded MiniWoB++ step by replaying it (critic spec ``verified``).
+
+    First a search from the rebuilt step finds a completion of L actions (none found: abstain,
+    nothing is known to be right). Then for each distinct parsed proposal: rebuild the state,
+    execute it, and search on. Score 1.0: it completed the task, or the task was completed
+    within L - 1 further actions. 0.0: it ended the episode unrewarded, or no completion that
+    short was found (a wasted or harmful step). Unparsable proposals score 0.0. Abstains
+    (None) on non-MiniWoB++ or unseeded steps, pages that change by themselves and replays that
+    do not rebuild the recorded page.
+
+    The first action of the completion found from the step's own state is in the label's
+    rationale (``{"verified_action": {...}, "continuation": [...]}``): a target for the step
+    even when every agent was wrong.
+
+    Args:
+        replayer: the browser to replay with (one is created, and closed by ``close()``, if None).
+        config: search bounds for each continuation.
+        env_options: browser options for the replayer created here.
+    """
+
+    name = "verified"
+
+    def __init__(self, *, replayer: Replayer | None = None, config: SearchConfig | None = None,
+                 **env_options: Any) -> None:
+        self._replayer = replayer
+        self._env_options = env_options
+        self.config = config or SearchConfig()
+        self._dynamic: dict[str, bool] = {}
+        self.counts = {"steps": 0, "labelled": 0, "abstained": 0, "replay_differs": 0}
+
+    @property
+    def replayer(self) -> Replayer:
+        if self._replayer is None:
+            self._replayer = Replayer(**self._env_options)
+        return self._replayer
+
+    def close(self) -> None:
+        if self._replayer is not None:
+            self._replayer.close()
+
+    def score(self, ctx: StepContext) -> ScoreMatrix:
+        self.counts["steps"] += 1
+        verdict = self._verdict(ctx)
+        if isinstance(verdict, str):
+            self.counts["abstained"] += 1
+            self.counts["replay_differs"] += verdict.startswith("abstain: the replayed page")
+            return ScoreMatrix([[None] * ctx.m for _ in range(ctx.n)], [[verdict] * ctx.m for _ in range(ctx.n)])
+        self.counts["labelled"] += 1
+        return verdict
+
+    def _verdict(self, ctx: StepContext) -> ScoreMatrix | str:
+        task = _miniwob_task(ctx.env)
+        if task is None or ctx.seed is None or ctx.screen is None:
+            return "abstain: not a seeded MiniWoB++ step"
+        if self._moves_by_itself(task, ctx.seed):
+            return f"abstain: the {task} page changes by itself (timer or animation)"
+        prefix = [to_action(a, WEB) for a in ctx.prefix]
+        start = self.replayer.start(task, ctx.seed, prefix)
+        if start is None or screen_digest(start.text) != screen_digest(ctx.screen):
+            return "abstain: the replayed page differs from the recorded one"
+        # A completion from the step's own state sets the bar: L actions are known to suffice.
+        known = search(self.replayer, task, ctx.seed, prefix, start=start, config=self.config)
+        if not known.found:
+            return f"abstain: nothing found to complete the task ({known.reason})"
+        bar = len(known.actions or [])
+        outcomes: dict[Any, tuple[float, str]] = {}
+        for i in range(ctx.n):
+            for j in range(ctx.m):
+                action = ctx.action(i, j)
+                if not isinstance(action, Unknown) and action.key() not in outcomes:
+                    outcomes[action.key()] = self._try(task, ctx.seed, prefix, action, bar)
+        return self._matrix(ctx, outcomes, known)
+
+    def _moves_by_itself(self, task: str, seed: int) -> bool:
+        """Look at the task's first page twice, SETTLE_CHECK_S apart, text and pixels (a moving
+        target may have no text at all); cached per task."""
+        if task not in self._dynamic:
+            import time
+
+            env = self.replayer.env
+            plain = env.config
+            env.config = dataclasses.replace(plain, screenshots=True)
+            try:
+                first = self.replayer.start(task, seed)
+                time.sleep(SETTLE_CHECK_S)
+                second = env.observe()
+            finally:
+                env.config = plain
+            self._dynamic[task] = (first is None or page_key(first) != page_key(second)
+                                   or first.screenshot != second.screenshot)
+        return self._dynamic[task]
+
+    def _try(self, task: str, seed: int, prefix: list[Action], action: Action, bar: int) -> tuple[float, str]:
+        """1.0 when ``action`` completes the task, or leads to a completion within ``bar - 1``
+        more actions (it makes progress as fast as the known completion); else 0.0."""
+        start = self.replayer.start(task, seed, prefix)
+        if start is None:
+            return 0.0, "the replay ended early"
+        out = self.replayer.act(action)
+        if out.done:
+            return (1.0, "completes the task") if out.reward > 0 else (0.0, "ends the episode unrewarded")
+        if bar <= 1:
+            return 0.0, "the task can be completed in one action; this one did not"
+        config = dataclasses.replace(self.config, max_depth=bar - 1)
+        rest = search(self.replayer, task, seed, [*prefix, action], start=out.observation, config=config)
+        if rest.found:
+            return 1.0, f"completed after it by {' '.join(a.to_call() for a in rest.actions or [])}"
+        return 0.0, f"no completion within {bar - 1} more actions (one is known from this step)"
+
+    def _matrix(self, ctx: StepContext, outcomes: dict[Any, tuple[float, str]],
+                known: SearchResult) -> ScoreMatrix:
+        scores: list[list[float | None]] = []
+        reasons: list[list[str]] = []
+        for i in range(ctx.n):
+            row = [outcomes.get(ctx.action(i, j).key(), (0.0, "unparsable proposal"))
+                   if not isinstance(ctx.action(i, j), Unknown) else (0.0, "unparsable proposal")
+                   for j in range(ctx.m)]
+            scores.append([value for value, _ in row])
+            reasons.append([why for _, why in row])
+        rationale = json.dumps({"verified_action": (known.actions or [])[0].to_dict(),
+                                "continuation": [a.to_dict() for a in known.actions or []]})
+        return ScoreMatrix(scores, reasons, rationale)
+
+
+def verified_action(label: dict[str, Any]) -> dict[str, Any] | None:
+    """The action the search found for a labelled step when no proposal was right (else None)."""
+    try:
+        data = json.loads(label.get("rationale") or "{}")
+    except ValueError:
+        return None
+    action = data.get("verified_action") if isinstance(data, dict) else None
+    return dict(action) if isinstance(action, dict) else None
+
