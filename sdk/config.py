@@ -9,7 +9,10 @@ from collabui.actions import get_action_space
 from collabui.errors import ConfigError
 from collabui.prompts import PROMPT_STYLES
 
-__all__ = ["TeamConfig", "DEFAULT_TEMPERATURES"]
+__all__ = ["TeamConfig", "DEFAULT_TEMPERATURES", "PROMPT_STYLE_CHOICES"]
+
+#: What ``prompt_style`` accepts: a style, or ``auto`` (the model's own, else ``react``).
+PROMPT_STYLE_CHOICES = ("auto", *PROMPT_STYLES)
 
 #: Rollout temperatures of the four agents in the paper (App. C.3.2): diverse agents make the
 #: vote and the preference data informative.
@@ -40,7 +43,11 @@ class TeamConfig:
     )
     action_space: str = field(default="web", metadata={"help": "web or mobile"})
     max_steps: int = field(default=10, metadata={"help": "environment steps per episode"})
-    prompt_style: str = field(default="react", metadata={"help": "react or compact"})
+    prompt_style: str = field(
+        default="auto",
+        metadata={"help": "react, compact, trained, or auto: the style the model was trained for "
+                  "(trained teams), else react"},
+    )
     max_new_tokens: int = field(default=64, metadata={"help": "generation budget per agent call"})
     max_observation_chars: int = field(default=6000, metadata={"help": "observation text cap"})
     batch_fallback_s: float = field(
@@ -54,8 +61,8 @@ class TeamConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
         get_action_space(self.action_space)
-        if self.prompt_style not in PROMPT_STYLES:
-            raise ConfigError(f"prompt_style {self.prompt_style!r} is unknown; use one of {list(PROMPT_STYLES)}")
+        if self.prompt_style not in PROMPT_STYLE_CHOICES:
+            raise ConfigError(f"prompt_style {self.prompt_style!r} is unknown; use one of {list(PROMPT_STYLE_CHOICES)}")
         if self.temperatures is not None:
             temps = tuple(float(t) for t in self.temperatures)
             if len(temps) != self.n_agents:
@@ -72,6 +79,23 @@ class TeamConfig:
                     f"adapters has {len(adapters)} names for {self.n_agents} agents; give one per agent (None for the base model)"
                 )
             object.__setattr__(self, "adapters", adapters)
+
+    def for_model(self, model: Any) -> TeamConfig:
+        """This config with ``auto`` settings resolved for ``model``: its trained prompt style
+        (``react`` for untrained models) and, when no adapters are named, its per-agent adapters
+        (cycled over the agents)."""
+        defaults = getattr(model, "team_defaults", None) or {}
+        changes: dict[str, Any] = {}
+        if self.prompt_style == "auto":
+            changes["prompt_style"] = defaults.get("prompt_style", "react")
+        shipped = tuple(defaults.get("adapters") or ())
+        if self.adapters is None and shipped:
+            changes["adapters"] = tuple(shipped[i % len(shipped)] for i in range(self.n_agents))
+        if not changes:
+            return self
+        from dataclasses import replace
+
+        return replace(self, **changes)
 
     def agent_temperature(self, i: int) -> float:
         temps = self.temperatures or DEFAULT_TEMPERATURES

@@ -45,13 +45,15 @@ def _add_miniwob(sub: Any) -> None:
     p.add_argument("--rounds", type=int, default=None, help="rounds m (default 3; 1 for random/lexical)")
     p.add_argument("--topology", default="random", help="message DAG (default random)")
     p.add_argument("--model", default="smollm2",
-                   help="smollm2 | hf:PATH | openai:MODEL@URL | random[:SEED] | lexical (default smollm2)")
+                   help="smollm2 | smollm2-trained | trained:FOLDER | hf:PATH | openai:MODEL@URL | "
+                   "random[:SEED] | lexical (default smollm2)")
     p.add_argument("--adapters", default=None, help="folder of per-agent LoRA adapters agent0/, agent1/, ...")
     p.add_argument("--mobile", action="store_true", help="the phone-shaped tasks (miniwob-mobile/<task>)")
     p.add_argument("--max-steps", type=int, default=10, help="environment steps per episode (default 10)")
     p.add_argument("--concurrency", type=int, default=1, help="episodes (browsers) at once (default 1)")
-    p.add_argument("--prompt-style", default="react",
-                   help="agents' prompt: react | compact (as the model was trained; default react)")
+    p.add_argument("--prompt-style", default="auto",
+                   help="agents' prompt: react | compact | trained | auto (default: the style a trained "
+                   "team was trained for, react for other models)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="generation budget per agent call (default 64)")
     p.add_argument("--guided-json", action="store_true", help=GUIDED_HELP)
     add_page_options(p)
@@ -113,7 +115,7 @@ def _miniwob_command(args: argparse.Namespace) -> str:
     for flag, value in (("--agents", args.agents), ("--rounds", args.rounds), ("--adapters", args.adapters)):
         if value is not None:
             parts += [flag, str(value)]
-    if args.prompt_style != "react":
+    if args.prompt_style != "auto":
         parts += ["--prompt-style", args.prompt_style]
     if args.max_new_tokens != 64:
         parts += ["--max-new-tokens", str(args.max_new_tokens)]

@@ -146,14 +146,14 @@ class CollabAgentTeam:
             if unknown:
                 raise ConfigError(f"unknown team option(s) {unknown}; see TeamConfig for the options")
             base = TeamConfig(**{**{f: getattr(base, f) for f in TeamConfig.__dataclass_fields__}, **overrides})
-        self.config = base
-        self.models = self._resolve_models(model)
+        self.models = self._resolve_models(model, base.n_agents)
+        self.config = base.for_model(self.models[0])
         self.space: ActionSpace = get_action_space(base.action_space)
         self.batcher = SuperstepBatcher(fallback_s=base.batch_fallback_s)
         self._set_topology(_resolve_topology(base))
 
-    def _resolve_models(self, model: ChatModel | Sequence[ChatModel]) -> tuple[ChatModel, ...]:
-        n = self.config.n_agents
+    @staticmethod
+    def _resolve_models(model: ChatModel | Sequence[ChatModel], n: int) -> tuple[ChatModel, ...]:
         if isinstance(model, ChatModel):
             return (model,) * n
         models = tuple(model)

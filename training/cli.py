@@ -35,7 +35,8 @@ def add_train_commands(sub: argparse._SubParsersAction) -> None:
     pairs = tsub.add_parser("pairs", help="build per-agent preference pairs (rewarded vs adversarial)")
     pairs.add_argument("--traces", nargs="+", required=True)
     pairs.add_argument("--labels", required=True)
-    pairs.add_argument("--adversary", default="rule", help="rule | llm:<model spec> (default rule)")
+    pairs.add_argument("--adversary", default="rule", help="rule | llm:<model spec> (invented mistakes) | own "
+                       "(the agents' own wrong proposals against verified-right answers; default rule)")
     pairs.add_argument("--critic", default=None, help="use the labels of this critic when the file holds several")
     pairs.add_argument("--out", required=True, help="pairs JSONL")
     pairs.add_argument("--seed", type=int, default=0)
@@ -96,6 +97,13 @@ def _pairs(args: argparse.Namespace) -> int:
     from collabui.training.adversary import LLMAdversary, RuleAdversary
     from collabui.training.pairs import build_pairs, pair_stats, save_pairs
 
+    if args.adversary == "own":
+        from collabui.training.mistake_pairs import build_mistake_pairs
+
+        ds = build_mistake_pairs(args.traces, args.labels, critic=args.critic)
+        path = save_pairs(ds, args.out)
+        print(json.dumps({"pairs": len(ds), "path": str(path), **pair_stats(ds)}, default=str))
+        return 0
     if args.adversary == "rule":
         adversary = RuleAdversary(seed=args.seed)
     elif args.adversary.startswith("llm:"):
@@ -105,7 +113,7 @@ def _pairs(args: argparse.Namespace) -> int:
     else:
         from collabui.errors import ConfigError
 
-        raise ConfigError(f"unknown adversary {args.adversary!r}; use rule or llm:<model spec>")
+        raise ConfigError(f"unknown adversary {args.adversary!r}; use rule, own or llm:<model spec>")
     ds = build_pairs(args.traces, args.labels, adversary, critic=args.critic, progress=True)
     path = save_pairs(ds, args.out)
     print(json.dumps({"pairs": len(ds), "path": str(path), **pair_stats(ds)}, default=str))

@@ -79,8 +79,10 @@ class MARLConfig:
     prompt_style: str = field(default="react", metadata={"help": "agents' prompt: react | compact "
                                                                  "(shorter, faster on a CPU)"})
     topology: str = field(default="random", metadata={"help": "message DAG (random is resampled by the edge update)"})
-    critic: str = field(default="outcome", metadata={"help": "outcome | reference | oracle (MiniWoB++ task rules) | llm:<model spec>"})
-    adversary: str = field(default="rule", metadata={"help": "rule | llm:<model spec>"})
+    critic: str = field(default="outcome", metadata={"help": "outcome | reference | oracle (MiniWoB++ task rules) | verified (MiniWoB++ replay) | llm:<model spec>"})
+    adversary: str = field(default="rule", metadata={
+        "help": "where rejected answers come from: rule | llm:<model spec> (invented mistakes) | own "
+        "(the agents' own wrong proposals, chosen = a verified-right answer; pair with --critic verified)"})
     edge_update: bool = field(default=True, metadata={"help": "resample the DAG every iteration "
                                                               "(--no-edge-update: the ablation)"})
     seed: int = field(default=0, metadata={"help": "seed of DAGs, episodes, sampling and DPO"})
@@ -100,14 +102,14 @@ class MARLConfig:
         overlap = sorted(set(train) & set(held_out))
         if overlap:
             raise ConfigError(f"eval task(s) {overlap} are also training tasks; held-out tasks must differ")
-        from collabui.prompts import PROMPT_STYLES
+        from collabui.config import PROMPT_STYLE_CHOICES
 
-        if self.prompt_style not in PROMPT_STYLES:
-            raise ConfigError(f"prompt_style must be one of {list(PROMPT_STYLES)}, got {self.prompt_style!r}")
+        if self.prompt_style not in PROMPT_STYLE_CHOICES:
+            raise ConfigError(f"prompt_style must be one of {list(PROMPT_STYLE_CHOICES)}, got {self.prompt_style!r}")
         object.__setattr__(self, "train_tasks", train)
         object.__setattr__(self, "eval_tasks", held_out)
-        _check_spec(self.critic, ("outcome", "reference", "oracle"), "critic")
-        _check_spec(self.adversary, ("rule",), "adversary")
+        _check_spec(self.critic, ("outcome", "reference", "oracle", "verified"), "critic")
+        _check_spec(self.adversary, ("rule", "own"), "adversary")
         if self.model != "smollm2" and not (self.model.startswith("hf:") and len(self.model) > 3):
             raise ConfigError(f"training needs a local base model: use smollm2 or hf:PATH, not {self.model!r}")
         if not isinstance(self.dpo, Mapping) or not all(isinstance(k, str) for k in self.dpo):
@@ -307,10 +309,14 @@ class _Run:
         return stats.to_dict()
 
     def pairs(self, it: Path) -> dict[str, Any]:
+        from collabui.training.mistake_pairs import build_mistake_pairs
         from collabui.training.pairs import build_pairs, pair_stats, save_pairs
 
-        ds = build_pairs(it / "traces", it / "labels.jsonl", self.adversary, critic=self.critic.name,
-                         progress=self.progress)
+        if self.config.adversary == "own":
+            ds = build_mistake_pairs(it / "traces", it / "labels.jsonl", critic=self.critic.name)
+        else:
+            ds = build_pairs(it / "traces", it / "labels.jsonl", self.adversary, critic=self.critic.name,
+                             progress=self.progress)
         tmp = save_pairs(ds, it / ".pairs.jsonl.tmp")
         os.replace(tmp, it / "pairs.jsonl")
         stats = pair_stats(ds)
@@ -422,6 +428,8 @@ def _make_adversary(config: MARLConfig) -> Any:
     from collabui.training.adversary import LLMAdversary, RuleAdversary
 
     rule = RuleAdversary(seed=config.seed)
+    if config.adversary == "own":
+        return None  # pairs come from the agents' own mistakes (mistake_pairs), no adversary
     if config.adversary == "rule":
         return rule
     from collabui.models.spec import load_model
@@ -466,7 +474,7 @@ def run_marl(config: MARLConfig, *, progress: bool = True, env_factory: EnvFacto
     state = _State.open(out, config)
     run = _Run(config, out, base_dir, state, EnvPool(config.env, env_factory),
                TeamModels(base_dir, model_factory), critic or _make_critic(config),
-               adversary or _make_adversary(config), progress, iteration_topologies(config))
+               adversary if adversary is not None else _make_adversary(config), progress, iteration_topologies(config))
     try:
         run.stage("before/eval", lambda: run.evaluate(out / "before", run.topologies[0], {}, "before"))
         for k in range(config.iterations):

@@ -111,7 +111,7 @@ class MiniWoBEvalConfig:
     mobile: bool = False
     max_steps: int = 10
     concurrency: int = 1
-    prompt_style: str = "react"
+    prompt_style: str = "auto"
     max_new_tokens: int = 64
     guided_json: bool = False
     element_format: str = "html"
@@ -119,10 +119,10 @@ class MiniWoBEvalConfig:
     team_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from collabui.prompts import PROMPT_STYLES
+        from collabui.config import PROMPT_STYLE_CHOICES
 
-        if self.prompt_style not in PROMPT_STYLES:
-            raise ConfigError(f"prompt_style must be one of {list(PROMPT_STYLES)}, got {self.prompt_style!r}")
+        if self.prompt_style not in PROMPT_STYLE_CHOICES:
+            raise ConfigError(f"prompt_style must be one of {list(PROMPT_STYLE_CHOICES)}, got {self.prompt_style!r}")
         _check_team_options(self.team_options, *self.team_shape())
         self._check_page_options()
         for name in ("episodes", "max_steps", "concurrency", "n_agents", "rounds", "max_new_tokens"):

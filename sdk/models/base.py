@@ -10,6 +10,8 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
 
 __all__ = ["Message", "ChatRequest", "ChatResult", "ChatModel"]
 
@@ -52,6 +54,9 @@ class ChatModel(ABC):
 
     #: A short human-readable name, recorded in traces.
     name: str = "chat-model"
+    #: TeamConfig fields this model was trained for (``prompt_style``, ``adapters``...): a team
+    #: applies them where its own config says ``auto`` / None. Empty for untrained models.
+    team_defaults: Mapping[str, Any] = MappingProxyType({})
 
     @abstractmethod
     def generate(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:

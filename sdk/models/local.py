@@ -82,6 +82,10 @@ class LocalModel(ChatModel):
         guided_json: constrain every answer to a JSON schema (``"web"``, ``"mobile"``: that
             space's answer schema; or a schema dict): tokens that would break the JSON are
             masked (llguidance; see :mod:`collabui.models.guided`). None: free text.
+        merge: LoRA adapter folders merged into the base weights at load, in order, before
+            ``adapters`` are loaded on top (a shared stage-1 adapter under per-agent ones).
+        team_defaults: TeamConfig fields this model was trained for (e.g. its prompt style
+            and per-agent adapter names); a team applies them where its config says ``auto``.
 
     Attributes:
         stats: cumulative :class:`PrefixCacheStats` (``prompt_tokens_total``,
@@ -106,6 +110,8 @@ class LocalModel(ChatModel):
         prefix_cache: bool = True,
         prefix_cache_size: int = 8,
         guided_json: Any = None,
+        merge: Sequence[str | Path] = (),
+        team_defaults: Mapping[str, Any] | None = None,
     ) -> None:
         if max_batch_size < 1:
             raise ConfigError(f"max_batch_size must be >= 1, got {max_batch_size}; pass 1 or more")
@@ -123,6 +129,9 @@ class LocalModel(ChatModel):
         self.device = resolve_device(torch, device)
         self.dtype = resolve_dtype(torch, dtype, self.device)
         self.tokenizer, self.model = load(self.path, self.device, self.dtype)
+        for folder in merge:
+            self._merge_adapter(Path(folder).expanduser())
+        self.team_defaults = dict(team_defaults or {})
         self._stop_ids = stop_token_ids(self.tokenizer)
         self.prefix_cache = bool(prefix_cache) and plain_cache_model(self.model.config)
         self.guided_schema = guided_schema(guided_json)
@@ -187,21 +196,24 @@ class LocalModel(ChatModel):
 
     # -- internals ---------------------------------------------------------------------------
 
+    def _merge_adapter(self, folder: Path) -> None:
+        PeftModel = _peft_model_class()
+        _check_adapter_folder("merged", folder)
+        try:
+            self.model = PeftModel.from_pretrained(self.model, str(folder)).merge_and_unload()
+        except Exception as exc:
+            raise ModelLoadError(
+                f"adapter {folder} cannot be merged into {self.path} ({type(exc).__name__}: "
+                f"{first_line(exc)}); train the adapter on this base model"
+            ) from exc
+        self.model.eval()
+
     def _load_adapter(self, name: str, path: str | Path) -> None:
         if not name or name == BASE_ADAPTER:
             raise ConfigError(f"invalid adapter name {name!r}; use a non-empty name other than {BASE_ADAPTER}")
         folder = Path(path).expanduser()
-        if not (folder / "adapter_config.json").is_file():
-            raise ModelLoadError(
-                f"adapter {name!r}: {folder} is not a PEFT adapter folder (no adapter_config.json); "
-                "pass the folder written by save_pretrained of a PEFT model"
-            )
-        try:
-            from peft import PeftModel
-        except ImportError:
-            raise ModelLoadError(
-                "LoRA adapters need peft; run `pip install 'collabui-agents[train]'`"
-            ) from None
+        _check_adapter_folder(repr(name), folder)
+        PeftModel = _peft_model_class()
         try:
             if isinstance(self.model, PeftModel):
                 self.model.load_adapter(str(folder), adapter_name=name)
@@ -388,3 +400,19 @@ class LocalModel(ChatModel):
         text = self.tokenizer.decode(tokens[:stop_at], skip_special_tokens=True).strip()
         extra = {"batch_size": size, "adapter": request.adapter, "finished": stop_at < budget}
         return ChatResult(text, prompt_tokens, completion, latency, extra)
+
+
+def _check_adapter_folder(what: str, folder: Path) -> None:
+    if not (folder / "adapter_config.json").is_file():
+        raise ModelLoadError(
+            f"adapter {what}: {folder} is not a PEFT adapter folder (no adapter_config.json); "
+            "pass the folder written by save_pretrained of a PEFT model"
+        )
+
+
+def _peft_model_class() -> Any:
+    try:
+        from peft import PeftModel
+    except ImportError:
+        raise ModelLoadError("LoRA adapters need peft; run `pip install 'collabui-agents[train]'`") from None
+    return PeftModel

@@ -3,6 +3,9 @@
 Specs:
 
 * ``smollm2`` - the embedded SmolLM2-135M-Instruct, run locally with transformers;
+* ``smollm2-trained`` - the team trained by the CPU recipe and shipped in the package
+  (SmolLM2 + its adapters and prompt style; see :mod:`collabui.models.bundle`);
+* ``trained:FOLDER`` - any trained team bundle (the recipe's ``bundle/``);
 * ``hf:PATH`` - a local transformers model folder;
 * ``openai:MODEL@BASE_URL`` - an OpenAI-compatible server (vLLM, ``collabui serve``...);
   ``openai:MODEL`` alone uses ``$OPENAI_BASE_URL`` or the OpenAI API;
@@ -20,11 +23,13 @@ from typing import Any
 
 from collabui.errors import ConfigError
 from collabui.models.base import ChatModel
+from collabui.models.bundle import SHIPPED_BUNDLES
 
 __all__ = ["load_model", "SPEC_FORMS"]
 
 SPEC_FORMS = (
-    "smollm2 (embedded), hf:PATH (local folder), openai:MODEL@BASE_URL (server), "
+    "smollm2 (embedded), smollm2-trained (the shipped trained team), trained:FOLDER (a team "
+    "bundle), hf:PATH (local folder), openai:MODEL@BASE_URL (server), "
     "random or random:SEED (random baseline), lexical (lexical baseline)"
 )
 
@@ -47,6 +52,10 @@ def load_model(spec: str, **kwargs: Any) -> ChatModel:
         from collabui.models.local import LocalModel
 
         return LocalModel.embedded("smollm2", **kwargs)
+    if text in SHIPPED_BUNDLES or (sep and kind == "trained" and rest):
+        from collabui.models.bundle import bundle_dir, load_bundle
+
+        return load_bundle(bundle_dir(text) if text in SHIPPED_BUNDLES else rest, **kwargs)
     if kind in {"random", "lexical"}:
         return _baseline(spec, kind, sep, rest, kwargs)
     if sep and kind == "hf" and rest:

@@ -51,6 +51,6 @@ def test_bad_specs_list_the_forms(spec: str) -> None:
         load_model(spec)
 
 
-def test_unknown_spec_lists_all_three_forms() -> None:
-    with pytest.raises(ConfigError, match=r"smollm2 \(embedded\), hf:PATH .*openai:MODEL@BASE_URL"):
+def test_unknown_spec_lists_every_form() -> None:
+    with pytest.raises(ConfigError, match=r"smollm2 \(embedded\), smollm2-trained .*trained:FOLDER.*hf:PATH .*openai:MODEL@BASE_URL"):
         load_model("llama")

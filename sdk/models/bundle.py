@@ -1,0 +1,102 @@
+"""Trained teams as folders: a base model, LoRA adapters and the team settings they were trained for.
+
+A *team bundle* is what the training recipe ships and what ``load_model("smollm2-trained")``
+(or ``trained:FOLDER`` for any bundle) loads::
+
+    team.json        {"format": "collabui.team-bundle/1", "base": "smollm2",
+                      "merge": ["stage1"], "agents": ["agent0", ...],
+                      "team": {"prompt_style": "trained", ...}, "made_by": "...", ...}
+    stage1/          a LoRA adapter merged into the base weights at load (shared by every agent)
+    agent0/ ...      optional per-agent LoRA adapters served on top, one per agent (cycled)
+
+``team`` holds the TeamConfig fields the adapters were trained for; the model carries them as
+``team_defaults`` and a team applies them where its config says ``auto`` (see
+:meth:`collabui.config.TeamConfig.for_model`), so ``collabui run --model smollm2-trained`` needs
+no other flag. The shipped bundles live in the package (``collabui/trained/<name>/``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from collabui.errors import ConfigError, ModelLoadError
+
+__all__ = ["BUNDLE_FORMAT", "SHIPPED_BUNDLES", "bundle_dir", "read_bundle", "load_bundle", "write_bundle_manifest"]
+
+BUNDLE_FORMAT = "collabui.team-bundle/1"
+#: Built-in model specs served from bundles inside the package.
+SHIPPED_BUNDLES = {"smollm2-trained": "smollm2"}
+_TEAM_FIELDS = ("prompt_style", "max_new_tokens", "element_format")
+
+
+def bundle_dir(spec: str) -> Path:
+    """The folder of a shipped bundle (``smollm2-trained``)."""
+    from importlib.resources import files
+
+    folder = Path(str(files("collabui") / "trained" / SHIPPED_BUNDLES[spec]))
+    if not (folder / "team.json").is_file():
+        raise ModelLoadError(
+            f"the {spec} team is not in this installation ({folder} has no team.json); reinstall "
+            "collabui-agents, or train one with cookbook/cpu_recipe/recipe.py and load it as trained:FOLDER"
+        )
+    return folder
+
+
+def read_bundle(folder: str | Path) -> dict[str, Any]:
+    """The validated manifest of the bundle in ``folder``."""
+    root = Path(folder).expanduser()
+    path = root / "team.json"
+    if not path.is_file():
+        raise ModelLoadError(f"{root} is not a trained team folder (no team.json); pass the folder the "
+                             "recipe wrote (its bundle/), or use smollm2-trained")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ModelLoadError(f"{path} is not valid JSON ({exc}); copy the bundle again") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
+        raise ModelLoadError(f"{path} is not a {BUNDLE_FORMAT} manifest; copy the bundle again")
+    for name in [*manifest.get("merge", []), *manifest.get("agents", [])]:
+        if not (root / name / "adapter_config.json").is_file():
+            raise ModelLoadError(f"the bundle in {root} names adapter {name!r} but {root / name} holds none; "
+                                 "copy the whole bundle folder")
+    return manifest
+
+
+def load_bundle(folder: str | Path, **kwargs: Any) -> Any:
+    """A LocalModel of the bundle: base + merged adapters, per-agent adapters by name, and the
+    bundle's team settings as ``team_defaults``. ``kwargs`` go to LocalModel."""
+    from collabui.models.local import LocalModel
+
+    root = Path(folder).expanduser()
+    manifest = read_bundle(root)
+    base = str(manifest.get("base", "smollm2"))
+    agents = list(manifest.get("agents", []))
+    defaults = {k: v for k, v in dict(manifest.get("team", {})).items() if k in _TEAM_FIELDS}
+    if agents:
+        defaults["adapters"] = tuple(agents)
+    options = {"merge": [root / m for m in manifest.get("merge", [])],
+               "adapters": {a: root / a for a in agents}, "team_defaults": defaults, **kwargs}
+    if base in {"smollm2", "embedded"}:
+        model = LocalModel.embedded(base, **options)
+    elif base.startswith("hf:"):
+        model = LocalModel(base[3:], **options)
+    else:
+        raise ConfigError(f"{root / 'team.json'}: base {base!r} is not smollm2 or hf:PATH")
+    model.name = f"trained:{root.name}"
+    return model
+
+
+def write_bundle_manifest(folder: str | Path, *, base: str, merge: list[str], agents: list[str],
+                          team: dict[str, Any], **extra: Any) -> Path:
+    """Write ``team.json`` for adapters already in ``folder`` (checked by reading it back)."""
+    unknown = sorted(set(team) - set(_TEAM_FIELDS))
+    if unknown:
+        raise ConfigError(f"team settings {unknown} are not bundle fields; use {list(_TEAM_FIELDS)}")
+    root = Path(folder)
+    path = root / "team.json"
+    path.write_text(json.dumps({"format": BUNDLE_FORMAT, "base": base, "merge": merge, "agents": agents,
+                                "team": team, **extra}, indent=1) + "\n", encoding="utf-8")
+    read_bundle(root)
+    return path

@@ -1,0 +1,64 @@
+"""Trained team bundles: base + merged shared adapter + per-agent adapters + the team settings
+they were trained for, loaded by model spec and applied by the team."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from collabui.config import TeamConfig
+from collabui.errors import ModelLoadError
+from collabui.models.base import ChatRequest
+from collabui.models.bundle import read_bundle, write_bundle_manifest
+from collabui.models.spec import load_model
+from collabui.team import CollabAgentTeam
+
+_MSG = ({"role": "user", "content": "Click the OK button."},)
+
+
+def _bundle(tmp_path, tiny_model_dir, adapter_dirs):
+    root = tmp_path / "bundle"
+    root.mkdir()
+    shutil.copytree(adapter_dirs["a1"], root / "stage1")
+    shutil.copytree(adapter_dirs["a2"], root / "agent0")
+    shutil.copytree(adapter_dirs["a1"], root / "agent1")
+    write_bundle_manifest(root, base=f"hf:{tiny_model_dir}", merge=["stage1"], agents=["agent0", "agent1"],
+                          team={"prompt_style": "trained", "max_new_tokens": 8}, made_by="test")
+    return root
+
+
+def _answer(model, adapter=None):
+    request = ChatRequest(messages=_MSG, max_new_tokens=6, temperature=0.0, adapter=adapter)
+    return model.generate([request])[0].text
+
+
+def test_bundle_merges_its_shared_adapter_and_serves_agent_adapters(tmp_path, tiny_model_dir, adapter_dirs, tiny_model):
+    from collabui.models.local import LocalModel
+
+    model = load_model(f"trained:{_bundle(tmp_path, tiny_model_dir, adapter_dirs)}", device="cpu")
+    assert model.adapters == ("agent0", "agent1")
+    # The merged base is the tiny model with stage1 merged in: equal to serving stage1 as an adapter.
+    with_stage1 = LocalModel(tiny_model_dir, device="cpu", adapters={"s": adapter_dirs["a1"]})
+    assert _answer(model) == _answer(with_stage1, "s")
+    assert _answer(model) != _answer(tiny_model)  # the merge changed the weights
+
+
+def test_team_applies_the_bundle_settings_unless_told_otherwise(tmp_path, tiny_model_dir, adapter_dirs):
+    model = load_model(f"trained:{_bundle(tmp_path, tiny_model_dir, adapter_dirs)}", device="cpu")
+    team = CollabAgentTeam(model, n_agents=3, rounds=1, topology="chain")
+    assert team.config.prompt_style == "trained"
+    assert team.config.adapters == ("agent0", "agent1", "agent0")  # cycled over the agents
+    chosen = CollabAgentTeam(model, n_agents=2, rounds=1, prompt_style="compact", adapters=(None, "agent1"))
+    assert chosen.config.prompt_style == "compact" and chosen.config.adapters == (None, "agent1")
+    # An untrained model resolves auto to react and keeps the base model.
+    assert TeamConfig().for_model(object()).prompt_style == "react"
+
+
+def test_broken_bundles_fail_with_the_fix(tmp_path, tiny_model_dir, adapter_dirs):
+    with pytest.raises(ModelLoadError, match="no team.json"):
+        load_model(f"trained:{tmp_path}")
+    root = _bundle(tmp_path, tiny_model_dir, adapter_dirs)
+    shutil.rmtree(root / "agent1")
+    with pytest.raises(ModelLoadError, match="copy the whole bundle"):
+        read_bundle(root)

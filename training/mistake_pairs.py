@@ -1,0 +1,112 @@
+"""Preference pairs from the agents' OWN mistakes: rejected = what an agent actually proposed and
+the critic scored 0; chosen = a verified-right answer at the same step.
+
+This is the on-policy counterpart of :mod:`collabui.training.pairs` (which pairs each rewarded
+entry with an adversary's invented mistake). Here the negatives are real: each wrong entry
+(i, j) of a labelled step (a wrong action, or an unparsable answer) becomes one record in the
+exact context agent i saw in round j, and its ``chosen`` is, in order of preference:
+
+1. agent i's own rewarded answer from another round of the same step (its own wording);
+2. the step's most common rewarded answer from any agent (the matrix knew better);
+3. the critic's verified target when no entry was right (``verified`` critic: the first action
+   of a completion the environment rewarded), written as ``Action: <json>``.
+
+A step where every entry was right, or that the critic abstained on, gives no pair. The rows
+have the columns of :data:`collabui.training.pairs.PAIR_COLUMNS`, ``rejected_source`` being
+``own``, and ``chosen_source`` (``self``, ``team`` or ``verified``) added.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from collabui.actions import get_action_space
+from collabui.trace import read_trace
+from collabui.training.labels import PathLike, expand_trace_paths, load_labels
+from collabui.training.pairs import PAIR_COLUMNS, clean_answer
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+__all__ = ["build_mistake_pairs", "mistake_pairs_for_step", "MISTAKE_COLUMNS"]
+
+MISTAKE_COLUMNS = (*PAIR_COLUMNS, "chosen_source")
+
+
+def _answer(action: dict[str, Any], space: str) -> str:
+    return "Action: " + get_action_space(space).from_dict(action).to_json()
+
+
+def _chosen_for(i: int, props: list[list[dict[str, Any]]], rewards: list[list[Any]], target: dict[str, Any] | None,
+                space: str) -> tuple[str, str] | None:
+    own = [p for j, p in enumerate(props[i]) if rewards[i][j] == 1]
+    if own:
+        return clean_answer(own[0]["raw"], space), "self"
+    right = [props[a][j] for a in range(len(props)) for j in range(len(props[a])) if rewards[a][j] == 1]
+    if right:
+        key = Counter(_key(p["action"]) for p in right).most_common(1)[0][0]
+        best = next(p for p in right if _key(p["action"]) == key)
+        return clean_answer(best["raw"], space), "team"
+    if target is not None:
+        return _answer(target, space), "verified"
+    return None
+
+
+def _key(action: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(action, sort_keys=True)
+
+
+def mistake_pairs_for_step(header: dict[str, Any], step: dict[str, Any], label: dict[str, Any]) -> list[dict[str, Any]]:
+    """The own-mistake records of one labelled step (see the module docstring)."""
+    from collabui.training.verified import verified_action
+
+    rewards = label.get("rewards") or []
+    props = step["proposals"]
+    if label.get("abstained") or not rewards or any(r is None for row in rewards for r in row):
+        return []
+    space = str(header.get("action_space") or header.get("config", {}).get("action_space") or "web")
+    target = verified_action(label)
+    rows = []
+    for i, row in enumerate(props):
+        chosen = None
+        for j, prop in enumerate(row):
+            if rewards[i][j] == 1:
+                continue
+            chosen = chosen or _chosen_for(i, props, rewards, target, space)
+            if chosen is None:
+                return rows  # nothing known to be right at this step
+            rows.append({"prompt": [dict(m) for m in prop["messages"]],
+                         "chosen": [{"role": "assistant", "content": chosen[0]}],
+                         "rejected": [{"role": "assistant", "content": clean_answer(prop["raw"], space)}],
+                         "agent": i, "episode_id": str(header["episode_id"]), "t": int(step["t"]),
+                         "round": j, "score": float(label["scores"][i][j] or 0.0),
+                         "rejected_source": "own", "chosen_source": chosen[1]})
+    return rows
+
+
+def build_mistake_pairs(trace_paths: PathLike | Iterable[PathLike], labels_path: PathLike, *,
+                        critic: str | None = None) -> Dataset:
+    """Own-mistake pairs for every labelled step of the traces (dedupes identical records)."""
+    from datasets import Dataset, Value
+
+    from collabui.training.pairs import pair_features
+
+    labels = load_labels(labels_path, critic=critic)
+    rows: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for path in expand_trace_paths(trace_paths):
+        trace = read_trace(path)
+        for step in trace.steps:
+            label = labels.get((str(trace.header["episode_id"]), int(step["t"])))
+            for row in mistake_pairs_for_step(trace.header, step, label) if label else []:
+                key = _key({k: row[k] for k in ("agent", "prompt", "chosen", "rejected")})
+                if key not in seen:
+                    seen.add(key)
+                    rows.append(row)
+    features = pair_features()
+    features["chosen_source"] = Value("string")
+    return Dataset.from_dict({c: [r[c] for r in rows] for c in MISTAKE_COLUMNS}, features=features)
