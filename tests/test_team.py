@@ -1,6 +1,8 @@
 import asyncio
 import json
 import re
+from collections import Counter
+from itertools import pairwise
 
 import pytest
 
@@ -9,8 +11,9 @@ from collabui.actions.web import Click
 from collabui.devices.base import Observation
 from collabui.devices.fake import FakeDevice
 from collabui.errors import ConfigError
+from collabui.models import ChatRequest
 from collabui.models.fake import ScriptedChatModel
-from collabui.topologies import Custom, make_topology
+from collabui.topologies import Custom, RandomDAG, make_topology
 from collabui.trace import MemoryTraceStore
 
 N, M = 4, 3
@@ -125,6 +128,49 @@ def test_edge_update_rebuilds_graph():
     assert after != before and team.topology == after
     team.set_topology(Custom(N, [(0, 1)]))
     assert team.topology.predecessors(1) == (0,)
+
+
+
+def test_edge_update_follows_the_seeded_resample_chain():
+    # Two teams built alike walk the same DAG chain: the one RandomDAG.resample gives from
+    # the team's seed, each DAG different from the one before.
+    teams = [_team("random")[0] for _ in range(2)]
+    start = teams[0].topology
+    assert start == RandomDAG(N, seed=teams[0].config.seed)
+    expected, topo = [], start
+    for _ in range(5):
+        topo = topo.resample()
+        expected.append(topo)
+    for team in teams:
+        assert [team.resample_topology() for _ in range(5)] == expected
+    assert all(a.edges != b.edges for a, b in pairwise([start, *expected]))
+    wanted = teams[0].topology.resample(seed=123)
+    assert teams[0].resample_topology(seed=123) == wanted
+
+
+def test_step_after_edge_update_runs_on_the_new_dag():
+    team, model = _team("random")
+    before = team.topology
+    after = team.resample_topology()
+    assert any(before.predecessors(i) != after.predecessors(i) for i in range(N))
+    team.step("Click Submit.", OBS)
+    # Round 0: every agent read exactly its predecessors in the new DAG.
+    first: dict[int, ChatRequest] = {}
+    for req in model.requests:
+        first.setdefault(int(req.adapter[1:]), req)
+    assert sorted(first) == list(range(N))
+    for i, req in first.items():
+        assert _markers(req.messages[-1]["content"]) == {f"X{k}0" for k in after.predecessors(i)}, i
+    # The compiled graph was rebuilt too: one batch per superstep of the new DAG's layers.
+    widths = Counter(after.depth(i) + j for i in range(N) for j in range(M))
+    assert sorted(model.batch_sizes) == sorted(widths.values())
+    assert team.supersteps == after.longest_path_nodes + M - 1
+
+
+def test_edge_update_keeps_a_fixed_topology():
+    team, _ = _team("chain")
+    before = team.topology
+    assert team.resample_topology() is before and team.topology is before
 
 
 def test_config_errors_are_one_line():

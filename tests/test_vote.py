@@ -77,3 +77,32 @@ def test_all_unparsable_gives_unknown():
     assert isinstance(vote.action, Unknown)
     assert vote.parsed == 0 and vote.total == 4
     assert "parsable" in vote.action.reason
+
+
+def test_tie_without_last_round_votes_goes_to_the_latest_round():
+    # A and B have 2 votes each and none in the last round (round 2 is all singletons).
+    # A's latest vote is in round 1, B's only in round 0, so A wins, although B was proposed
+    # by the lowest agent id (0) and comes first in reading order.
+    matrix = [
+        [Click("B"), Click("X"), Click("P")],
+        [Click("B"), Click("A"), Click("Q")],
+        [Click("A"), Click("Y"), Click("R")],
+    ]
+    vote = majority_vote(matrix)
+    assert vote.action == Click("A")
+    assert vote.votes == 2 and vote.tie_break == "latest round, lowest agent id"
+    assert [c for c, _ in vote.counts[:2]] == ["click('A')", "click('B')"]
+
+
+def test_lowest_agent_id_is_counted_in_the_latest_round_only():
+    # A and B tie on votes (2), last-round votes (0) and latest round (1). In round 1, B comes
+    # from agent 1 and A from agent 2: B wins, although agent 0 proposed A (in round 0).
+    matrix = [
+        [Click("A"), Click("X"), Click("P")],
+        [Click("Y"), Click("B"), Click("Q")],
+        [Click("B"), Click("A"), Click("R")],
+    ]
+    vote = majority_vote(matrix)
+    assert vote.action == Click("B")
+    assert vote.votes == 2 and vote.tie_break == "latest round, lowest agent id"
+

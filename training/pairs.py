@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collabui._literal import Unreadable, balanced_end
 from collabui.errors import ConfigError, TraceError
 from collabui.trace import read_trace
 from collabui.training._jsonl import iter_jsonl
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
 
 __all__ = ["PAIR_COLUMNS", "pair_features", "build_pairs", "clean_answer", "pair_stats", "save_pairs",
            "load_pairs", "pairs_for_agent"]
+
+_JSON = json.JSONDecoder()
 
 PAIR_COLUMNS = ("prompt", "chosen", "rejected", "agent", "episode_id", "t", "round", "score",
                 "rejected_source")
@@ -111,27 +114,20 @@ def clean_answer(raw: str, space: str) -> str:
 
 
 def _json_end(text: str, start: int) -> int:
-    """Index just past the JSON object starting at ``start`` (string-aware brace matching)."""
-    depth, in_string, escaped = 0, False, False
-    for k in range(start, len(text)):
-        ch = text[k]
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-            continue
-        if ch == '"':
-            in_string = True
-        elif ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return k + 1
-    return -1
+    """Index just past the object starting at ``start``, or -1 when it never closes.
+
+    Valid JSON is measured by the JSON decoder itself. An object it refuses but the parser
+    accepted (single quotes, trailing commas: small models write both) is measured by the
+    parser's own bracket scan, so the cut ends exactly where the parser read the action.
+    """
+    try:
+        return _JSON.raw_decode(text, start)[1]
+    except json.JSONDecodeError:
+        pass
+    try:
+        return balanced_end(text, start)
+    except Unreadable:
+        return -1
 
 
 def _dedupe(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 from collabui.cli import build_parser
+from tests.shared_data import AUTOWEBBENCH
 
 SCRIPT = Path(__file__).resolve().parents[2] / "cookbook" / "evaluation" / "run_results.sh"
 VALUES = {"C": "collabui", "M": "openai:smollm2@http://127.0.0.1:8011/v1", "OUT": "runs/results",
@@ -33,3 +34,11 @@ def test_every_command_parses() -> None:
         assert argv[0] == "collabui"
         args = parser.parse_args(argv[1:])  # SystemExit (a test failure) on any unknown flag
         assert args.command in {"serve", "eval"}
+
+
+def test_data_default_is_the_folder_the_tests_read() -> None:
+    default = re.search(r"^DATA=\$\{DATA:-(.+)\}$", SCRIPT.read_text(encoding="utf-8"), re.M)
+    assert default is not None
+    # The script cds to the repository root first, so its default is relative to it.
+    assert (SCRIPT.parents[2] / default.group(1)).resolve() == AUTOWEBBENCH.resolve()
+    assert (AUTOWEBBENCH / "en" / "ind.json").is_file() and (AUTOWEBBENCH / "zh" / "ind.json").is_file()

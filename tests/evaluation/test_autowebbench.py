@@ -24,9 +24,9 @@ from collabui.models import load_model
 from collabui.models.fake import ScriptedChatModel
 from collabui.prompts import render_observation
 from collabui.team import CollabAgentTeam
+from tests.shared_data import AUTOWEBBENCH
 
-DATA = Path("/work/shared/data/autowebbench")
-EN, ZH = DATA / "en" / "ind.json", DATA / "zh" / "ind.json"
+EN, ZH = AUTOWEBBENCH / "en" / "ind.json", AUTOWEBBENCH / "zh" / "ind.json"
 
 _TEMPLATE = """{page}
 

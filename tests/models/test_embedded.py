@@ -13,6 +13,7 @@ from collabui.errors import ConfigError, ModelLoadError
 from collabui.models import ChatRequest
 
 
+@pytest.mark.tiny_model  # find_gguf reads the wheel's GGUF file (no fixture marks it)
 def test_find_gguf_without_importing_the_package() -> None:
     import sys
 
@@ -75,6 +76,7 @@ def _fake_transformers(monkeypatch: pytest.MonkeyPatch, model_loader) -> dict[st
     return calls
 
 
+@pytest.mark.tiny_model  # find_gguf reads the wheel's GGUF file (no fixture marks it)
 def test_conversion_runs_once_and_is_cached(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys) -> None:
     monkeypatch.setenv("COLLABUI_CACHE", str(tmp_path))
     calls = _fake_transformers(monkeypatch, _FakeModel)
@@ -87,6 +89,7 @@ def test_conversion_runs_once_and_is_cached(monkeypatch: pytest.MonkeyPatch, tmp
     assert sorted(p.name for p in first.parent.iterdir()) == ["smollm2-135m-instruct"]
 
 
+@pytest.mark.tiny_model  # find_gguf reads the wheel's GGUF file (no fixture marks it)
 def test_interrupted_conversion_leaves_no_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("COLLABUI_CACHE", str(tmp_path))
 

@@ -108,6 +108,19 @@ def test_resample_chain_reproducible() -> None:
     assert chain(7) != chain(8)
 
 
+@pytest.mark.parametrize("n", [2, 4, 7])
+def test_resample_chain_stays_a_dag_subgraph_of_the_complete_graph(n: int) -> None:
+    # Checked on the raw edge list with networkx, independently of Topology's own validation.
+    topo = RandomDAG(n, seed=n)
+    for _ in range(25):
+        nxt = topo.resample()
+        assert nxt.n_agents == n and nxt.edges != topo.edges
+        assert len(set(nxt.edges)) == len(nxt.edges)
+        assert all(0 <= s < n and 0 <= d < n and s != d for s, d in nxt.edges)
+        assert nx.is_directed_acyclic_graph(nx.DiGraph(list(nxt.edges)))
+        topo = nxt
+
+
 def test_resample_cannot_differ_for_one_agent_or_zero_prob() -> None:
     assert RandomDAG(1, seed=0).resample().edges == ()
     assert RandomDAG(4, seed=0, edge_prob=0.0).resample().edges == ()

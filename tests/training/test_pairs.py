@@ -168,3 +168,34 @@ def test_chosen_answers_are_cut_after_the_action(raw, expected):
     from collabui.training.pairs import clean_answer
 
     assert clean_answer(raw, "web") == expected
+
+
+_ECHO = "\nReply with a Thought line and an Action line."
+
+
+@pytest.mark.parametrize("action", [
+    # Valid JSON, measured by the JSON decoder: braces inside strings and a nested object.
+    '{"action": {"action": "type_string", "element_id": "A", "content": "{x}} {{y"}, "thought": "a } b"}',
+    # Not JSON but read by the parser (single quotes, a brace inside a string; a trailing comma
+    # over two lines): measured by the parser's own bracket scan.
+    "{'action': 'type_string', 'element_id': 'A', 'content': 'a}b'}",
+    '{"action": "click",\n "element_id": "B",}',
+])
+def test_chosen_answer_cut_ends_exactly_after_the_object(action):
+    from collabui.parsing import parse_proposal
+    from collabui.training.pairs import clean_answer
+
+    answer = f"Thought: t\nAction: {action}"
+    assert parse_proposal(answer + _ECHO, "web").error is None  # the cut is what is tested
+    assert clean_answer(answer + _ECHO, "web") == answer
+
+
+def test_chosen_answer_with_an_unclosed_brace_after_the_action_is_kept_whole():
+    from collabui.parsing import parse_proposal
+    from collabui.training.pairs import clean_answer
+
+    # The action parses (call syntax), but the first brace after the marker opens a span that
+    # neither decodes nor closes: no end to cut at, so the answer stays as the agent wrote it.
+    raw = "Thought: t\nAction: click('B') {oops" + _ECHO
+    assert parse_proposal(raw, "web").error is None
+    assert clean_answer(raw, "web") == raw
