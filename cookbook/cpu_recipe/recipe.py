@@ -33,6 +33,8 @@ from typing import Any
 from collabui.training.task_lists import HELDOUT_TASKS, TRAIN_TASKS
 
 HERE = Path(__file__).resolve().parent
+#: Where ``--publish`` puts the trained team inside the package (served as ``smollm2-trained``).
+SHIPPED = HERE.parents[1] / "sdk" / "trained" / "smollm2"
 #: Every linear layer of a Llama block: capacity where a 135M model needs it.
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -105,8 +107,22 @@ def sft(args: argparse.Namespace, demo: Path, out: Path) -> Path:
                             lr_scheduler_type="cosine", warmup_steps=10,
                             # Rows of similar length together: random batches padded ~40% more.
                             train_sampling_strategy="group_by_length")
-    report = train_sft(data, base_model=embedded_model_dir(), out_dir=out, config=config, merge=True)
-    return Path(str(report.merged_path))
+    train_sft(data, base_model=embedded_model_dir(), out_dir=out, config=config, merge=False)
+    return out
+
+
+def bundle(args: argparse.Namespace, sft_dir: Path, out: Path) -> Path:
+    """The trained team as a bundle (``trained:FOLDER``): SmolLM2 + the SFT adapter (fp16),
+    answering in the ``trained`` prompt style; ``--publish`` makes it ``smollm2-trained``."""
+    from collabui.models.bundle import write_bundle
+
+    made_by = "cookbook/cpu_recipe/recipe.py " + " ".join(
+        f"--{k.replace('_', '-')} {v}" for k, v in sorted(vars(args).items())
+        if k in {"demo_minutes", "sft_examples", "sft_epochs", "lr", "lora_r", "batch", "element_format"})
+    return write_bundle(out, base="smollm2", merge={"stage1": sft_dir}, agents={},
+                        team={"prompt_style": "trained", "max_new_tokens": 48,
+                              "element_format": args.element_format}, made_by=made_by,
+                        train_tasks=list(TRAIN_TASKS))
 
 
 def systems(args: argparse.Namespace, trained: Path) -> dict[str, dict[str, Any]]:
@@ -114,14 +130,12 @@ def systems(args: argparse.Namespace, trained: Path) -> dict[str, dict[str, Any]
     rows: dict[str, dict[str, Any]] = {
         "random": {"model": "random", "episodes": args.baseline_episodes},
         "lexical": {"model": "lexical", "episodes": args.baseline_episodes},
+        "trained_single": {"model": f"trained:{trained}", "n_agents": 1, "rounds": 1, "max_new_tokens": 48},
         "base_single": {"model": "smollm2", "n_agents": 1, "rounds": 1, "prompt_style": "react"},
-        "trained_single": {"model": f"hf:{trained}", "n_agents": 1, "rounds": 1, "prompt_style": "trained",
-                           "max_new_tokens": 48},
     }
     if args.team:
         rows["base_team"] = {"model": "smollm2", "n_agents": 4, "rounds": 3, "prompt_style": "react"}
-        rows["trained_team"] = {"model": f"hf:{trained}", "n_agents": 4, "rounds": 3,
-                                "prompt_style": "trained", "max_new_tokens": 48}
+        rows["trained_team"] = {"model": f"trained:{trained}", "n_agents": 4, "rounds": 3, "max_new_tokens": 48}
     return rows
 
 
@@ -163,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     clock = _Clock(out / "recipe.json", args)
     if not (out / "demo" / "demo_stats.json").is_file():
         clock.run("1 demonstrations", lambda: demonstrate(args, out / "demo"))
-    trained = clock.run("2 sft", lambda: sft(args, out / "demo", out / "sft"))
+    sft_dir = clock.run("2 sft", lambda: sft(args, out / "demo", out / "sft"))
+    trained = bundle(args, sft_dir, out / "bundle")
     results: dict[str, Any] = {"train_tasks": list(TRAIN_TASKS), "heldout_tasks": list(HELDOUT_TASKS),
                                "shuffled": True, "element_format": args.element_format,
                                "max_steps": args.max_steps, "systems": {}}
@@ -178,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     (out / "results.json").write_text(json.dumps(results, indent=1))
     if args.publish:
         shutil.copyfile(out / "results.json", HERE / "results.json")
+        shutil.rmtree(SHIPPED, ignore_errors=True)
+        shutil.copytree(trained, SHIPPED)  # collabui/trained/smollm2: the smollm2-trained spec
     print(table(results))
     print(f"[recipe] training {results['minutes']} min, evaluation {results['eval_minutes']} min; "
           f"{out / 'results.json'}", file=sys.stderr)

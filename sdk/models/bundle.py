@@ -23,7 +23,8 @@ from typing import Any
 
 from collabui.errors import ConfigError, ModelLoadError
 
-__all__ = ["BUNDLE_FORMAT", "SHIPPED_BUNDLES", "bundle_dir", "read_bundle", "load_bundle", "write_bundle_manifest"]
+__all__ = ["BUNDLE_FORMAT", "SHIPPED_BUNDLES", "bundle_dir", "read_bundle", "load_bundle", "write_bundle_manifest",
+           "write_bundle"]
 
 BUNDLE_FORMAT = "collabui.team-bundle/1"
 #: Built-in model specs served from bundles inside the package.
@@ -100,3 +101,40 @@ def write_bundle_manifest(folder: str | Path, *, base: str, merge: list[str], ag
                                 "team": team, **extra}, indent=1) + "\n", encoding="utf-8")
     read_bundle(root)
     return path
+
+
+def _copy_adapter(src: Path, dst: Path, dtype: str) -> None:
+    """Copy a PEFT adapter folder, its weights cast to ``dtype`` (fp16 halves what is committed;
+    the loader casts back to the model's dtype)."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    weights = src / "adapter_model.safetensors"
+    if not weights.is_file() or not (src / "adapter_config.json").is_file():
+        raise ModelLoadError(f"{src} is not a PEFT adapter folder (adapter_config.json and "
+                             "adapter_model.safetensors); pass the folder train_sft or train_agents_dpo wrote")
+    dst.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src / "adapter_config.json", dst / "adapter_config.json")
+    cast = getattr(torch, dtype)
+    save_file({k: v.to(cast).contiguous() for k, v in load_file(str(weights)).items()},
+              str(dst / "adapter_model.safetensors"))
+
+
+def write_bundle(folder: str | Path, *, base: str, merge: dict[str, str | Path], agents: dict[str, str | Path],
+                 team: dict[str, Any], dtype: str = "float16", **extra: Any) -> Path:
+    """Write a complete bundle: the adapters (``{name: source folder}``) copied in ``dtype`` and
+    the manifest. The folder is replaced whole, so a bundle never mixes two trainings."""
+    import shutil
+
+    root = Path(folder)
+    tmp = root.with_name(root.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    for name, src in [*merge.items(), *agents.items()]:
+        _copy_adapter(Path(src), tmp / name, dtype)
+    tmp.mkdir(parents=True, exist_ok=True)
+    write_bundle_manifest(tmp, base=base, merge=list(merge), agents=list(agents), team=team, **extra)
+    shutil.rmtree(root, ignore_errors=True)
+    tmp.rename(root)
+    return root

@@ -35,7 +35,9 @@ def test_every_system_is_a_valid_shuffled_heldout_evaluation(tmp_path):
         config = MiniWoBEvalConfig(tasks=",".join(HELDOUT_TASKS), shuffle_elements=True,
                                    **{"episodes": args.episodes, **fields})
         assert config.shuffle_elements and config.tasks.split(",") == list(HELDOUT_TASKS)
-    assert rows["trained_single"]["prompt_style"] == "trained"
+    # Trained rows load the recipe's bundle, whose own prompt style the team applies (auto).
+    assert rows["trained_single"]["model"] == f"trained:{tmp_path / 'merged'}"
+    assert "prompt_style" not in rows["trained_single"] and rows["base_single"]["prompt_style"] == "react"
     assert rows["random"]["episodes"] >= 25 and args.episodes * len(HELDOUT_TASKS) >= 100
 
 

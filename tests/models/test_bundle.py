@@ -10,7 +10,7 @@ import pytest
 from collabui.config import TeamConfig
 from collabui.errors import ModelLoadError
 from collabui.models.base import ChatRequest
-from collabui.models.bundle import read_bundle, write_bundle_manifest
+from collabui.models.bundle import read_bundle, write_bundle
 from collabui.models.spec import load_model
 from collabui.team import CollabAgentTeam
 
@@ -18,14 +18,9 @@ _MSG = ({"role": "user", "content": "Click the OK button."},)
 
 
 def _bundle(tmp_path, tiny_model_dir, adapter_dirs):
-    root = tmp_path / "bundle"
-    root.mkdir()
-    shutil.copytree(adapter_dirs["a1"], root / "stage1")
-    shutil.copytree(adapter_dirs["a2"], root / "agent0")
-    shutil.copytree(adapter_dirs["a1"], root / "agent1")
-    write_bundle_manifest(root, base=f"hf:{tiny_model_dir}", merge=["stage1"], agents=["agent0", "agent1"],
-                          team={"prompt_style": "trained", "max_new_tokens": 8}, made_by="test")
-    return root
+    return write_bundle(tmp_path / "bundle", base=f"hf:{tiny_model_dir}", merge={"stage1": adapter_dirs["a1"]},
+                        agents={"agent0": adapter_dirs["a2"], "agent1": adapter_dirs["a1"]},
+                        team={"prompt_style": "trained", "max_new_tokens": 8}, made_by="test")
 
 
 def _answer(model, adapter=None):
@@ -42,6 +37,18 @@ def test_bundle_merges_its_shared_adapter_and_serves_agent_adapters(tmp_path, ti
     with_stage1 = LocalModel(tiny_model_dir, device="cpu", adapters={"s": adapter_dirs["a1"]})
     assert _answer(model) == _answer(with_stage1, "s")
     assert _answer(model) != _answer(tiny_model)  # the merge changed the weights
+
+
+def test_bundles_store_fp16_adapters_and_replace_a_folder_whole(tmp_path, tiny_model_dir, adapter_dirs):
+    from safetensors.torch import load_file
+
+    root = _bundle(tmp_path, tiny_model_dir, adapter_dirs)
+    weights = load_file(str(root / "stage1" / "adapter_model.safetensors"))
+    assert weights and all(str(w.dtype) == "torch.float16" for w in weights.values())
+    assert read_bundle(root)["made_by"] == "test"
+    (root / "stale").mkdir()
+    _bundle(tmp_path, tiny_model_dir, adapter_dirs)  # written again: nothing of the old one stays
+    assert not (root / "stale").exists() and not (tmp_path / "bundle.tmp").exists()
 
 
 def test_team_applies_the_bundle_settings_unless_told_otherwise(tmp_path, tiny_model_dir, adapter_dirs):

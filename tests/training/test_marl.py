@@ -242,3 +242,37 @@ def _main(argv):
     from collabui.cli import main
 
     return main(argv)
+
+
+def test_own_mistake_pairs_train_only_the_agent_that_erred(base_dir, tmp_path):
+    """adversary='own': agent 1's real wrong answer is rejected against the team's right one;
+    DPO with an SFT term on chosen trains agent 1 and leaves agent 0 (no mistakes) untouched."""
+    import dataclasses as dc
+
+    from tests.training.marl_kit import OK
+
+    wrong = 'Thought: Cancel.\nAction: {"action": "click", "element_id": "C"}'
+    log = _log()
+    model_factory, env_factory = _factories(log)
+
+    def erring_factory(base, adapters):
+        model = model_factory(base, adapters)
+        inner = model.generate
+
+        def generate(requests):  # agent 1 samples at temperature 0.3 (the default schedule)
+            return [dc.replace(r, text=wrong if q.temperature == 0.3 else OK)
+                    for q, r in zip(requests, inner(requests), strict=True)]
+
+        model.generate = generate
+        return model
+
+    out = tmp_path / "run"
+    config = _config(base_dir, out, adversary="own",
+                     dpo={"max_steps": 1, "per_device_train_batch_size": 1, "loss_type": ["sigmoid", "sft"]})
+    report = run_marl(config, progress=False, env_factory=env_factory, model_factory=erring_factory)
+    pairs = [json.loads(line) for line in (out / "iter0" / "pairs.jsonl").read_text().splitlines()]
+    assert [(p["agent"], p["rejected_source"]) for p in pairs] == [(1, "own")]
+    assert '"C"' in pairs[0]["rejected"][0]["content"] and '"B"' in pairs[0]["chosen"][0]["content"]
+    statuses = {a["agent"]: a["status"] for a in report.iterations[0].dpo["agents"]}
+    assert statuses[1] == "trained" and statuses[0] != "trained"
+    assert not (out / "iter0" / "adapters" / "agent0" / "adapter_model.safetensors").is_file()
