@@ -209,13 +209,21 @@ def _done_episodes(out: Path) -> list[dict[str, Any]]:
     return [r for _, r in iter_jsonl(path, error=ConfigError, torn_tail_ok=True, fix="delete the broken line")]
 
 
-def _jobs(config: DemoConfig, done: set[tuple[str, int]]) -> queue.Queue[tuple[str, int]]:
-    # Round-robin over tasks so that a time-bounded run covers every task evenly.
-    jobs: queue.Queue[tuple[str, int]] = queue.Queue()
-    for seed in range(config.seed_start, config.seed_start + config.seeds):
+#: Seeds a worker searches in a row on one task: switching task reloads the page (0.2-0.5 s
+#: on 2 cores), which cost about half of a round-robin run's time.
+CHUNK = 8
+
+
+def _jobs(config: DemoConfig, done: set[tuple[str, int]]) -> queue.Queue[tuple[str, list[int]]]:
+    # Round-robin over tasks, a chunk of seeds at a time, so that a time-bounded run covers
+    # every task evenly while each worker stays on one page for a while.
+    jobs: queue.Queue[tuple[str, list[int]]] = queue.Queue()
+    seeds = range(config.seed_start, config.seed_start + config.seeds)
+    for first in range(0, len(seeds), CHUNK):
         for task in config.tasks:
-            if (task, seed) not in done:
-                jobs.put((task, seed))
+            todo = [s for s in seeds[first:first + CHUNK] if (task, s) not in done]
+            if todo:
+                jobs.put((task, todo))
     return jobs
 
 
@@ -244,30 +252,36 @@ class _TaskTally:
             self.found[task] += int(found)
 
 
-def _worker(config: DemoConfig, jobs: queue.Queue[tuple[str, int]], writer: _Writer,
+def _worker(config: DemoConfig, jobs: queue.Queue[tuple[str, list[int]]], writer: _Writer,
             deadline: float, progress: Any, errors: list[str], tally: _TaskTally) -> None:
     try:
         with Replayer(action_timeout_s=SEARCH_ACTION_TIMEOUT_S, shuffle_elements=config.shuffle) as rep:
             while time.monotonic() < deadline:
                 try:
-                    task, seed = jobs.get_nowait()
+                    task, seeds = jobs.get_nowait()
                 except queue.Empty:
                     return
-                if tally.hopeless(task):
-                    progress(False, 0, 0)
-                    continue
-                result = search(rep, task, seed, config=config.search)
-                rows = (render_trajectory(rep, task, seed, result, config.renderings) or []
-                        if result.actions else [])
-                found = bool(rows)
-                reason = result.reason or ("" if found else "the second replay was not rewarded")
-                writer.write({"task_name": task, "seed": seed, "found": found,
-                              "steps": len(result.actions or []), "nodes": result.nodes,
-                              "reason": reason, "examples": len(rows)}, rows)
-                tally.add(task, found)
-                progress(found, len(result.actions or []), len(rows))
+                for seed in seeds:
+                    if time.monotonic() >= deadline:
+                        return
+                    _demonstrate_one(config, rep, task, seed, writer, progress, tally)
     except Exception as exc:  # a broken browser ends this worker; the others go on
         errors.append(f"{type(exc).__name__}: {exc}")
+
+
+def _demonstrate_one(config: DemoConfig, rep: Replayer, task: str, seed: int, writer: _Writer,
+                     progress: Any, tally: _TaskTally) -> None:
+    if tally.hopeless(task):
+        progress(False, 0, 0)
+        return
+    result = search(rep, task, seed, config=config.search)
+    rows = (render_trajectory(rep, task, seed, result, config.renderings) or []) if result.actions else []
+    found = bool(rows)
+    reason = result.reason or ("" if found else "the second replay was not rewarded")
+    writer.write({"task_name": task, "seed": seed, "found": found, "steps": len(result.actions or []),
+                  "nodes": result.nodes, "reason": reason, "examples": len(rows)}, rows)
+    tally.add(task, found)
+    progress(found, len(result.actions or []), len(rows))
 
 
 def generate_demonstrations(config: DemoConfig) -> DemoStats:
@@ -288,7 +302,7 @@ def generate_demonstrations(config: DemoConfig) -> DemoStats:
     done = _done_episodes(out)
     jobs = _jobs(config, {(e["task_name"], int(e["seed"])) for e in done})
     tally = _TaskTally(done)
-    total = jobs.qsize()
+    total = sum(len(seeds) for _, seeds in list(jobs.queue))
     writer = _Writer(out)
     started = time.monotonic()
     deadline = started + config.minutes * 60

@@ -177,12 +177,15 @@ def _typed(history: Sequence[Action]) -> set[str]:
 
 
 def _typing(task: str, fields: list[Target], history: Sequence[Action]) -> list[Action]:
-    """Type each quoted string of the task not typed yet into each field not holding it; the
-    k-th string into the k-th field first (forms list their fields in the task's order)."""
+    """Type each quoted string of the task not typed yet into each field not holding one; the
+    k-th string into the k-th field first (forms list their fields in the task's order). Indices
+    are the original ones, so after typing the first string the second one still goes to the
+    second field first."""
     done = _typed(history)
-    quotes = [q for q in dict.fromkeys(quoted_strings(task)) if q.casefold() not in done]
+    quotes = list(dict.fromkeys(quoted_strings(task)))
     pairs = [(abs(k - qi), k, qi) for k in range(len(fields)) for qi in range(len(quotes))
-             if fields[k].text.casefold() != quotes[qi].casefold()]
+             if quotes[qi].casefold() not in done and fields[k].text.casefold() not in done
+             and fields[k].text.casefold() != quotes[qi].casefold()]
     return [web.TypeString(str(fields[k].ref), quotes[qi]) for _, k, qi in sorted(pairs)]
 
 

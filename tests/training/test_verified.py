@@ -184,3 +184,16 @@ def test_demonstrations_are_verified_resumable_and_shuffled(tmp_path):
 def test_demonstrations_refuse_unknown_tasks(tmp_path):
     with pytest.raises(ConfigError, match="unknown MiniWoB"):
         generate_demonstrations(DemoConfig(out_dir=str(tmp_path), tasks=("click-buton",)))
+
+
+def test_typing_keeps_the_task_order_after_a_field_is_filled():
+    from collabui.models.baselines import Target
+    from collabui.training.verified import _typing
+
+    task = 'Enter the username "tula" and the password "pv" and press login.'
+    fields = [Target("B", "input", "", True), Target("D", "input", "", True)]
+    first = _typing(task, fields, [])
+    assert first[0] == web.TypeString("B", "tula") and first[1] == web.TypeString("D", "pv")
+    filled = [Target("B", "input", "tula", True), Target("D", "input", "", True)]
+    # "pv" goes to the password field next, never over the filled username field.
+    assert _typing(task, filled, [web.TypeString("B", "tula")]) == [web.TypeString("D", "pv")]
