@@ -52,8 +52,8 @@ def prompt_messages(row: dict[str, Any], *, style: str = "trained",
 
 
 def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_format: str = "html",
-             limit: int | None = None, seed: int = 0,
-             renderings: Sequence[str] | None = None) -> list[dict[str, Any]]:
+             limit: int | None = None, seed: int = 0, renderings: Sequence[str] | None = None,
+             balance: bool = False) -> list[dict[str, Any]]:
     """Prompt-completion rows (TRL's conversational format) from demonstration rows.
 
     Args:
@@ -61,6 +61,8 @@ def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_
         style, element_format: the prompt style and page format the trained model will read.
         limit: keep at most this many, drawn at random (seeded) after shuffling.
         renderings: keep only these renderings (e.g. ``("page",)``); None keeps all.
+        balance: draw the ``limit`` rows round-robin over tasks, so a task with many easy
+            one-click steps does not crowd out the rarer multi-step ones.
     """
     out = []
     for row in rows:
@@ -72,4 +74,19 @@ def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_
                     "completion": [{"role": "assistant", "content": answer_text(action)}],
                     "task_name": row["task_name"], "seed": int(row["seed"]), "t": int(row["t"])})
     random.Random(seed).shuffle(out)
+    if balance:
+        out = _round_robin(out)
     return out[:limit] if limit is not None else out
+
+
+def _round_robin(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` reordered one task at a time in turn (each task's rows keep their order), so any
+    prefix of the result is as even over tasks as the data allows."""
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_task.setdefault(row["task_name"], []).append(row)
+    queues = list(by_task.values())
+    out: list[dict[str, Any]] = []
+    for k in range(max((len(q) for q in queues), default=0)):
+        out.extend(q[k] for q in queues if k < len(q))
+    return out

@@ -393,6 +393,10 @@ class EnvVerifiedCritic(Critic):
         out = self.replayer.act(action)
         if out.done:
             return (1.0, "completes the task") if out.reward > 0 else (0.0, "ends the episode unrewarded")
+        if page_key(out.observation) == page_key(start):
+            # A step that changes nothing is wasted even when the task stays completable: the
+            # search's completion need not be the shortest, so the bar alone would let it pass.
+            return 0.0, "changed nothing on the page"
         if bar <= 1:
             return 0.0, "the task can be completed in one action; this one did not"
         config = dataclasses.replace(self.config, max_depth=bar - 1)

@@ -46,6 +46,8 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--demo-workers", type=int, default=4, help="browsers searching at once")
     ap.add_argument("--sft-examples", type=int, default=1000, help="SFT rows drawn from the data")
     ap.add_argument("--sft-epochs", type=float, default=1.0)
+    ap.add_argument("--no-balance", action="store_true",
+                    help="draw SFT rows at random (default: round-robin over training tasks)")
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--lora-r", type=int, default=32)
     ap.add_argument("--batch", type=int, default=8)
@@ -54,6 +56,7 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--baseline-episodes", type=int, default=25, help="per task, random and lexical")
     ap.add_argument("--max-steps", type=int, default=6)
     ap.add_argument("--eval-seed", type=int, default=0)
+    ap.add_argument("--critic-episodes", type=int, default=6, help="per oracle task, for the critic check")
     ap.add_argument("--team", action="store_true", help="also evaluate 4 x 3 teams (slow on a CPU)")
     ap.add_argument("--publish", action="store_true", help="copy results.json next to this file")
     ap.add_argument("--table", action="store_true", help="print the README table of results.json and exit")
@@ -99,7 +102,7 @@ def sft(args: argparse.Namespace, demo: Path, out: Path) -> Path:
     from collabui.training.sft_data import sft_rows
 
     rows = sft_rows(read_steps(demo / "steps.jsonl"), style="trained", element_format=args.element_format,
-                    limit=args.sft_examples, seed=0)
+                    limit=args.sft_examples, seed=0, balance=not args.no_balance)
     data = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
     config = AgentSFTConfig(output_dir=str(out / "trl"), num_train_epochs=args.sft_epochs, learning_rate=args.lr,
                             per_device_train_batch_size=args.batch, lora_r=args.lora_r, lora_alpha=2 * args.lora_r,
@@ -123,6 +126,24 @@ def bundle(args: argparse.Namespace, sft_dir: Path, out: Path) -> Path:
                         team={"prompt_style": "trained", "max_new_tokens": 48,
                               "element_format": args.element_format}, made_by=made_by,
                         train_tasks=list(TRAIN_TASKS))
+
+
+def critic_check(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """The verified critic's coverage and its agreement with the rule oracle, on random-policy
+    rollouts (2 agents: right and wrong entries) of the oracle's tasks, all training tasks."""
+    from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
+    from collabui.training.critic import make_critic
+    from collabui.training.critic_check import compare_critics
+    from collabui.training.oracles import ORACLE_TASKS
+
+    config = MiniWoBEvalConfig(tasks=",".join(ORACLE_TASKS), episodes=args.critic_episodes, seed=args.eval_seed + 1,
+                               model="random", n_agents=2, rounds=1, max_steps=3, concurrency=2)
+    evaluate_miniwob(config, out / "rollouts", command="recipe.py critic check")
+    verified = make_critic("verified")
+    try:
+        return compare_critics(out / "rollouts" / "traces", verified, make_critic("oracle"), out).to_dict()
+    finally:
+        verified.close()
 
 
 def systems(args: argparse.Namespace, trained: Path) -> dict[str, dict[str, Any]]:
@@ -179,7 +200,10 @@ def main(argv: list[str] | None = None) -> int:
         clock.run("1 demonstrations", lambda: demonstrate(args, out / "demo"))
     sft_dir = clock.run("2 sft", lambda: sft(args, out / "demo", out / "sft"))
     trained = bundle(args, sft_dir, out / "bundle")
-    results: dict[str, Any] = {"train_tasks": list(TRAIN_TASKS), "heldout_tasks": list(HELDOUT_TASKS),
+    check = clock.run("4 critic check", lambda: critic_check(args, out / "critic_check"))
+    print(f"[recipe] verified critic: coverage {check['coverage_a']}, agreement with the oracle "
+          f"{check['agreement']} over {check['entries_both']} entries", file=sys.stderr)
+    results: dict[str, Any] = {"critic_check": check, "train_tasks": list(TRAIN_TASKS), "heldout_tasks": list(HELDOUT_TASKS),
                                "shuffled": True, "element_format": args.element_format,
                                "max_steps": args.max_steps, "systems": {}}
     for name, fields in systems(args, trained).items():

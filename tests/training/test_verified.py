@@ -197,3 +197,26 @@ def test_typing_keeps_the_task_order_after_a_field_is_filled():
     filled = [Target("B", "input", "tula", True), Target("D", "input", "", True)]
     # "pv" goes to the password field next, never over the filled username field.
     assert _typing(task, filled, [web.TypeString("B", "tula")]) == [web.TypeString("D", "pv")]
+
+
+def test_balanced_sft_rows_share_the_limit_over_tasks():
+    from collabui.training.sft_data import sft_rows
+
+    def row(task, seed):
+        return {"task_name": task, "seed": seed, "t": 0, "task": f"Click {seed}", "history": [],
+                "screen": "<button[A]| OK>", "url": None, "viewport": None,
+                "action": {"action": "click", "element_id": "A"}}
+
+    rows = [row("many", s) for s in range(90)] + [row("few", s) for s in range(10)]
+    picked = sft_rows(rows, limit=20, balance=True)
+    assert sorted(r["task_name"] for r in picked).count("few") == 10
+    plain = sft_rows(rows, limit=20)
+    assert sum(r["task_name"] == "few" for r in plain) < 10  # random draws follow the data's skew
+    assert picked[0]["completion"][0]["content"] == 'Action: {"action": "click", "element_id": "A"}'
+
+
+def test_critic_scores_a_step_that_changes_nothing_as_wasted(replayer, critic):
+    seed = 5
+    obs = replayer.start("click-checkboxes", seed)
+    labels = critic.score(_context(obs, seed, "click-checkboxes", [[web.ScrollPage("up")]]))
+    assert labels.scores == ((0.0,),) and labels.reasons[0][0] == "changed nothing on the page"
