@@ -8,12 +8,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("trl")
-
-from collabui.errors import ConfigError, ModelLoadError  # noqa: E402
-from collabui.models.base import ChatRequest  # noqa: E402
-from collabui.training import dpo  # noqa: E402
-from collabui.training.dpo import (  # noqa: E402
+from collabui.errors import ConfigError, ModelLoadError
+from collabui.models.base import ChatRequest
+from collabui.training import dpo
+from collabui.training.dpo import (
     AgentDPOConfig,
     DPOReport,
     load_team_model,
@@ -215,6 +213,9 @@ def test_continue_from_previous_adapters(trained, base_dir: Path, tmp_path: Path
     assert report.agent(1).status == "kept_previous"
     old, new = _lora_weights(tmp / "out" / "agent1"), _lora_weights(tmp_path / "it2" / "agent1")
     assert all(old[k].equal(new[k]) for k in old)
+    # ... while agent 0's step moved its own weights: one agent's DPO changes that agent alone.
+    old0, new0 = _lora_weights(tmp / "out" / "agent0"), _lora_weights(tmp_path / "it2" / "agent0")
+    assert any(not old0[k].equal(new0[k]) for k in old0)
 
 
 def test_report_json_roundtrip_and_plot(trained, tmp_path: Path) -> None:

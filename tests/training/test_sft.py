@@ -7,11 +7,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("trl")
-
-from collabui.errors import ConfigError  # noqa: E402
-from collabui.training.dpo import load_team_model  # noqa: E402
-from collabui.training.sft import (  # noqa: E402
+from collabui.errors import ConfigError
+from collabui.training.dpo import load_team_model
+from collabui.training.sft import (
     MERGED_DIR,
     SFT_DONE_MARKER,
     AgentSFTConfig,
