@@ -58,6 +58,8 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--eval-seed", type=int, default=0)
     ap.add_argument("--critic-episodes", type=int, default=6, help="per oracle task, for the critic check")
     ap.add_argument("--team", action="store_true", help="also evaluate 4 x 3 teams (slow on a CPU)")
+    ap.add_argument("--systems", default=None,
+                    help="comma-separated rows to evaluate now (default all; others kept from earlier runs)")
     ap.add_argument("--publish", action="store_true", help="copy results.json next to this file")
     ap.add_argument("--table", action="store_true", help="print the README table of results.json and exit")
     return ap.parse_args(argv)
@@ -203,18 +205,28 @@ def main(argv: list[str] | None = None) -> int:
     check = clock.run("4 critic check", lambda: critic_check(args, out / "critic_check"))
     print(f"[recipe] verified critic: coverage {check['coverage_a']}, agreement with the oracle "
           f"{check['agreement']} over {check['entries_both']} entries", file=sys.stderr)
-    results: dict[str, Any] = {"critic_check": check, "train_tasks": list(TRAIN_TASKS), "heldout_tasks": list(HELDOUT_TASKS),
-                               "shuffled": True, "element_format": args.element_format,
-                               "max_steps": args.max_steps, "systems": {}}
-    for name, fields in systems(args, trained).items():
-        done = clock.run(f"3 eval {name}", lambda n=name, f=fields: evaluate(args, n, f, out / "eval"))
-        results["systems"][name] = _row(done)
-    results["demo"] = json.loads((out / "demo" / "demo_stats.json").read_text())
-    results["demo"].pop("per_task", None)
+    path = out / "results.json"
+    # Rows of earlier runs into this folder stay: --systems can add rows one session at a time.
+    results: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {"systems": {}}
+    results.update({"critic_check": check, "train_tasks": list(TRAIN_TASKS), "heldout_tasks": list(HELDOUT_TASKS),
+                    "shuffled": True, "element_format": args.element_format, "max_steps": args.max_steps})
+    results["demo"] = {k: v for k, v in json.loads((out / "demo" / "demo_stats.json").read_text()).items()
+                       if k != "per_task"}
     # Training time: the search's own clock (kept across resumes) plus SFT.
     results["minutes"] = round(results["demo"]["seconds"] / 60 + clock.minutes("2 "), 1)
-    results["eval_minutes"] = clock.minutes("3 ")
-    (out / "results.json").write_text(json.dumps(results, indent=1))
+    rows = systems(args, trained)
+    wanted = [w.strip() for w in args.systems.split(",")] if args.systems else None
+    unknown = sorted(set(wanted or ()) - set(rows))
+    if unknown:
+        print(f"error: unknown system(s) {unknown}; choose from {sorted(rows)} (--team adds the teams)", file=sys.stderr)
+        return 2
+    for name, fields in rows.items():
+        if wanted is not None and name not in wanted:
+            continue
+        done = clock.run(f"3 eval {name}", lambda n=name, f=fields: evaluate(args, n, f, out / "eval"))
+        results["systems"][name] = _row(done)
+        results["eval_minutes"] = clock.minutes("3 ")
+        path.write_text(json.dumps(results, indent=1))  # after every row: an interrupted run keeps them
     if args.publish:
         shutil.copyfile(out / "results.json", HERE / "results.json")
         shutil.rmtree(SHIPPED, ignore_errors=True)
