@@ -1,11 +1,11 @@
 # Two entry points, each sets everything up first (idempotent):
-#   make demo   a 4-agent, 3-round SmolLM2 team completes a MiniWoB++ episode in headless Chromium
+#   make demo   the trained 4-agent, 3-round SmolLM2 team (smollm2-trained) completes a MiniWoB++ episode in headless Chromium
 #   make test   the test suite (what CI runs)
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.collabui-setup
-DEMO_ARGS ?= --env miniwob/click-button --agents 4 --rounds 3 --episodes 1 --trace-dir traces/demo
+DEMO_ARGS ?= --model smollm2-trained --env miniwob/click-button --agents 4 --rounds 3 --episodes 1 --trace-dir traces/demo
 
 VLLM_STAMP := .venv-vllm/.collabui-vllm-setup
 

@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--env", help="environment name, e.g. miniwob/click-button (see `collabui envs`)")
     where.add_argument("--url", help="any web page to operate (with --task)")
     run.add_argument("--task", help="the task text (required with --url; overrides the env's task)")
-    run.add_argument("--model", default="smollm2", help="smollm2 | hf:PATH | openai:MODEL@BASE_URL (default smollm2)")
+    run.add_argument("--model", default="smollm2", help="smollm2 | smollm2-trained | trained:FOLDER | hf:PATH | "
+                     "openai:MODEL@BASE_URL | random | lexical (default smollm2)")
     run.add_argument("--episodes", type=int, default=1, help="number of episodes (seeds seed, seed+1, ...)")
     run.add_argument("--trace-dir", default=None, help="write one JSONL trace per episode here")
     run.add_argument("--serial", help="Android phone serial (with --env android; default $ANDROID_SERIAL)")
