@@ -1,5 +1,5 @@
 # Two entry points, each sets everything up first (idempotent):
-#   make demo   the trained 4-agent, 3-round SmolLM2 team (smollm2-trained) completes a MiniWoB++ episode in headless Chromium
+#   make demo   the trained 4-agent, 3-round SmolLM2 team (smollm2-trained) runs a MiniWoB++ episode in headless Chromium
 #   make test   the test suite (what CI runs)
 SHELL := /bin/bash
 VENV := .venv
