@@ -18,6 +18,7 @@ have the columns of :data:`collabui.training.pairs.PAIR_COLUMNS`, ``rejected_sou
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -55,8 +56,6 @@ def _chosen_for(i: int, props: list[list[dict[str, Any]]], rewards: list[list[An
 
 
 def _key(action: dict[str, Any]) -> str:
-    import json
-
     return json.dumps(action, sort_keys=True)
 
 
