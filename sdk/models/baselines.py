@@ -183,8 +183,6 @@ def screen_targets(view: PromptView) -> list[Target]:
     return _mobile_targets(view.screen) if view.space.name == "mobile" else _web_targets(view.screen)
 
 
-_targets = screen_targets
-
 
 def lexical_score(task: str, text: str) -> float:
     """How strongly ``text`` matches ``task``: the lexical policy's score (see its docstring)."""
@@ -208,7 +206,7 @@ def candidate_actions(view: PromptView) -> list[Action]:
     space, text = view.space, _type_text(view.task)
     out: list[Action] = []
     if space.name == "mobile":
-        for t in _targets(view):
+        for t in screen_targets(view):
             out.append(space.from_dict({"action": "click", "index": t.ref}))
             if t.long_pressable:
                 out.append(space.from_dict({"action": "long_press", "index": t.ref}))
@@ -220,7 +218,7 @@ def candidate_actions(view: PromptView) -> list[Action]:
                 {"action": "navigate_back"}, {"action": "navigate_home"},
                 {"action": "status", "goal_status": "complete"}]
     else:
-        for t in _targets(view):
+        for t in screen_targets(view):
             out += [space.from_dict({"action": a, "element_id": t.ref}) for a in ("click", "hover")]
             if t.typeable:
                 out.append(space.from_dict({"action": "type_string", "element_id": t.ref,
@@ -292,7 +290,7 @@ class LexicalPolicyModel(ChatModel):
     def _one(self, request: ChatRequest) -> ChatResult:
         started = time.perf_counter()
         view = read_prompt(request.messages)
-        space, targets = view.space, _targets(view)
+        space, targets = view.space, screen_targets(view)
         weights = _task_weights(view.task)
         used = set(_HISTORY_ID.findall(view.history)) if space.name == "web" else set()
         scored = [(_score(weights, t.text), -k, t) for k, t in enumerate(targets)]
