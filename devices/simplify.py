@@ -34,6 +34,7 @@ __all__ = [
     "render",
     "render_html",
     "render_text_first",
+    "element_line",
     "flat_elements",
     "parse_elements",
 ]
@@ -158,6 +159,36 @@ def _text_lines(node: Node | str) -> Iterator[str]:
     yield f"{node['tag']} {label} [{node['id']}]"
     for inner in _nested_interactive(node):
         yield from _text_lines(inner)
+
+
+def element_line(tree: Node | None, element_id: str, element_format: str = "text-first") -> str | None:
+    """How the element listed as ``element_id`` reads on the screen, in one line.
+
+    In ``text-first`` this is the element's own line of :func:`render_text_first` (``button "Ok"
+    [B]``); in ``html`` its opening with its own text, nested elements left out (``<button[B]|
+    Ok>``). A ``grounded`` answer copies it before the action: the model names what it acts on
+    and then only has to copy the id that follows that text. None when no element has the id.
+    """
+    node = _find(tree, element_id) if tree is not None else None
+    if node is None:
+        return None
+    if element_format == "text-first":
+        return f"{node['tag']} {json.dumps(_join(_label_runs(node)), ensure_ascii=False)} [{node['id']}]"
+    if element_format == "html":
+        return f"<{node['tag']}[{node['id']}]| {_join(_label_runs(node))}>"
+    raise ValueError(f"element_format must be one of {list(ELEMENT_FORMATS)}, got {element_format!r}")
+
+
+def _find(node: Node | str, element_id: str) -> Node | None:
+    if isinstance(node, str):
+        return None
+    if node["id"] == element_id:
+        return node
+    for part in node["parts"]:
+        found = _find(part, element_id)
+        if found is not None:
+            return found
+    return None
 
 
 def _label_runs(node: Node) -> Iterator[str]:

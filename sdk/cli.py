@@ -140,10 +140,14 @@ def _page_options(args: argparse.Namespace) -> dict[str, object]:
     """``--element-format`` / ``--shuffle-elements`` as browser options (web pages only)."""
     page = {"element_format": args.element_format, "shuffle_elements": args.shuffle_elements}
     if args.env and args.env != "web" and not args.env.startswith("miniwob/"):
-        if args.shuffle_elements or args.element_format != "html":
+        if args.shuffle_elements or args.element_format not in ("auto", "html"):
             raise ConfigError("--element-format and --shuffle-elements apply to web pages "
                               "(--url, miniwob/...); this environment shows its own element list")
         return {}
+    if args.element_format == "auto":
+        from collabui.models.spec import model_element_format
+
+        page["element_format"] = model_element_format(args.model)
     return page
 
 

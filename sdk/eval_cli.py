@@ -65,9 +65,10 @@ def add_page_options(parser: argparse.ArgumentParser) -> None:
     """``--element-format`` and ``--shuffle-elements``: how web pages are shown to the agents."""
     from collabui.devices.simplify import ELEMENT_FORMATS
 
-    parser.add_argument("--element-format", choices=ELEMENT_FORMATS, default="html",
+    parser.add_argument("--element-format", choices=("auto", *ELEMENT_FORMATS), default="auto",
                         help="page text: html (<button[B]| Ok>) or text-first (one line per item, "
-                             'button "Ok" [B]; fewer tokens) (default html)')
+                             'button "Ok" [B]; fewer tokens); default auto: what a trained model '
+                             "(smollm2-trained, trained:FOLDER) learned, else html")
     parser.add_argument("--shuffle-elements", action="store_true",
                         help="shuffle sibling elements and draw element ids at random (seeded by "
                              "the episode), so no policy wins by position habits")
@@ -119,7 +120,7 @@ def _miniwob_command(args: argparse.Namespace) -> str:
         parts += ["--prompt-style", args.prompt_style]
     if args.max_new_tokens != 64:
         parts += ["--max-new-tokens", str(args.max_new_tokens)]
-    if args.element_format != "html":
+    if args.element_format != "auto":
         parts += ["--element-format", args.element_format]
     for name, value in _team_options(args).items():
         flag = "--" + name.replace("_", "-")

@@ -22,7 +22,10 @@ __all__ = ["PeerOutput", "PROMPT_STYLES", "build_messages", "render_observation"
 #: ``compact``: a shorter system prompt, same answers. ``trained``: for models fine-tuned on
 #: verified data (adapters): no demonstration turn (small models copy its answer verbatim) and
 #: an ``Action:`` line alone, which keeps a step near 150 prompt tokens on MiniWoB++ pages.
-PROMPT_STYLES = ("react", "compact", "trained")
+#: ``grounded``: as ``trained``, but the answer first copies the screen line of the element it
+#: acts on (``Thought: button "Ok" [B]``): picking an element by its text and then copying the
+#: id written after that text is easier for a small model than recalling the id directly.
+PROMPT_STYLES = ("react", "compact", "trained", "grounded")
 
 _INTRO = {
     "web": "You operate a web browser to complete the user's task.",
@@ -84,6 +87,9 @@ def _system(space: ActionSpace, style: str) -> str:
         # The fine-tuned model learned the action vocabulary from its data: listing it would
         # cost ~70 of every prompt's tokens (a third of a MiniWoB++ step).
         return _INTRO[kind] + " Answer with one line: Action: <JSON action>"
+    if style == "grounded":
+        return (_INTRO[kind] + " Answer with two lines: Thought: <the screen line of the element "
+                "you act on>, then Action: <JSON action>")
     lines = [_INTRO[kind], _SCREEN[kind]]
     if style == "react":
         lines += [
@@ -145,7 +151,8 @@ def build_messages(
         peers: this round's outputs of the agent's DAG predecessors.
         own_previous: the agent's own output of the previous round, if any.
         style: ``react`` (default), ``compact`` (shorter system prompt for small models) or
-            ``trained`` (no demonstration turn, answer ``Action: <json>``; see PROMPT_STYLES).
+            ``trained`` (no demonstration turn, answer ``Action: <json>``) or ``grounded``
+            (``trained`` whose answer first copies the target's screen line; see PROMPT_STYLES).
     """
     if style not in PROMPT_STYLES:
         raise ConfigError(f"unknown prompt style {style!r}; use one of {list(PROMPT_STYLES)}")
@@ -155,7 +162,7 @@ def build_messages(
     if peers:
         parts.append("Answers from other agents in this round (they may contain errors):")
         parts += [f"[Agent {p.agent}] {p.render()}" for p in peers]
-    if style == "trained":
+    if style in ("trained", "grounded"):
         return ({"role": "system", "content": _system(space, style)},
                 {"role": "user", "content": "\n".join(parts)})
     parts.append("Reply with a Thought line and an Action line.")

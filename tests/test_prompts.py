@@ -33,3 +33,10 @@ def test_trained_style_still_shows_peers():
 def test_unknown_style_is_refused():
     with pytest.raises(ConfigError, match="unknown prompt style"):
         _messages("chatty")
+
+
+def test_grounded_style_is_trained_with_a_line_naming_the_target():
+    grounded = _messages("grounded")
+    assert [m["role"] for m in grounded] == ["system", "user"]
+    assert "Thought: <the screen line" in grounded[0]["content"]
+    assert grounded[1] == _messages("trained")[1]  # same reading, only the answer differs

@@ -2,7 +2,8 @@
 
 Each verified step becomes the exact chat an agent reads at run time (``build_messages`` with the
 observation rendered by ``render_observation``), and its completion is the verified action as
-an ``Action:`` line: the answer format of the ``trained`` prompt style. The page text is
+an ``Action:`` line: the answer format of the ``trained`` prompt style (``grounded``: after a
+``Thought:`` line copying the target element's screen line). The page text is
 rendered from the device's element tree in the requested format, so one data set serves the
 ``html`` and ``text-first`` arms of a format comparison.
 """
@@ -22,9 +23,20 @@ from collabui.prompts import build_messages, render_observation
 __all__ = ["sft_rows", "answer_text", "prompt_messages"]
 
 
-def answer_text(action: dict[str, Any]) -> str:
-    """The completion of a verified step: ``Action: <json>`` (validated on the way)."""
-    return "Action: " + WEB.from_dict(action).to_json()
+def answer_text(action: dict[str, Any], *, target: str | None = None) -> str:
+    """The completion of a verified step: ``Action: <json>`` (validated on the way), after a
+    ``Thought:`` line holding ``target`` (the element's screen line) for ``grounded`` answers."""
+    line = "Action: " + WEB.from_dict(action).to_json()
+    return f"Thought: {target}\n{line}" if target else line
+
+
+def _tree(row: dict[str, Any]) -> Any:
+    tree = row.get("tree")
+    tree = json.loads(tree) if isinstance(tree, str) else tree
+    if tree is None:
+        raise ConfigError(f"row {row.get('task_name')}/{row.get('seed')}/{row.get('t')} has no element "
+                          "tree; regenerate the demonstrations to render other formats or grounded answers")
+    return tree
 
 
 def _screen(row: dict[str, Any], element_format: str) -> str:
@@ -32,12 +44,21 @@ def _screen(row: dict[str, Any], element_format: str) -> str:
         return str(row["screen"])
     from collabui.devices.simplify import render
 
-    tree = row.get("tree")
-    tree = json.loads(tree) if isinstance(tree, str) else tree
-    if tree is None:
-        raise ConfigError(f"row {row.get('task_name')}/{row.get('seed')}/{row.get('t')} has no element "
-                          "tree; regenerate the demonstrations to render other formats")
-    return render(tree, element_format)
+    return render(_tree(row), element_format)
+
+
+def _target(row: dict[str, Any], action: dict[str, Any], element_format: str) -> str | None:
+    """The screen line of the element ``action`` acts on (None for actions without one)."""
+    from collabui.devices.simplify import element_line
+
+    element_id = action.get("element_id")
+    if not element_id:
+        return None
+    line = element_line(_tree(row), str(element_id), element_format)
+    if line is None:
+        raise ConfigError(f"row {row.get('task_name')}/{row.get('seed')}/{row.get('t')} acts on element "
+                          f"{element_id!r}, which its page does not list")
+    return line
 
 
 def prompt_messages(row: dict[str, Any], *, style: str = "trained",
@@ -70,8 +91,9 @@ def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_
             continue
         action = row["action"]
         action = json.loads(action) if isinstance(action, str) else action
+        target = _target(row, action, element_format) if style == "grounded" else None
         out.append({"prompt": prompt_messages(row, style=style, element_format=element_format),
-                    "completion": [{"role": "assistant", "content": answer_text(action)}],
+                    "completion": [{"role": "assistant", "content": answer_text(action, target=target)}],
                     "task_name": row["task_name"], "seed": int(row["seed"]), "t": int(row["t"])})
     random.Random(seed).shuffle(out)
     if balance:

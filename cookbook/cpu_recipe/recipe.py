@@ -52,6 +52,8 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--lora-r", type=int, default=32)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--element-format", default="html", choices=("html", "text-first"))
+    ap.add_argument("--style", default="trained", choices=("trained", "grounded"),
+                    help="answer format taught: the action alone, or the target's screen line first")
     ap.add_argument("--episodes", type=int, default=13, help="held-out episodes per task (models)")
     ap.add_argument("--baseline-episodes", type=int, default=25, help="per task, random and lexical")
     ap.add_argument("--max-steps", type=int, default=6)
@@ -59,7 +61,11 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--critic-episodes", type=int, default=6, help="per oracle task, for the critic check")
     ap.add_argument("--team", action="store_true", help="also evaluate 4 x 3 teams (slow on a CPU)")
     ap.add_argument("--systems", default=None,
-                    help="comma-separated rows to evaluate now (default all; others kept from earlier runs)")
+                    help="comma-separated rows to evaluate now (default all; 'none' for none; "
+                    "others kept from earlier runs)")
+    ap.add_argument("--validate", type=int, default=0, metavar="N",
+                    help="also evaluate the trained model on N new seeds per training task (the "
+                    "set to tune on; held-out tasks never are)")
     ap.add_argument("--publish", action="store_true", help="copy results.json next to this file")
     ap.add_argument("--table", action="store_true", help="print the README table of results.json and exit")
     return ap.parse_args(argv)
@@ -103,7 +109,7 @@ def sft(args: argparse.Namespace, demo: Path, out: Path) -> Path:
     from collabui.training.sft import AgentSFTConfig, train_sft
     from collabui.training.sft_data import sft_rows
 
-    rows = sft_rows(read_steps(demo / "steps.jsonl"), style="trained", element_format=args.element_format,
+    rows = sft_rows(read_steps(demo / "steps.jsonl"), style=args.style, element_format=args.element_format,
                     limit=args.sft_examples, seed=0, balance=not args.no_balance)
     data = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
     config = AgentSFTConfig(output_dir=str(out / "trl"), num_train_epochs=args.sft_epochs, learning_rate=args.lr,
@@ -118,14 +124,14 @@ def sft(args: argparse.Namespace, demo: Path, out: Path) -> Path:
 
 def bundle(args: argparse.Namespace, sft_dir: Path, out: Path) -> Path:
     """The trained team as a bundle (``trained:FOLDER``): SmolLM2 + the SFT adapter (fp16),
-    answering in the ``trained`` prompt style; ``--publish`` makes it ``smollm2-trained``."""
+    answering in the taught prompt style; ``--publish`` makes it ``smollm2-trained``."""
     from collabui.models.bundle import write_bundle
 
     made_by = "cookbook/cpu_recipe/recipe.py " + " ".join(
         f"--{k.replace('_', '-')} {v}" for k, v in sorted(vars(args).items())
-        if k in {"demo_minutes", "sft_examples", "sft_epochs", "lr", "lora_r", "batch", "element_format"})
+        if k in {"demo_minutes", "sft_examples", "sft_epochs", "lr", "lora_r", "batch", "element_format", "style"})
     return write_bundle(out, base="smollm2", merge={"stage1": sft_dir}, agents={},
-                        team={"prompt_style": "trained", "max_new_tokens": 48,
+                        team={"prompt_style": args.style, "max_new_tokens": 96,
                               "element_format": args.element_format}, made_by=made_by,
                         train_tasks=list(TRAIN_TASKS))
 
@@ -153,12 +159,13 @@ def systems(args: argparse.Namespace, trained: Path) -> dict[str, dict[str, Any]
     rows: dict[str, dict[str, Any]] = {
         "random": {"model": "random", "episodes": args.baseline_episodes},
         "lexical": {"model": "lexical", "episodes": args.baseline_episodes},
-        "trained_single": {"model": f"trained:{trained}", "n_agents": 1, "rounds": 1, "max_new_tokens": 48},
+        # 96 tokens: a grounded answer copies the target's line (long link texts) before the action.
+        "trained_single": {"model": f"trained:{trained}", "n_agents": 1, "rounds": 1, "max_new_tokens": 96},
         "base_single": {"model": "smollm2", "n_agents": 1, "rounds": 1, "prompt_style": "react"},
     }
     if args.team:
         rows["base_team"] = {"model": "smollm2", "n_agents": 4, "rounds": 3, "prompt_style": "react"}
-        rows["trained_team"] = {"model": f"trained:{trained}", "n_agents": 4, "rounds": 3, "max_new_tokens": 48}
+        rows["trained_team"] = {"model": f"trained:{trained}", "n_agents": 4, "rounds": 3, "max_new_tokens": 96}
     return rows
 
 
@@ -170,6 +177,18 @@ def evaluate(args: argparse.Namespace, name: str, fields: dict[str, Any], out: P
                                shuffle_elements=True, element_format=args.element_format, concurrency=2,
                                **fields)
     return evaluate_miniwob(config, out / name, command=f"recipe.py system {name}")
+
+
+def validate(args: argparse.Namespace, trained: Path, out: Path) -> dict[str, Any]:
+    """The trained model on new seeds (from 100; demonstrations use 1000 on) of the training
+    tasks: the figure to choose formats and hyperparameters by."""
+    from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
+
+    config = MiniWoBEvalConfig(tasks=",".join(TRAIN_TASKS), seed=100, episodes=args.validate,
+                               max_steps=args.max_steps, shuffle_elements=True, element_format=args.element_format,
+                               concurrency=2, model=f"trained:{trained}", n_agents=1, rounds=1,
+                               max_new_tokens=96)
+    return evaluate_miniwob(config, out, command="recipe.py --validate")
 
 
 def _row(results: dict[str, Any]) -> dict[str, Any]:
@@ -202,12 +221,18 @@ def main(argv: list[str] | None = None) -> int:
         clock.run("1 demonstrations", lambda: demonstrate(args, out / "demo"))
     sft_dir = clock.run("2 sft", lambda: sft(args, out / "demo", out / "sft"))
     trained = bundle(args, sft_dir, out / "bundle")
+    if args.validate:
+        val = _row(clock.run("5 validation", lambda: validate(args, trained, out / "validation")))
+        print(f"[recipe] validation (training tasks, new seeds): {val['successes']}/{val['episodes']} "
+              f"{json.dumps(val['per_task'])}", file=sys.stderr)
     check = clock.run("4 critic check", lambda: critic_check(args, out / "critic_check"))
     print(f"[recipe] verified critic: coverage {check['coverage_a']}, agreement with the oracle "
           f"{check['agreement']} over {check['entries_both']} entries", file=sys.stderr)
     path = out / "results.json"
     # Rows of earlier runs into this folder stay: --systems can add rows one session at a time.
     results: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {"systems": {}}
+    if args.validate:
+        results["validation"] = val
     results.update({"critic_check": check, "train_tasks": list(TRAIN_TASKS), "heldout_tasks": list(HELDOUT_TASKS),
                     "shuffled": True, "element_format": args.element_format, "max_steps": args.max_steps})
     results["demo"] = {k: v for k, v in json.loads((out / "demo" / "demo_stats.json").read_text()).items()
@@ -215,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     # Training time: the search's own clock (kept across resumes) plus SFT.
     results["minutes"] = round(results["demo"]["seconds"] / 60 + clock.minutes("2 "), 1)
     rows = systems(args, trained)
-    wanted = [w.strip() for w in args.systems.split(",")] if args.systems else None
+    wanted = [w.strip() for w in args.systems.split(",") if w.strip() not in ("", "none")] if args.systems else None
     unknown = sorted(set(wanted or ()) - set(rows))
     if unknown:
         print(f"error: unknown system(s) {unknown}; choose from {sorted(rows)} (--team adds the teams)", file=sys.stderr)

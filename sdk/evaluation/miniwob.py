@@ -94,7 +94,8 @@ class MiniWoBEvalConfig:
 
     ``guided_json`` constrains every answer to the action space's JSON answer schema (vLLM
     structured outputs on ``openai:`` servers, llguidance locally). ``element_format``
-    (``html`` | ``text-first``) and ``shuffle_elements`` set how the web pages are shown (see
+    (``html`` | ``text-first`` | ``auto``: the one a trained bundle learned, else ``html``;
+    resolved on construction) and ``shuffle_elements`` set how the web pages are shown (see
     :class:`~collabui.devices.browser.BrowserConfig`); the mobile tasks have their own list. ``team_options`` sets any
     other :class:`~collabui.config.TeamConfig` field (``temperatures``, ``vote``,
     ``max_observation_chars``...), as ``collabui run`` flags do.
@@ -114,7 +115,7 @@ class MiniWoBEvalConfig:
     prompt_style: str = "auto"
     max_new_tokens: int = 64
     guided_json: bool = False
-    element_format: str = "html"
+    element_format: str = "auto"
     shuffle_elements: bool = False
     team_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -133,6 +134,10 @@ class MiniWoBEvalConfig:
     def _check_page_options(self) -> None:
         from collabui.devices.simplify import ELEMENT_FORMATS
 
+        if self.element_format == "auto":
+            from collabui.models.spec import model_element_format
+
+            object.__setattr__(self, "element_format", "html" if self.mobile else model_element_format(self.model))
         if self.element_format not in ELEMENT_FORMATS:
             raise ConfigError(f"element_format must be one of {list(ELEMENT_FORMATS)}, "
                               f"got {self.element_format!r}")

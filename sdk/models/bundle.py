@@ -23,7 +23,7 @@ from typing import Any
 
 from collabui.errors import ConfigError, ModelLoadError
 
-__all__ = ["BUNDLE_FORMAT", "SHIPPED_BUNDLES", "bundle_dir", "read_bundle", "load_bundle", "write_bundle_manifest",
+__all__ = ["BUNDLE_FORMAT", "SHIPPED_BUNDLES", "bundle_dir", "bundle_team", "read_bundle", "load_bundle", "write_bundle_manifest",
            "write_bundle"]
 
 BUNDLE_FORMAT = "collabui.team-bundle/1"
@@ -65,6 +65,11 @@ def read_bundle(folder: str | Path) -> dict[str, Any]:
     return manifest
 
 
+def bundle_team(folder: str | Path) -> dict[str, Any]:
+    """The team settings of the bundle in ``folder`` (its prompt style, element format...)."""
+    return {k: v for k, v in dict(read_bundle(folder).get("team", {})).items() if k in _TEAM_FIELDS}
+
+
 def load_bundle(folder: str | Path, **kwargs: Any) -> Any:
     """A LocalModel of the bundle: base + merged adapters, per-agent adapters by name, and the
     bundle's team settings as ``team_defaults``. ``kwargs`` go to LocalModel."""
@@ -74,7 +79,7 @@ def load_bundle(folder: str | Path, **kwargs: Any) -> Any:
     manifest = read_bundle(root)
     base = str(manifest.get("base", "smollm2"))
     agents = list(manifest.get("agents", []))
-    defaults = {k: v for k, v in dict(manifest.get("team", {})).items() if k in _TEAM_FIELDS}
+    defaults = bundle_team(root)
     if agents:
         defaults["adapters"] = tuple(agents)
     options = {"merge": [root / m for m in manifest.get("merge", [])],

@@ -25,7 +25,7 @@ from collabui.errors import ConfigError
 from collabui.models.base import ChatModel
 from collabui.models.bundle import SHIPPED_BUNDLES
 
-__all__ = ["load_model", "SPEC_FORMS"]
+__all__ = ["load_model", "model_defaults", "model_element_format", "SPEC_FORMS"]
 
 SPEC_FORMS = (
     "smollm2 (embedded), smollm2-trained (the shipped trained team), trained:FOLDER (a team "
@@ -75,6 +75,28 @@ def load_model(spec: str, **kwargs: Any) -> ChatModel:
             )
         return LangChainModel.from_openai(model, base_url or None, **kwargs)
     raise ConfigError(f"unknown model spec {spec!r}; use one of: {SPEC_FORMS}")
+
+
+def model_defaults(spec: str) -> dict[str, Any]:
+    """The team settings a model spec was trained for (a bundle's ``prompt_style``,
+    ``element_format``...), read without loading the model: the device is made before the
+    model loads, and must already show pages the way the model learned to read them. ``{}``
+    for specs that are not bundles."""
+    from collabui.models.bundle import bundle_dir, bundle_team
+
+    text = spec.strip()
+    kind, sep, rest = text.partition(":")
+    if text in SHIPPED_BUNDLES:
+        return bundle_team(bundle_dir(text))
+    if sep and kind == "trained" and rest:
+        return bundle_team(rest)
+    return {}
+
+
+def model_element_format(spec: str) -> str:
+    """The page format the model named by ``spec`` learned to read (``html`` unless a bundle
+    says otherwise): what ``element_format="auto"`` means."""
+    return str(model_defaults(spec).get("element_format", "html"))
 
 
 def _baseline(spec: str, kind: str, sep: str, rest: str, kwargs: dict[str, Any]) -> ChatModel:

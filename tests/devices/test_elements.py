@@ -12,6 +12,7 @@ from collabui.actions import web
 from collabui.devices import BrowserConfig, BrowserDevice, make_env
 from collabui.devices.simplify import (
     ELEMENT_FORMATS,
+    element_line,
     flat_elements,
     parse_elements,
     render,
@@ -53,6 +54,16 @@ def test_render_html_follows_the_walks_spacing_rules():
     assert render_html(TREE) == TREE_HTML
     assert render(TREE, "html") == TREE_HTML
     assert render_html(None) == render_text_first(None) == ""
+
+
+def test_element_line_is_the_elements_own_line_of_the_screen():
+    screen = render_text_first(TREE).splitlines()
+    for eid in "ABCDEFGH":
+        assert element_line(TREE, eid, "text-first") in screen
+    assert element_line(TREE, "F", "html") == "<div[F]| Cora Hi>"  # nested elements left out
+    assert element_line(TREE, "Z") is None and element_line(None, "A") is None
+    with pytest.raises(ValueError, match="element_format"):
+        element_line(TREE, "A", "xml")
 
 
 def test_render_text_first_is_one_line_per_item():

@@ -69,3 +69,24 @@ def test_broken_bundles_fail_with_the_fix(tmp_path, tiny_model_dir, adapter_dirs
     shutil.rmtree(root / "agent1")
     with pytest.raises(ModelLoadError, match="copy the whole bundle"):
         read_bundle(root)
+
+
+def test_pages_are_shown_in_the_format_the_bundle_learned(tmp_path, tiny_model_dir, adapter_dirs):
+    from collabui.cli import _page_options, build_parser
+    from collabui.evaluation.miniwob import MiniWoBEvalConfig
+    from collabui.models.spec import model_element_format
+
+    root = write_bundle(tmp_path / "tf", base=f"hf:{tiny_model_dir}", merge={"stage1": adapter_dirs["a1"]},
+                        agents={}, team={"prompt_style": "grounded", "element_format": "text-first"})
+    spec = f"trained:{root}"
+    assert model_element_format(spec) == "text-first"
+    assert model_element_format("smollm2") == model_element_format("lexical") == "html"
+    # auto (the default) follows the model; an explicit format wins; phone tasks keep their list.
+    assert MiniWoBEvalConfig(model=spec).element_format == "text-first"
+    assert MiniWoBEvalConfig(model=spec, element_format="html").element_format == "html"
+    assert MiniWoBEvalConfig(model=spec, mobile=True).element_format == "html"
+    assert MiniWoBEvalConfig(model="lexical").element_format == "html"
+    run = build_parser().parse_args(["run", "--env", "miniwob/click-button", "--model", spec])
+    assert _page_options(run)["element_format"] == "text-first"
+    with pytest.raises(ModelLoadError, match="no team.json"):
+        MiniWoBEvalConfig(model=f"trained:{tmp_path}")  # a bad bundle fails before any browser starts

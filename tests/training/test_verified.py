@@ -220,3 +220,31 @@ def test_critic_scores_a_step_that_changes_nothing_as_wasted(replayer, critic):
     obs = replayer.start("click-checkboxes", seed)
     labels = critic.score(_context(obs, seed, "click-checkboxes", [[web.ScrollPage("up")]]))
     assert labels.scores == ((0.0,),) and labels.reasons[0][0] == "changed nothing on the page"
+
+
+def test_grounded_rows_copy_the_targets_screen_line_before_the_action():
+    from collabui.parsing import parse_proposal
+    from collabui.training.sft_data import sft_rows
+
+    tree = {"tag": "", "id": None, "parts": [
+        {"tag": "label", "id": "K", "parts": ["Username"]}, {"tag": "input", "id": "Q", "parts": []},
+        {"tag": "button", "id": "B", "parts": ["Log ", {"tag": "span", "id": None, "parts": ["in"]}]}]}
+    base = {"task_name": "login", "seed": 1, "t": 0, "task": 'Type "ann" and log in.', "history": [],
+            "screen": "unused", "url": None, "viewport": None, "tree": json.dumps(tree)}
+    rows = [{**base, "action": {"action": "click", "element_id": "B"}},
+            {**base, "t": 1, "action": {"action": "type_string", "element_id": "Q", "content": "ann"}},
+            {**base, "t": 2, "action": {"action": "scroll_page", "direction": "down"}}]
+    out = {r["t"]: r for r in sft_rows(rows, style="grounded", element_format="text-first")}
+    click = out[0]["completion"][0]["content"]
+    assert click.startswith('Thought: button "Log in" [B]\nAction: ')
+    # The copied line is the screen's own line, and the answer parses to the verified action.
+    assert 'button "Log in" [B]' in out[0]["prompt"][-1]["content"].splitlines()
+    assert parse_proposal(click, WEB).action == web.Click("B")
+    assert out[1]["completion"][0]["content"].startswith('Thought: input "" [Q]\n')
+    assert out[2]["completion"][0]["content"].startswith("Action: ")  # no element, no line
+    assert "Thought:" in out[0]["prompt"][0]["content"]  # the system prompt asks for the line
+    html = sft_rows(rows[:1], style="grounded", element_format="html")[0]
+    assert html["completion"][0]["content"].startswith("Thought: <button[B]| Log in>\n")
+    bad = {**base, "action": {"action": "click", "element_id": "Z"}}
+    with pytest.raises(ConfigError, match="does not list"):
+        sft_rows([bad], style="grounded", element_format="text-first")
