@@ -278,4 +278,4 @@ class MiniWoBEnv(BrowserDevice):
         """Identity of the environment, for traces."""
         return {"env": f"{self.env_prefix}/{self.task_name}", "episode_max_time_s": self.episode_max_time_s,
                 "viewport": list(self.config.viewport), "element_format": self.config.element_format,
-                "shuffle_elements": self.config.shuffle_elements}
+                "shuffle_elements": self.config.shuffle_elements, "shuffle_seed": self.config.shuffle_seed}

@@ -132,6 +132,10 @@ class _Run:
             "team": self.team.config.to_dict(),
             "topology": self.team.topology.to_dict(),
         }
+        describe = getattr(self.device, "describe", None)
+        if callable(describe):
+            # How the device showed the page (format, shuffle): a replay must show it the same way.
+            header["device"] = dict(describe())
         self._write(header)
         self.header = header  # only once written: end() then knows the trace has a header
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from collabui.actions import Action, ActionSpace, Unknown, get_action_space
@@ -78,6 +78,8 @@ class StepContext:
             replay the episode up to this step.
         screen: the device's observation text at this step (``rendered_observation`` adds
             the location lines and may be cut; replays compare against this).
+        device: how the device showed pages (``element_format``, ``shuffle_elements``,
+            ``shuffle_seed``) from the trace header; a replay shows them the same way.
     """
 
     episode_id: str
@@ -95,6 +97,7 @@ class StepContext:
     seed: int | None = None
     prefix: tuple[dict[str, Any], ...] = ()
     screen: str | None = None
+    device: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -145,6 +148,7 @@ class StepContext:
             seed=header.get("seed") if isinstance(header.get("seed"), int) else None,
             prefix=tuple(dict(a) for a in prefix),
             screen=(step.get("observation") or {}).get("text"),
+            device=dict(header.get("device") or {}),
         )
 
 

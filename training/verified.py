@@ -28,7 +28,7 @@ import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -291,6 +291,10 @@ def _miniwob_task(env: str | None) -> str | None:
     return env.split("/", 1)[1]
 
 
+#: Browser settings that change what a replay shows (see BrowserConfig).
+_PAGE_KEYS = ("element_format", "shuffle_elements", "shuffle_seed")
+
+
 class EnvVerifiedCritic(Critic):
     """Scores a recorded MiniWoB++ step by replaying it (critic spec ``verified``).
 
@@ -318,6 +322,8 @@ class EnvVerifiedCritic(Critic):
                  **env_options: Any) -> None:
         self._replayer = replayer
         self._env_options = env_options
+        # Replayers of other page settings (shuffled, text-first), made when a trace needs one.
+        self._others: dict[tuple[Any, ...], Replayer] = {}
         self.config = config or SearchConfig()
         self._dynamic: dict[str, bool] = {}
         self.counts = {"steps": 0, "labelled": 0, "abstained": 0, "replay_differs": 0}
@@ -331,6 +337,23 @@ class EnvVerifiedCritic(Critic):
     def close(self) -> None:
         if self._replayer is not None:
             self._replayer.close()
+        for other in self._others.values():
+            other.close()
+        self._others.clear()
+
+    def _replayer_for(self, device: Mapping[str, Any]) -> Replayer:
+        """The replayer that shows pages as the recorded device did: same format, same shuffle
+        (the shuffle derives from the task, the seed and the observation count, so a replay of
+        the same actions sees the same ids). Traces without device settings use the default."""
+        default = self.replayer
+        config = default.env.config
+        wanted = {k: device.get(k, getattr(config, k)) for k in _PAGE_KEYS}
+        if all(getattr(config, k) == v for k, v in wanted.items()):
+            return default
+        key = tuple(sorted(wanted.items()))
+        if key not in self._others:
+            self._others[key] = Replayer(**{**self._env_options, **wanted})
+        return self._others[key]
 
     def score(self, ctx: StepContext) -> ScoreMatrix:
         self.counts["steps"] += 1
@@ -349,11 +372,12 @@ class EnvVerifiedCritic(Critic):
         if self._moves_by_itself(task, ctx.seed):
             return f"abstain: the {task} page changes by itself (timer or animation)"
         prefix = [to_action(a, WEB) for a in ctx.prefix]
-        start = self.replayer.start(task, ctx.seed, prefix)
+        replayer = self._replayer_for(ctx.device)
+        start = replayer.start(task, ctx.seed, prefix)
         if start is None or screen_digest(start.text) != screen_digest(ctx.screen):
             return "abstain: the replayed page differs from the recorded one"
         # A completion from the step's own state sets the bar: L actions are known to suffice.
-        known = search(self.replayer, task, ctx.seed, prefix, start=start, config=self.config)
+        known = search(replayer, task, ctx.seed, prefix, start=start, config=self.config)
         if not known.found:
             return f"abstain: nothing found to complete the task ({known.reason})"
         bar = len(known.actions or [])
@@ -362,7 +386,7 @@ class EnvVerifiedCritic(Critic):
             for j in range(ctx.m):
                 action = ctx.action(i, j)
                 if not isinstance(action, Unknown) and action.key() not in outcomes:
-                    outcomes[action.key()] = self._try(task, ctx.seed, prefix, action, bar)
+                    outcomes[action.key()] = self._try(replayer, task, ctx.seed, prefix, action, bar)
         return self._matrix(ctx, outcomes, known)
 
     def _moves_by_itself(self, task: str, seed: int) -> bool:
@@ -384,13 +408,14 @@ class EnvVerifiedCritic(Critic):
                                    or first.screenshot != second.screenshot)
         return self._dynamic[task]
 
-    def _try(self, task: str, seed: int, prefix: list[Action], action: Action, bar: int) -> tuple[float, str]:
+    def _try(self, replayer: Replayer, task: str, seed: int, prefix: list[Action], action: Action,
+             bar: int) -> tuple[float, str]:
         """1.0 when ``action`` completes the task, or leads to a completion within ``bar - 1``
         more actions (it makes progress as fast as the known completion); else 0.0."""
-        start = self.replayer.start(task, seed, prefix)
+        start = replayer.start(task, seed, prefix)
         if start is None:
             return 0.0, "the replay ended early"
-        out = self.replayer.act(action)
+        out = replayer.act(action)
         if out.done:
             return (1.0, "completes the task") if out.reward > 0 else (0.0, "ends the episode unrewarded")
         if page_key(out.observation) == page_key(start):
@@ -400,7 +425,7 @@ class EnvVerifiedCritic(Critic):
         if bar <= 1:
             return 0.0, "the task can be completed in one action; this one did not"
         config = dataclasses.replace(self.config, max_depth=bar - 1)
-        rest = search(self.replayer, task, seed, [*prefix, action], start=out.observation, config=config)
+        rest = search(replayer, task, seed, [*prefix, action], start=out.observation, config=config)
         if rest.found:
             return 1.0, f"completed after it by {' '.join(a.to_call() for a in rest.actions or [])}"
         return 0.0, f"no completion within {bar - 1} more actions (one is known from this step)"

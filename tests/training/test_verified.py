@@ -4,6 +4,7 @@ trajectories the environment rewarded become data."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -248,3 +249,26 @@ def test_grounded_rows_copy_the_targets_screen_line_before_the_action():
     bad = {**base, "action": {"action": "click", "element_id": "Z"}}
     with pytest.raises(ConfigError, match="does not list"):
         sft_rows([bad], style="grounded", element_format="text-first")
+
+
+def test_critic_replays_shuffled_text_first_traces(tmp_path, critic):
+    """Evaluation traces are shuffled (and may be text-first): the header records how the device
+    showed pages, and the critic replays with the same settings instead of abstaining."""
+    from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
+    from collabui.trace import read_trace
+    from collabui.training.labels import iter_step_contexts
+
+    config = MiniWoBEvalConfig(tasks="click-checkboxes", episodes=2, seed=3, model="random:1", max_steps=2,
+                               shuffle_elements=True, element_format="text-first")
+    evaluate_miniwob(config, tmp_path, progress=False)
+    contexts = [c for p in sorted((tmp_path / "traces").glob("*.jsonl"))
+                for c in iter_step_contexts(read_trace(p))]
+    assert contexts and all(c.device["shuffle_elements"] and c.device["element_format"] == "text-first"
+                            for c in contexts)
+    labels = [critic.score(c) for c in contexts]
+    reasons = [r for lab in labels for row in lab.reasons for r in row]
+    assert not any("replayed page differs" in r for r in reasons), reasons
+    assert any(s is not None for lab in labels for row in lab.scores for s in row)
+    # The same trace with its settings dropped no longer replays: the settings are what matched.
+    plain = dataclasses.replace(contexts[0], device={})
+    assert "replayed page differs" in critic.score(plain).reasons[0][0]
