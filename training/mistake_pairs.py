@@ -9,7 +9,8 @@ exact context agent i saw in round j, and its ``chosen`` is, in order of prefere
 1. agent i's own rewarded answer from another round of the same step (its own wording);
 2. the step's most common rewarded answer from any agent (the matrix knew better);
 3. the critic's verified target when no entry was right (``verified`` critic: the first action
-   of a completion the environment rewarded), written as ``Action: <json>``.
+   of a completion the environment rewarded), written as ``Action: <json>`` (after the
+   target's screen line for agents of the ``grounded`` prompt style).
 
 A step where every entry was right, or that the critic abstained on, gives no pair. The rows
 have the columns of :data:`collabui.training.pairs.PAIR_COLUMNS`, ``rejected_source`` being
@@ -31,16 +32,35 @@ from collabui.training.pairs import PAIR_COLUMNS, clean_answer
 if TYPE_CHECKING:
     from datasets import Dataset
 
-__all__ = ["build_mistake_pairs", "mistake_pairs_for_step", "MISTAKE_COLUMNS"]
+__all__ = ["build_mistake_pairs", "mistake_pairs_for_step", "verified_sft_rows", "MISTAKE_COLUMNS"]
 
 MISTAKE_COLUMNS = (*PAIR_COLUMNS, "chosen_source")
 
 
-def _answer(action: dict[str, Any], space: str) -> str:
-    return "Action: " + get_action_space(space).from_dict(action).to_json()
+def _answer(action: dict[str, Any], space: str, line: str | None = None) -> str:
+    answer = "Action: " + get_action_space(space).from_dict(action).to_json()
+    return f"Thought: {line}\n{answer}" if line else answer
 
 
-def _chosen_for(i: int, props: list[list[dict[str, Any]]], rewards: list[list[Any]], target: dict[str, Any] | None,
+def verified_answer(header: dict[str, Any], step: dict[str, Any], action: dict[str, Any]) -> str:
+    """``action`` written as the step's agents answer: ``Action: <json>``, after the target's
+    screen line when the team used the ``grounded`` prompt style."""
+    from collabui.training.sft_data import target_line
+
+    space = _space(header)
+    team = header.get("team") or {}
+    line = None
+    if team.get("prompt_style") == "grounded":
+        tree = ((step.get("observation") or {}).get("extra") or {}).get("tree")
+        line = target_line(tree, action, str((header.get("device") or {}).get("element_format", "html")))
+    return _answer(action, space, line)
+
+
+def _space(header: dict[str, Any]) -> str:
+    return str(header.get("action_space") or header.get("config", {}).get("action_space") or "web")
+
+
+def _chosen_for(i: int, props: list[list[dict[str, Any]]], rewards: list[list[Any]], target: str | None,
                 space: str) -> tuple[str, str] | None:
     own = [p for j, p in enumerate(props[i]) if rewards[i][j] == 1]
     if own:
@@ -51,7 +71,7 @@ def _chosen_for(i: int, props: list[list[dict[str, Any]]], rewards: list[list[An
         best = next(p for p in right if _key(p["action"]) == key)
         return clean_answer(best["raw"], space), "team"
     if target is not None:
-        return _answer(target, space), "verified"
+        return target, "verified"
     return None
 
 
@@ -67,8 +87,9 @@ def mistake_pairs_for_step(header: dict[str, Any], step: dict[str, Any], label: 
     props = step["proposals"]
     if label.get("abstained") or not rewards or any(r is None for row in rewards for r in row):
         return []
-    space = str(header.get("action_space") or header.get("config", {}).get("action_space") or "web")
-    target = verified_action(label)
+    space = _space(header)
+    target_action = verified_action(label)
+    target = verified_answer(header, step, target_action) if target_action is not None else None
     rows = []
     for i, row in enumerate(props):
         chosen = None
@@ -109,3 +130,54 @@ def build_mistake_pairs(trace_paths: PathLike | Iterable[PathLike], labels_path:
     features = pair_features()
     features["chosen_source"] = Value("string")
     return Dataset.from_dict({c: [r[c] for r in rows] for c in MISTAKE_COLUMNS}, features=features)
+
+
+def verified_sft_rows(trace_paths: PathLike | Iterable[PathLike], labels_path: PathLike, *,
+                      critic: str | None = None) -> list[dict[str, Any]]:
+    """On-policy SFT rows: every entry of every labelled step, in the exact context its agent
+    saw, with a verified-right completion: the agent's own answer when the critic rewarded it,
+    else the ``chosen`` of its own-mistake pair (its own right answer from another round, the
+    team's, or the critic's verified target). The states are the ones the agents actually
+    reach, so the rows teach what demonstrations never show (what to do after a wrong turn).
+
+    Each row is ``{"prompt", "completion", "agent", "episode_id", "t", "round", "source"}``
+    (``source``: ``own`` for rewarded entries, else the chosen's source); duplicates dropped.
+    """
+    labels = load_labels(labels_path, critic=critic)
+    rows: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for path in expand_trace_paths(trace_paths):
+        trace = read_trace(path)
+        for step in trace.steps:
+            label = labels.get((str(trace.header["episode_id"]), int(step["t"])))
+            for row in _sft_rows_for_step(trace.header, step, label) if label else []:
+                key = _key({k: row[k] for k in ("prompt", "completion")})
+                if key not in seen:
+                    seen.add(key)
+                    rows.append(row)
+    return rows
+
+
+def _sft_rows_for_step(header: dict[str, Any], step: dict[str, Any], label: dict[str, Any]) -> list[dict[str, Any]]:
+    from collabui.training.verified import verified_action
+
+    rewards = label.get("rewards") or []
+    if label.get("abstained") or not rewards or any(r is None for row in rewards for r in row):
+        return []
+    space, props = _space(header), step["proposals"]
+    target_action = verified_action(label)
+    target = verified_answer(header, step, target_action) if target_action is not None else None
+    rows = []
+    for i, row in enumerate(props):
+        for j, prop in enumerate(row):
+            if rewards[i][j] == 1:
+                answer: tuple[str, str] | None = (clean_answer(prop["raw"], space), "own")
+            else:
+                answer = _chosen_for(i, props, rewards, target, space)
+            if answer is None:
+                continue
+            rows.append({"prompt": [dict(m) for m in prop["messages"]],
+                         "completion": [{"role": "assistant", "content": answer[0]}],
+                         "agent": i, "episode_id": str(header["episode_id"]), "t": int(step["t"]),
+                         "round": j, "source": answer[1]})
+    return rows

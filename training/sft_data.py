@@ -20,7 +20,7 @@ from collabui.devices.base import Observation
 from collabui.errors import ConfigError
 from collabui.prompts import build_messages, render_observation
 
-__all__ = ["sft_rows", "answer_text", "prompt_messages"]
+__all__ = ["sft_rows", "answer_text", "prompt_messages", "target_line"]
 
 
 def answer_text(action: dict[str, Any], *, target: str | None = None) -> str:
@@ -47,17 +47,25 @@ def _screen(row: dict[str, Any], element_format: str) -> str:
     return render(_tree(row), element_format)
 
 
-def _target(row: dict[str, Any], action: dict[str, Any], element_format: str) -> str | None:
-    """The screen line of the element ``action`` acts on (None for actions without one)."""
+def target_line(tree: Any, action: dict[str, Any], element_format: str) -> str | None:
+    """The screen line (in ``element_format``) of the element ``action`` acts on; None for
+    actions without an element, or when ``tree`` does not list it."""
     from collabui.devices.simplify import element_line
 
     element_id = action.get("element_id")
-    if not element_id:
+    if not element_id or tree is None:
         return None
-    line = element_line(_tree(row), str(element_id), element_format)
+    return element_line(tree, str(element_id), element_format)
+
+
+def _target(row: dict[str, Any], action: dict[str, Any], element_format: str) -> str | None:
+    """The screen line of the element ``action`` acts on (None for actions without one)."""
+    if not action.get("element_id"):
+        return None
+    line = target_line(_tree(row), action, element_format)
     if line is None:
         raise ConfigError(f"row {row.get('task_name')}/{row.get('seed')}/{row.get('t')} acts on element "
-                          f"{element_id!r}, which its page does not list")
+                          f"{action['element_id']!r}, which its page does not list")
     return line
 
 

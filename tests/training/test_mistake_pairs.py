@@ -54,3 +54,35 @@ def test_no_pairs_without_knowledge_or_without_mistakes():
     assert mistake_pairs_for_step(HEADER, step, {"rewards": [[0]], "scores": [[0.0]], "abstained": False}) == []
     assert mistake_pairs_for_step(HEADER, step, {"rewards": [[None]], "scores": [[None]], "abstained": True}) == []
     assert mistake_pairs_for_step(HEADER, step, {"rewards": [[1]], "scores": [[1.0]], "abstained": False}) == []
+
+
+def test_grounded_teams_get_the_targets_screen_line_in_the_verified_answer():
+    tree = {"tag": "", "id": None, "parts": [{"tag": "button", "id": "A", "parts": ["Go"]},
+                                            {"tag": "button", "id": "B", "parts": ["Stop"]}]}
+    header = {**HEADER, "team": {"prompt_style": "grounded"}, "device": {"element_format": "text-first"}}
+    step = {"t": 0, "observation": {"text": "", "extra": {"tree": tree}},
+            "proposals": [[_prop(0, 0, 'Thought: button "Stop" [B]\n' + _answer(CLICK_B), CLICK_B)]]}
+    label = {"rewards": [[0]], "scores": [[0.0]], "abstained": False,
+             "rationale": json.dumps({"verified_action": CLICK_A})}
+    (row,) = mistake_pairs_for_step(header, step, label)
+    assert row["chosen"][0]["content"] == 'Thought: button "Go" [A]\nAction: {"action": "click", "element_id": "A"}'
+
+
+def test_on_policy_sft_rows_keep_right_answers_and_correct_wrong_ones():
+    from collabui.training.mistake_pairs import _sft_rows_for_step
+
+    step = {"t": 2, "proposals": [[_prop(0, 0, _answer(CLICK_A) + "\nObservation: more", CLICK_A),
+                                   _prop(0, 1, "??", UNKNOWN)]]}
+    label = {"rewards": [[1, 0]], "scores": [[1.0, 0.0]], "abstained": False}
+    rows = _sft_rows_for_step(HEADER, step, label)
+    assert [(r["round"], r["source"]) for r in rows] == [(0, "own"), (1, "self")]
+    # The right answer is kept cut after its action; the unparsable one is replaced by it.
+    assert [r["completion"][0]["content"] for r in rows] == [_answer(CLICK_A)] * 2
+    assert rows[1]["prompt"] == [{"role": "user", "content": "ctx of agent 0 round 1"}]
+    wrong = {"t": 0, "proposals": [[_prop(0, 0, _answer(CLICK_B), CLICK_B)]]}
+    verified = {"rewards": [[0]], "scores": [[0.0]], "abstained": False,
+                "rationale": json.dumps({"verified_action": CLICK_A})}
+    (row,) = _sft_rows_for_step(HEADER, wrong, verified)
+    assert row["source"] == "verified" and json.loads(row["completion"][0]["content"][8:]) == CLICK_A
+    assert _sft_rows_for_step(HEADER, wrong, {"rewards": [[0]], "scores": [[0.0]], "abstained": False}) == []
+    assert _sft_rows_for_step(HEADER, wrong, {"rewards": [[None]], "abstained": True}) == []
