@@ -63,6 +63,11 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--systems", default=None,
                     help="comma-separated rows to evaluate now (default all; 'none' for none; "
                     "others kept from earlier runs)")
+    ap.add_argument("--onpolicy-episodes", type=int, default=0, metavar="N",
+                    help="on-policy round: roll the SFT model out on N new seeds per training task, label "
+                    "its steps with the verified critic and train on (default 0: no round)")
+    ap.add_argument("--round2-demo-rows", type=int, default=400,
+                    help="demonstration rows not seen in SFT, mixed into the on-policy round's training")
     ap.add_argument("--validate", type=int, default=0, metavar="N",
                     help="also evaluate the trained model on N new seeds per training task (the "
                     "set to tune on; held-out tasks never are)")
@@ -105,21 +110,68 @@ def sft(args: argparse.Namespace, demo: Path, out: Path) -> Path:
     from datasets import Dataset
 
     from collabui.models.embedded import embedded_model_dir
+    from collabui.training.sft import train_sft
+
+    rows = _demo_rows(args, demo)[:args.sft_examples]
+    data = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
+    train_sft(data, base_model=embedded_model_dir(), out_dir=out, config=_sft_config(args, out), merge=False)
+    return out
+
+
+def _demo_rows(args: argparse.Namespace, demo: Path) -> list[dict[str, Any]]:
+    """All demonstration rows in the recipe's fixed order (balanced over tasks): SFT takes the
+    first ``--sft-examples``, the on-policy round the next ``--round2-demo-rows``."""
     from collabui.training.demonstrate import read_steps
-    from collabui.training.sft import AgentSFTConfig, train_sft
     from collabui.training.sft_data import sft_rows
 
-    rows = sft_rows(read_steps(demo / "steps.jsonl"), style=args.style, element_format=args.element_format,
-                    limit=args.sft_examples, seed=0, balance=not args.no_balance)
-    data = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
-    config = AgentSFTConfig(output_dir=str(out / "trl"), num_train_epochs=args.sft_epochs, learning_rate=args.lr,
-                            per_device_train_batch_size=args.batch, lora_r=args.lora_r, lora_alpha=2 * args.lora_r,
-                            lora_target_modules=list(ALL_LINEAR), max_length=512, seed=0,
-                            lr_scheduler_type="cosine", warmup_steps=10,
-                            # Rows of similar length together: random batches padded ~40% more.
-                            train_sampling_strategy="group_by_length")
-    train_sft(data, base_model=embedded_model_dir(), out_dir=out, config=config, merge=False)
-    return out
+    return sft_rows(read_steps(demo / "steps.jsonl"), style=args.style, element_format=args.element_format,
+                    seed=0, balance=not args.no_balance)
+
+
+def _sft_config(args: argparse.Namespace, out: Path) -> Any:
+    from collabui.training.sft import AgentSFTConfig
+
+    return AgentSFTConfig(output_dir=str(out / "trl"), num_train_epochs=args.sft_epochs, learning_rate=args.lr,
+                          per_device_train_batch_size=args.batch, lora_r=args.lora_r, lora_alpha=2 * args.lora_r,
+                          lora_target_modules=list(ALL_LINEAR), max_length=512, seed=0,
+                          lr_scheduler_type="cosine", warmup_steps=10,
+                          # Rows of similar length together: random batches padded ~40% more.
+                          train_sampling_strategy="group_by_length")
+
+
+def onpolicy_round(args: argparse.Namespace, trained: Path, demo: Path, sft_dir: Path, out: Path) -> Path:
+    """Roll the SFT model out on new seeds of the training tasks (shuffled pages, as evaluated),
+    label every step with the verified critic, and continue training the SFT adapter on the
+    visited states with verified-right answers plus demonstration rows SFT did not see."""
+    from datasets import Dataset
+
+    from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
+    from collabui.models.embedded import embedded_model_dir
+    from collabui.training.critic import make_critic
+    from collabui.training.labels import label_traces
+    from collabui.training.mistake_pairs import verified_sft_rows
+    from collabui.training.sft import train_sft
+
+    config = MiniWoBEvalConfig(tasks=",".join(TRAIN_TASKS), seed=5000, episodes=args.onpolicy_episodes,
+                               max_steps=args.max_steps, shuffle_elements=True, concurrency=2,
+                               model=f"trained:{trained}", n_agents=1, rounds=1, max_new_tokens=96)
+    evaluate_miniwob(config, out / "rollouts", command="recipe.py on-policy rollouts")
+    critic = make_critic("verified")
+    try:
+        label_traces(out / "rollouts" / "traces", critic, out / "labels.jsonl")
+    finally:
+        critic.close()
+    visited = verified_sft_rows(out / "rollouts" / "traces", out / "labels.jsonl", critic="verified")
+    fresh = _demo_rows(args, demo)[args.sft_examples:args.sft_examples + args.round2_demo_rows]
+    sources = {s: sum(r["source"] == s for r in visited) for s in ("own", "self", "team", "verified")}
+    (out / "round.json").write_text(json.dumps({"visited_rows": len(visited), "sources": sources,
+                                                "demo_rows": len(fresh)}, indent=1))
+    print(f"[recipe] on-policy round: {len(visited)} visited-state rows {sources}, {len(fresh)} new "
+          "demonstration rows", file=sys.stderr)
+    data = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in [*visited, *fresh]])
+    train_sft(data.shuffle(seed=0), base_model=embedded_model_dir(), out_dir=out / "sft",
+              config=_sft_config(args, out / "sft"), init_adapter=sft_dir, merge=False)
+    return out / "sft"
 
 
 def bundle(args: argparse.Namespace, sft_dir: Path, out: Path) -> Path:
@@ -129,7 +181,8 @@ def bundle(args: argparse.Namespace, sft_dir: Path, out: Path) -> Path:
 
     made_by = "cookbook/cpu_recipe/recipe.py " + " ".join(
         f"--{k.replace('_', '-')} {v}" for k, v in sorted(vars(args).items())
-        if k in {"demo_minutes", "sft_examples", "sft_epochs", "lr", "lora_r", "batch", "element_format", "style"})
+        if k in {"demo_minutes", "sft_examples", "sft_epochs", "lr", "lora_r", "batch", "element_format", "style",
+                 "onpolicy_episodes", "round2_demo_rows"})
     return write_bundle(out, base="smollm2", merge={"stage1": sft_dir}, agents={},
                         team={"prompt_style": args.style, "max_new_tokens": 96,
                               "element_format": args.element_format}, made_by=made_by,
@@ -220,7 +273,12 @@ def main(argv: list[str] | None = None) -> int:
     if not (out / "demo" / "demo_stats.json").is_file():
         clock.run("1 demonstrations", lambda: demonstrate(args, out / "demo"))
     sft_dir = clock.run("2 sft", lambda: sft(args, out / "demo", out / "sft"))
-    trained = bundle(args, sft_dir, out / "bundle")
+    # With an on-policy round the SFT model is only the round's starting point (bundle-sft/).
+    trained = bundle(args, sft_dir, out / ("bundle-sft" if args.onpolicy_episodes else "bundle"))
+    if args.onpolicy_episodes:
+        sft_dir = clock.run("2b on-policy round",
+                            lambda: onpolicy_round(args, trained, out / "demo", sft_dir, out / "onpolicy"))
+        trained = bundle(args, sft_dir, out / "bundle")
     if args.validate:
         val = _row(clock.run("5 validation", lambda: validate(args, trained, out / "validation")))
         print(f"[recipe] validation (training tasks, new seeds): {val['successes']}/{val['episodes']} "
@@ -238,7 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     results["demo"] = {k: v for k, v in json.loads((out / "demo" / "demo_stats.json").read_text()).items()
                        if k != "per_task"}
     # Training time: the search's own clock (kept across resumes) plus SFT.
-    results["minutes"] = round(results["demo"]["seconds"] / 60 + clock.minutes("2 "), 1)
+    results["minutes"] = round(results["demo"]["seconds"] / 60 + clock.minutes("2 ", "2b "), 1)
+    if args.onpolicy_episodes:
+        results["onpolicy_round"] = json.loads((out / "onpolicy" / "round.json").read_text())
     rows = systems(args, trained)
     wanted = [w.strip() for w in args.systems.split(",") if w.strip() not in ("", "none")] if args.systems else None
     unknown = sorted(set(wanted or ()) - set(rows))

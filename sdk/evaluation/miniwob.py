@@ -266,8 +266,10 @@ def _episode_counts(result: Any) -> dict[str, int]:
 
 
 def _fingerprint(config: MiniWoBEvalConfig) -> dict[str, Any]:
+    from collabui.models.spec import model_fingerprint
+
     n, m = config.team_shape()
-    return {"model": config.model, "adapters": config.adapters, "n_agents": n, "rounds": m,
+    return {"model": config.model, "model_weights": model_fingerprint(config.model), "adapters": config.adapters, "n_agents": n, "rounds": m,
             "topology": config.topology, "seed": config.seed, "env": config.env,
             "max_steps": config.max_steps, "prompt_style": config.prompt_style,
             "max_new_tokens": config.max_new_tokens, "guided_json": config.guided_json,
@@ -280,7 +282,7 @@ def _jsonable(options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 #: Fingerprint fields added later: a run.json without them was made with these values.
-_LATER_FIELDS: dict[str, Any] = {"prompt_style": "react", "max_new_tokens": 64, "guided_json": False,
+_LATER_FIELDS: dict[str, Any] = {"model_weights": None, "prompt_style": "react", "max_new_tokens": 64, "guided_json": False,
                                  "element_format": "html", "shuffle_elements": False,
                                  "team_options": {}}
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from collabui.errors import ConfigError, ModelLoadError
 
-__all__ = ["BUNDLE_FORMAT", "SHIPPED_BUNDLES", "bundle_dir", "bundle_team", "read_bundle", "load_bundle", "write_bundle_manifest",
+__all__ = ["BUNDLE_FORMAT", "SHIPPED_BUNDLES", "bundle_dir", "bundle_fingerprint", "bundle_team", "read_bundle", "load_bundle", "write_bundle_manifest",
            "write_bundle"]
 
 BUNDLE_FORMAT = "collabui.team-bundle/1"
@@ -63,6 +63,22 @@ def read_bundle(folder: str | Path) -> dict[str, Any]:
             raise ModelLoadError(f"the bundle in {root} names adapter {name!r} but {root / name} holds none; "
                                  "copy the whole bundle folder")
     return manifest
+
+
+def bundle_fingerprint(folder: str | Path) -> str:
+    """A short hash of what the bundle in ``folder`` computes (its adapter weights and team
+    settings): a run folder of one bundle must not be resumed with another written there."""
+    import hashlib
+
+    root = Path(folder).expanduser()
+    manifest = read_bundle(root)
+    digest = hashlib.sha256(json.dumps({k: manifest.get(k) for k in ("base", "merge", "agents", "team")},
+                                       sort_keys=True).encode())
+    for name in sorted([*manifest.get("merge", []), *manifest.get("agents", [])]):
+        for path in sorted((root / name).glob("*.safetensors")):
+            digest.update(path.name.encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def bundle_team(folder: str | Path) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from collabui.errors import ConfigError
 from collabui.models.base import ChatModel
 from collabui.models.bundle import SHIPPED_BUNDLES
 
-__all__ = ["load_model", "model_defaults", "model_element_format", "SPEC_FORMS"]
+__all__ = ["load_model", "model_defaults", "model_element_format", "model_fingerprint", "SPEC_FORMS"]
 
 SPEC_FORMS = (
     "smollm2 (embedded), smollm2-trained (the shipped trained team), trained:FOLDER (a team "
@@ -91,6 +91,20 @@ def model_defaults(spec: str) -> dict[str, Any]:
     if sep and kind == "trained" and rest:
         return bundle_team(rest)
     return {}
+
+
+def model_fingerprint(spec: str) -> str | None:
+    """A hash of the weights behind a bundle spec (``smollm2-trained``, ``trained:FOLDER``),
+    which a folder path alone does not pin down; None for other specs."""
+    from collabui.models.bundle import bundle_dir, bundle_fingerprint
+
+    text = spec.strip()
+    kind, sep, rest = text.partition(":")
+    if text in SHIPPED_BUNDLES:
+        return bundle_fingerprint(bundle_dir(text))
+    if sep and kind == "trained" and rest:
+        return bundle_fingerprint(rest)
+    return None
 
 
 def model_element_format(spec: str) -> str:

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from collabui.config import TeamConfig
-from collabui.errors import ModelLoadError
+from collabui.errors import ConfigError, ModelLoadError
 from collabui.models.base import ChatRequest
 from collabui.models.bundle import read_bundle, write_bundle
 from collabui.models.spec import load_model
@@ -90,3 +90,24 @@ def test_pages_are_shown_in_the_format_the_bundle_learned(tmp_path, tiny_model_d
     assert _page_options(run)["element_format"] == "text-first"
     with pytest.raises(ModelLoadError, match="no team.json"):
         MiniWoBEvalConfig(model=f"trained:{tmp_path}")  # a bad bundle fails before any browser starts
+
+
+def test_a_bundle_rewritten_with_other_weights_is_not_resumed_as_the_same_model(tmp_path, tiny_model_dir, adapter_dirs):
+    from collabui.evaluation.miniwob import MiniWoBEvalConfig, _check_out_dir
+    from collabui.models.spec import model_fingerprint
+
+    def write(adapter):
+        return write_bundle(tmp_path / "b", base=f"hf:{tiny_model_dir}", merge={"stage1": adapter_dirs[adapter]},
+                            agents={}, team={"prompt_style": "trained"})
+
+    spec = f"trained:{write('a1')}"
+    first = model_fingerprint(spec)
+    assert first == model_fingerprint(f"trained:{write('a1')}")  # same weights, same identity
+    assert model_fingerprint("smollm2") is None
+    config = MiniWoBEvalConfig(model=spec, episodes=1)
+    _check_out_dir(tmp_path / "run", config)  # records the run's fingerprint
+    _check_out_dir(tmp_path / "run", config)  # resuming the same model is fine
+    write("a2")  # the recipe wrote a new model in the same folder
+    assert model_fingerprint(spec) != first
+    with pytest.raises(ConfigError, match="model_weights"):
+        _check_out_dir(tmp_path / "run", config)
