@@ -103,3 +103,21 @@ def test_devices_lists_phones(capsys, monkeypatch):
     monkeypatch.setattr(phones, "list_phones", lambda: [])
     code, out, _ = _run(capsys, "devices")
     assert code == 0 and "no phone attached" in out
+
+
+def test_adapters_is_a_trained_teams_folder(tmp_path, capsys):
+    """`run --adapters FOLDER`: agent i uses FOLDER/agent{i}/ (None without one); explicit names
+    are --adapter-names; a missing folder or a baseline with adapters is one line."""
+    for i in (0, 2):
+        (tmp_path / f"agent{i}").mkdir()
+        (tmp_path / f"agent{i}" / "adapter_config.json").write_text("{}")
+    base = ["run", "--env", "miniwob/click-button", "--agents", "3"]
+    cfg = team_config(build_parser().parse_args([*base, "--adapters", str(tmp_path)]))
+    assert cfg.adapters == ("agent0", None, "agent2")
+    named = team_config(build_parser().parse_args([*base, "--adapter-names", "a,none,b"]))
+    assert named.adapters == ("a", None, "b")
+    for argv, message in (([*base, "--adapters", str(tmp_path), "--adapter-names", "a,b,c"], "not both"),
+                          ([*base, "--adapters", str(tmp_path / "missing")], "no such folder"),
+                          ([*base, "--adapters", str(tmp_path), "--model", "lexical"], "needs a base model")):
+        code, _, err = _run(capsys, *argv)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
