@@ -300,6 +300,8 @@ def run_command(args: argparse.Namespace, rest: list[str]) -> int:
         return _dpo(args, rest)
     if args.train_command == "sft":
         return _sft(args, rest)
+    if rest:
+        raise ConfigError(f"unknown option(s) {' '.join(rest)} for `collabui train {args.train_command}`; see --help")
     commands = {"label": _label, "pairs": _pairs, "synth": _synth, "marl": _marl,
                 "demonstrate": _demonstrate, "report": _report}
     return commands[args.train_command](args)
