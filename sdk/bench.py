@@ -21,7 +21,6 @@ with a cold local prefix cache. The table and the targets come from :mod:`collab
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import statistics
@@ -29,7 +28,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ from collabui.bench_report import BackendTimes, format_report, report_dict
 from collabui.config import TeamConfig
 from collabui.errors import ConfigError
 from collabui.models.base import ChatModel, ChatRequest, ChatResult
+from collabui.models.spec import local_base
 
 __all__ = [
     "BenchSettings",
@@ -44,8 +44,6 @@ __all__ = [
     "SequentialModel",
     "measure_backend",
     "run_bench",
-    "add_bench_command",
-    "run_bench_command",
 ]
 
 #: ``() -> cumulative prompt tokens computed by the backend`` (None: unknown).
@@ -58,20 +56,23 @@ UniqueCounter = Callable[[Sequence[ChatRequest]], int | None]
 class BenchSettings:
     """What ``collabui bench`` runs (see the module docstring)."""
 
-    backend: str = "both"
-    model: str = "smollm2"
-    agents: int = 4
-    rounds: int = 3
-    topology: str = "random"
-    env: str = "miniwob/click-link"
-    seed: int = 0
-    max_new_tokens: int = 48
-    single_repeats: int = 3
-    browsers: int = 2
-    episodes: int = 4
-    max_steps: int = 3
-    enforce_eager: bool = False
-    out: str | None = None
+    backend: str = field(default="both", metadata={"help": "which backends to time",
+                                                  "choices": ("local", "vllm", "both")})
+    model: str = field(default="smollm2", metadata={"help": "model spec of a local base model: smollm2 | hf:PATH"})
+    agents: int = field(default=4, metadata={"help": "agents n"})
+    rounds: int = field(default=3, metadata={"help": "rounds m"})
+    topology: str = field(default="random", metadata={"help": "message DAG"})
+    env: str = field(default="miniwob/click-link", metadata={"help": "MiniWoB++ environment of the observation"})
+    seed: int = field(default=0, metadata={"help": "seed of the page and of the DAG"})
+    max_new_tokens: int = field(default=48, metadata={"help": "generation budget per agent call (greedy)"})
+    single_repeats: int = field(default=3, metadata={"help": "single-agent calls timed (their median)"})
+    browsers: int = field(default=2, metadata={
+        "help": "K browsers sharing the vLLM server in the rollout measurement",
+        "aliases": ("--episodes-per-hour-browsers",)})
+    episodes: int = field(default=4, metadata={"help": "rollout episodes on vLLM (0: skip)"})
+    max_steps: int = field(default=3, metadata={"help": "steps per rollout episode"})
+    enforce_eager: bool = field(default=False, metadata={"help": "start vLLM without graph compilation"})
+    out: str | None = field(default=None, metadata={"help": "also write the results as JSON here"})
 
     def team_config(self, **overrides: Any) -> TeamConfig:
         """The greedy team configuration every phase uses."""
@@ -227,9 +228,9 @@ def _say(backend: str) -> Callable[[str], None]:
 
 
 def _bench_local(settings: BenchSettings, task: str, obs: Any) -> BackendTimes:
-    from collabui.models.local import LocalModel
+    from collabui.models.spec import load_model
 
-    model = LocalModel.embedded(settings.model) if settings.model in {"smollm2", "embedded"} else LocalModel(settings.model)
+    model = load_model(settings.model)  # a LocalModel: run_bench checked the spec is local
     try:
         return measure_backend(model, task, obs, settings, backend="local",
                                computed=lambda: model.stats.prompt_tokens_computed,
@@ -287,7 +288,7 @@ def _bench_vllm(settings: BenchSettings, task: str, obs: Any) -> BackendTimes:
     from collabui.serving.vllm_server import VLLMServer
 
     # Dev mode only adds /reset_prefix_cache (and similar) on 127.0.0.1, for cold phases.
-    server = VLLMServer(model=settings.model, enforce_eager=settings.enforce_eager, env={"VLLM_SERVER_DEV_MODE": "1"})
+    server = VLLMServer(model=local_base(settings.model), enforce_eager=settings.enforce_eager, env={"VLLM_SERVER_DEV_MODE": "1"})
     tokenizer = AutoTokenizer.from_pretrained(server.model_dir())
 
     def unique(requests: Sequence[ChatRequest]) -> int:
@@ -315,6 +316,7 @@ def run_bench(settings: BenchSettings, *, observation: tuple[str, Any] | None = 
         raise ConfigError(f"--backend must be local, vllm or both, got {settings.backend!r}")
     if settings.agents < 1 or settings.rounds < 1 or settings.browsers < 1:
         raise ConfigError("--agents, --rounds and --browsers must be >= 1")
+    local_base(settings.model)  # a local base model, before the browser starts
     runners = backends or {"local": _bench_local, "vllm": _bench_vllm}
     names = ["local", "vllm"] if settings.backend == "both" else [settings.backend]
     task, obs = observation or _observation(settings.env, settings.seed)
@@ -330,31 +332,3 @@ def run_bench(settings: BenchSettings, *, observation: tuple[str, Any] | None = 
     if settings.out:
         Path(settings.out).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return record
-
-
-def add_bench_command(sub: Any) -> None:
-    """Register ``collabui bench`` on the CLI's subparsers."""
-    d = BenchSettings()
-    p = sub.add_parser("bench", help="time a team step against its bound and the naive way (local, vLLM)")
-    p.add_argument("--backend", default=d.backend, choices=["local", "vllm", "both"])
-    p.add_argument("--model", default=d.model, help="smollm2 or a local model folder (default smollm2)")
-    p.add_argument("--agents", type=int, default=d.agents)
-    p.add_argument("--rounds", type=int, default=d.rounds)
-    p.add_argument("--topology", default=d.topology)
-    p.add_argument("--env", default=d.env, help=f"MiniWoB++ environment of the observation (default {d.env})")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
-    p.add_argument("--single-repeats", type=int, default=d.single_repeats)
-    p.add_argument("--browsers", "--episodes-per-hour-browsers", dest="browsers", type=int, default=d.browsers,
-                   help="K browsers sharing the vLLM server in the rollout measurement")
-    p.add_argument("--episodes", type=int, default=d.episodes, help="rollout episodes on vLLM (0: skip)")
-    p.add_argument("--max-steps", type=int, default=d.max_steps, help="steps per rollout episode")
-    p.add_argument("--enforce-eager", action="store_true", help="start vLLM without graph compilation")
-    p.add_argument("--out", default=None, help="also write the results as JSON here")
-
-
-def run_bench_command(args: argparse.Namespace) -> int:
-    """Run ``collabui bench`` from parsed arguments."""
-    fields = BenchSettings.__dataclass_fields__
-    run_bench(BenchSettings(**{k: getattr(args, k) for k in fields if hasattr(args, k)}))
-    return 0

@@ -6,13 +6,28 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from collabui.actions import get_action_space
+from collabui.devices.simplify import ELEMENT_FORMATS
 from collabui.errors import ConfigError
 from collabui.prompts import PROMPT_STYLES
 
-__all__ = ["TeamConfig", "DEFAULT_TEMPERATURES", "PROMPT_STYLE_CHOICES"]
+__all__ = ["TeamConfig", "DEFAULT_TEMPERATURES", "PROMPT_STYLE_CHOICES", "ELEMENT_FORMAT_CHOICES",
+           "MODEL_HELP", "GUIDED_HELP", "ELEMENT_FORMAT_HELP", "SHUFFLE_HELP"]
 
 #: What ``prompt_style`` accepts: a style, or ``auto`` (the model's own, else ``react``).
 PROMPT_STYLE_CHOICES = ("auto", *PROMPT_STYLES)
+#: What ``element_format`` accepts: a page format, or ``auto`` (the one a trained model learned).
+ELEMENT_FORMAT_CHOICES = ("auto", *ELEMENT_FORMATS)
+
+# Help texts of settings that several configs share (their flags mean the same everywhere).
+MODEL_HELP = ("model spec: smollm2 | smollm2-trained | trained:FOLDER | hf:PATH | openai:MODEL@URL | "
+              "random[:SEED] | lexical")
+GUIDED_HELP = ("constrain answers to the action space's JSON schema (vLLM structured outputs on "
+               "openai: servers, llguidance for local models); baselines ignore it")
+ELEMENT_FORMAT_HELP = ("page text: html (<button[B]| Ok>) or text-first (one line per item, "
+                       'button "Ok" [B]; fewer tokens); default auto: what a trained model '
+                       "(smollm2-trained, trained:FOLDER) learned, else html")
+SHUFFLE_HELP = ("shuffle sibling elements and draw element ids at random (seeded by the episode), "
+                "so no policy wins by position habits")
 
 #: Rollout temperatures of the four agents in the paper (App. C.3.2): diverse agents make the
 #: vote and the preference data informative.
@@ -39,14 +54,14 @@ class TeamConfig:
         metadata={"help": "per-agent sampling temperatures (default 0.1,0.3,0.5,0.8, cycled)"},
     )
     adapters: tuple[str | None, ...] | None = field(
-        default=None, metadata={"help": "per-agent LoRA adapter names (None = base model)"}
+        default=None, metadata={"help": "per-agent names of the adapters the model serves (none = base model)"}
     )
-    action_space: str = field(default="web", metadata={"help": "web or mobile"})
+    action_space: str = field(default="web", metadata={"help": "web or mobile", "choices": ("web", "mobile")})
     max_steps: int = field(default=10, metadata={"help": "environment steps per episode"})
     prompt_style: str = field(
         default="auto",
-        metadata={"help": "react, compact, trained, or auto: the style the model was trained for "
-                  "(trained teams), else react"},
+        metadata={"help": "agents' prompt; auto: the style the model was trained for (trained teams), "
+                  "else react", "choices": PROMPT_STYLE_CHOICES},
     )
     max_new_tokens: int = field(default=64, metadata={"help": "generation budget per agent call"})
     max_observation_chars: int = field(default=6000, metadata={"help": "observation text cap"})

@@ -4,7 +4,8 @@ import sys
 
 import pytest
 
-from collabui.cli import build_parser, main, team_config_from_args
+from collabui.cli import build_parser, main
+from collabui.cli.run import team_config
 from collabui.trace import read_trace
 
 
@@ -17,7 +18,7 @@ def _run(capsys, *argv):
 def test_run_options_come_from_team_config():
     args = build_parser().parse_args(["run", "--env", "miniwob/click-button", "--agents", "3", "--rounds", "2",
                                       "--temperatures", "0,0.5,1", "--topology", "chain", "--max-steps", "2"])
-    cfg = team_config_from_args(args)
+    cfg = team_config(args)
     assert (cfg.n_agents, cfg.rounds, cfg.temperatures, cfg.topology, cfg.max_steps) == (3, 2, (0.0, 0.5, 1.0), "chain", 2)
 
 
@@ -102,3 +103,21 @@ def test_devices_lists_phones(capsys, monkeypatch):
     monkeypatch.setattr(phones, "list_phones", lambda: [])
     code, out, _ = _run(capsys, "devices")
     assert code == 0 and "no phone attached" in out
+
+
+def test_adapters_is_a_trained_teams_folder(tmp_path, capsys):
+    """`run --adapters FOLDER`: agent i uses FOLDER/agent{i}/ (None without one); explicit names
+    are --adapter-names; a missing folder or a baseline with adapters is one line."""
+    for i in (0, 2):
+        (tmp_path / f"agent{i}").mkdir()
+        (tmp_path / f"agent{i}" / "adapter_config.json").write_text("{}")
+    base = ["run", "--env", "miniwob/click-button", "--agents", "3"]
+    cfg = team_config(build_parser().parse_args([*base, "--adapters", str(tmp_path)]))
+    assert cfg.adapters == ("agent0", None, "agent2")
+    named = team_config(build_parser().parse_args([*base, "--adapter-names", "a,none,b"]))
+    assert named.adapters == ("a", None, "b")
+    for argv, message in (([*base, "--adapters", str(tmp_path), "--adapter-names", "a,b,c"], "not both"),
+                          ([*base, "--adapters", str(tmp_path / "missing")], "no such folder"),
+                          ([*base, "--adapters", str(tmp_path), "--model", "lexical"], "needs a base model")):
+        code, _, err = _run(capsys, *argv)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and message in err, err

@@ -61,14 +61,16 @@ class DemoConfig:
         search: bounds of each search.
     """
 
-    out_dir: str
-    tasks: tuple[str, ...] = TRAIN_TASKS
-    seeds: int = 200
-    seed_start: int = 1000
-    renderings: int = 3
-    shuffle: bool = True
-    workers: int = 4
-    minutes: float = 10.0
+    out_dir: str = field(metadata={"help": "folder: steps.jsonl, dataset/, README.md (resumable)"})
+    tasks: tuple[str, ...] = field(default=TRAIN_TASKS, metadata={
+        "help": "MiniWoB++ tasks (default: the training list, collabui.training.task_lists.TRAIN_TASKS)"})
+    seeds: int = field(default=200, metadata={"help": "seeds per task"})
+    seed_start: int = field(default=1000, metadata={"help": "first seed"})
+    renderings: int = field(default=3, metadata={"help": "observations written per verified step"})
+    shuffle: bool = field(default=True, metadata={
+        "help": "shuffle element order and ids in every rendering (--no-shuffle: document order, A, B, C ids)"})
+    workers: int = field(default=4, metadata={"help": "browsers searching in parallel"})
+    minutes: float = field(default=10.0, metadata={"help": "time budget"})
     search: SearchConfig = field(default_factory=SearchConfig)
 
     def __post_init__(self) -> None:

@@ -74,7 +74,7 @@ class SearchConfig:
     """
 
     max_depth: int = 6
-    node_budget: int = 40
+    node_budget: int = field(default=40, metadata={"help": "actions tried per search"})
     branch: int = 8
 
     def __post_init__(self) -> None:

@@ -25,17 +25,25 @@ import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from collabui.config import (
+    ELEMENT_FORMAT_CHOICES,
+    ELEMENT_FORMAT_HELP,
+    GUIDED_HELP,
+    MODEL_HELP,
+    PROMPT_STYLE_CHOICES,
+    SHUFFLE_HELP,
+)
 from collabui.errors import ConfigError, EnvNotFoundError
 from collabui.evaluation.runner import EnvFactory, EnvPool, episode_specs, run_episodes
 from collabui.evaluation.stats import rate_entry
 from collabui.models.base import ChatModel
+from collabui.models.spec import load_model, team_adapter_names
 
-__all__ = ["EASY_TASKS", "SUITES", "MiniWoBEvalConfig", "resolve_tasks", "load_system_model",
-           "evaluate_miniwob", "system_label"]
+__all__ = ["EASY_TASKS", "SUITES", "MiniWoBEvalConfig", "resolve_tasks", "evaluate_miniwob", "system_label"]
 
 #: The ``easy`` suite: tasks a text-only agent can finish in one to three DOM actions, with the
 #: target named in the instruction and shown in the element list (no canvas, drag, hover,
@@ -101,27 +109,30 @@ class MiniWoBEvalConfig:
     ``max_observation_chars``...), as ``collabui run`` flags do.
     """
 
-    tasks: str = "easy"
-    episodes: int = 3
-    seed: int = 0
-    model: str = "smollm2"
-    adapters: str | None = None
-    n_agents: int | None = None
-    rounds: int | None = None
-    topology: str = "random"
-    mobile: bool = False
-    max_steps: int = 10
-    concurrency: int = 1
-    prompt_style: str = "auto"
-    max_new_tokens: int = 64
-    guided_json: bool = False
-    element_format: str = "auto"
-    shuffle_elements: bool = False
+    tasks: str = field(default="easy", metadata={
+        "help": "a suite (easy, all) or comma-separated task names"})
+    episodes: int = field(default=3, metadata={"help": "episodes per task"})
+    seed: int = field(default=0, metadata={"help": "seed of the episodes and of the DAG"})
+    model: str = field(default="smollm2", metadata={"help": MODEL_HELP})
+    adapters: str | None = field(default=None, metadata={
+        "help": "a trained team's adapter folder (agent0/, agent1/, ...) on top of --model"})
+    n_agents: int | None = field(default=None, metadata={"help": "agents n (default 4; 1 for random/lexical)"})
+    rounds: int | None = field(default=None, metadata={"help": "rounds m (default 3; 1 for random/lexical)"})
+    topology: str = field(default="random", metadata={"help": "message DAG"})
+    mobile: bool = field(default=False, metadata={"help": "the phone-shaped tasks (miniwob-mobile/<task>)"})
+    max_steps: int = field(default=10, metadata={"help": "environment steps per episode"})
+    concurrency: int = field(default=1, metadata={"help": "episodes (browsers) at once"})
+    prompt_style: str = field(default="auto", metadata={
+        "help": "agents' prompt; auto: the style a trained team was trained for, react for other models",
+        "choices": PROMPT_STYLE_CHOICES})
+    max_new_tokens: int = field(default=64, metadata={"help": "generation budget per agent call"})
+    guided_json: bool = field(default=False, metadata={"help": GUIDED_HELP})
+    element_format: str = field(default="auto", metadata={"help": ELEMENT_FORMAT_HELP,
+                                                          "choices": ELEMENT_FORMAT_CHOICES})
+    shuffle_elements: bool = field(default=False, metadata={"help": SHUFFLE_HELP})
     team_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from collabui.config import PROMPT_STYLE_CHOICES
-
         if self.prompt_style not in PROMPT_STYLE_CHOICES:
             raise ConfigError(f"prompt_style must be one of {list(PROMPT_STYLE_CHOICES)}, got {self.prompt_style!r}")
         _check_team_options(self.team_options, *self.team_shape())
@@ -197,35 +208,6 @@ def system_label(model: str, n_agents: int, rounds: int, topology: str, adapters
     if n_agents == 1 and rounds == 1:
         return f"{name} single agent"
     return f"{name} team {n_agents}x{rounds} ({topology})"
-
-
-def load_system_model(spec: str, adapters: str | None, n_agents: int, *, guided_json: Any = None,
-                      ) -> tuple[ChatModel, tuple[str | None, ...] | None]:
-    """The chat model of ``spec`` and the per-agent adapter names (None without ``adapters``).
-
-    With ``adapters`` the base of ``spec`` (``smollm2`` or ``hf:PATH``) is loaded once and
-    serves ``<adapters>/agent{i}/`` as ``agent{i}``, as the training stack saves them; agents
-    without an adapter folder use the base model. ``guided_json`` (an action-space name or a
-    schema) constrains the answers of model specs; baselines ignore it.
-
-    Raises:
-        ConfigError, ModelLoadError: bad spec, missing adapters or training extra.
-    """
-    from collabui.models.spec import load_model
-
-    kwargs = {} if guided_json is None else {"guided_json": guided_json}
-    if not adapters:
-        return load_model(spec, **kwargs), None
-    if not Path(adapters).expanduser().is_dir():
-        raise ConfigError(f"--adapters {adapters}: no such folder; pass the folder holding agent0/, agent1/, ...")
-    try:  # training is an optional extra: import it only when adapters are asked for
-        from collabui.training.dpo import load_team_model, team_adapters
-        from collabui.training.marl import resolve_base_model
-    except ImportError as exc:
-        raise ConfigError(f"--adapters needs the training extra ({exc.name} missing); run "
-                          "`pip install 'collabui-agents[train]'`") from None
-    model = load_team_model(resolve_base_model(spec), adapters, **kwargs)
-    return model, team_adapters(model, n_agents)
 
 
 class _EpisodeTeams:
@@ -332,11 +314,10 @@ def evaluate_miniwob(config: MiniWoBEvalConfig, out_dir: str | Path, *, model: C
          f"{system_label(config.model, n, m, config.topology, config.adapters, guided=config.guided_json)}, "
          f"concurrency {config.concurrency}, out {out}")
     own_model = model is None
+    adapter_names = team_adapter_names(config.adapters, n) if own_model else None
     if model is None:
-        model, adapter_names = load_system_model(config.model, config.adapters, n,
-                                                 guided_json=config.action_space if config.guided_json else None)
-    else:
-        adapter_names = None
+        model = load_model(config.model, adapters=config.adapters,
+                           **({"guided_json": config.action_space} if config.guided_json else {}))
     envs = EnvPool(config.env, env_factory, options=config.env_options())  # sibling pools share them
     try:
         teams = _EpisodeTeams(model, _team_config(config, adapter_names))

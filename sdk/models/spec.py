@@ -19,13 +19,15 @@ Baselines read our prompt and answer in our format, so harnesses run them like a
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from collabui.errors import ConfigError
+from collabui.errors import ConfigError, ModelLoadError
 from collabui.models.base import ChatModel
 from collabui.models.bundle import SHIPPED_BUNDLES
 
-__all__ = ["load_model", "model_defaults", "model_element_format", "model_fingerprint", "SPEC_FORMS"]
+__all__ = ["load_model", "model_defaults", "model_element_format", "model_fingerprint", "agent_adapter_folders",
+           "team_adapter_names", "local_base", "SPEC_FORMS"]
 
 SPEC_FORMS = (
     "smollm2 (embedded), smollm2-trained (the shipped trained team), trained:FOLDER (a team "
@@ -34,20 +36,80 @@ SPEC_FORMS = (
 )
 
 
-def load_model(spec: str, **kwargs: Any) -> ChatModel:
+def agent_adapter_folders(adapters: str | Path) -> dict[str, Path]:
+    """``{"agent0": FOLDER/agent0, ...}``: the per-agent LoRA adapters of a trained team's
+    adapter folder (as ``collabui train dpo|sft --pairs|marl`` save them).
+
+    Raises:
+        ConfigError: ``adapters`` is not a folder.
+        ModelLoadError: it holds no ``agent{i}/`` folder with an ``adapter_config.json``.
+    """
+    root = Path(adapters).expanduser()
+    if not root.is_dir():
+        raise ConfigError(f"--adapters {adapters}: no such folder; pass the folder holding agent0/, agent1/, ...")
+    found: dict[int, Path] = {}
+    for folder in root.glob("agent*"):
+        suffix = folder.name[len("agent"):]
+        if suffix.isdigit() and (folder / "adapter_config.json").is_file():
+            found[int(suffix)] = folder
+    if not found:
+        raise ModelLoadError(f"no agent adapters (agent0/, agent1/, ...) in {root}; run `collabui train dpo` first")
+    return {f"agent{i}": found[i] for i in sorted(found)}
+
+
+def team_adapter_names(adapters: str | Path | None, n_agents: int) -> tuple[str | None, ...] | None:
+    """Per-agent adapter names for a team of ``n_agents`` using the adapter folder ``adapters``:
+    ``agent{i}`` when the folder has it, else None (that agent uses the base model); None
+    without a folder."""
+    if adapters is None:
+        return None
+    names = agent_adapter_folders(adapters)
+    return tuple(f"agent{i}" if f"agent{i}" in names else None for i in range(n_agents))
+
+
+def local_base(spec: str) -> str:
+    """What a local server or benchmark loads for ``spec``: ``smollm2`` or the folder of
+    ``hf:PATH``.
+
+    Raises:
+        ConfigError: any other spec (a bare folder is told to use ``hf:``).
+    """
+    text = spec.strip()
+    if text in {"smollm2", "embedded"}:
+        return "smollm2"
+    if text.startswith("hf:") and len(text) > 3:
+        return text[3:]
+    hint = f" (a folder is hf:{text})" if Path(text).expanduser().is_dir() else ""
+    raise ConfigError(f"--model {spec!r} is not a local base model; use smollm2 or hf:PATH{hint}")
+
+
+def load_model(spec: str, *, adapters: str | Path | None = None, **kwargs: Any) -> ChatModel:
     """Load the chat model named by ``spec``; kwargs go to the model's constructor.
 
-    Local specs take ``LocalModel`` kwargs (device, dtype, adapters, max_batch_size, threads);
+    Local specs take ``LocalModel`` kwargs (device, dtype, max_batch_size, threads);
     ``openai:`` specs take ``LangChainModel.from_openai`` kwargs (api_key, timeout, max_retries).
+
+    ``adapters`` is a trained team's adapter folder (``agent0/``, ``agent1/``...): local base
+    models (``smollm2``, ``hf:PATH``) load every adapter once and serve it by its folder name;
+    an ``openai:`` server must serve them under those names (``collabui serve --adapters
+    FOLDER`` does). :func:`team_adapter_names` gives the team's per-agent names.
 
     Baseline specs (``random``, ``random:SEED``, ``lexical``) ignore kwargs (they load nothing).
 
     Raises:
-        ConfigError: the spec has none of the forms in ``SPEC_FORMS`` (or a bad random seed).
-        ModelLoadError: the model or its client library cannot be loaded.
+        ConfigError: the spec has none of the forms in ``SPEC_FORMS`` (or a bad random seed), or
+            ``adapters`` does not fit the spec.
+        ModelLoadError: the model, its adapters or its client library cannot be loaded.
     """
     text = spec.strip()
     kind, sep, rest = text.partition(":")
+    if adapters is not None:
+        folders = agent_adapter_folders(adapters)
+        if text in {"smollm2", "embedded"} or (sep and kind == "hf" and rest):
+            kwargs = {**kwargs, "adapters": folders}
+        elif not (sep and kind == "openai"):
+            raise ConfigError(f"--adapters needs a base model (smollm2, hf:PATH) or an openai: server, not "
+                              f"{spec!r}; trained bundles bring their own adapters and baselines use none")
     if text in {"smollm2", "embedded"}:
         from collabui.models.local import LocalModel
 

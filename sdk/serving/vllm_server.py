@@ -158,18 +158,22 @@ class VLLMServer:
 
     model: str = "smollm2"
     adapters: Mapping[str, str | os.PathLike[str]] = field(default_factory=dict)
-    port: int | None = None
+    port: int | None = field(default=None, metadata={"help": "TCP port on 127.0.0.1 (default: a free one)"})
     host: str = "127.0.0.1"
     served_name: str | None = None
-    kv_cache_gib: int | None = None
-    max_model_len: int | None = None
+    kv_cache_gib: int | None = field(default=None, metadata={
+        "help": "VLLM_CPU_KVCACHE_SPACE in GiB (default: sized from free RAM)"})
+    max_model_len: int | None = field(default=None, metadata={
+        "help": "context length (default: the model's own)"})
     dtype: str = "auto"
-    enforce_eager: bool = False
+    enforce_eager: bool = field(default=False, metadata={
+        "help": "faster start-up (~35 s on CPU), slower decoding"})
     max_lora_rank: int | None = None
     prefix_caching: bool = True
-    block_size: int | None = 32
+    block_size: int | None = field(default=32, metadata={
+        "help": "KV-cache block size; prefix caching reuses whole blocks (vLLM-CPU's own is 128)"})
     compact_json: bool = True
-    ready_timeout_s: float = 300.0
+    ready_timeout_s: float = field(default=300.0, metadata={"help": "seconds to wait for start-up"})
     stop_timeout_s: float = 30.0
     log_file: str | os.PathLike[str] | None = None
     venv: str | os.PathLike[str] | None = None

@@ -24,31 +24,31 @@ def test_eval_subcommands_are_registered():
     parser = build_parser()
     args = parser.parse_args(["eval", "miniwob", "--out", "o", "--tasks", "easy", "--concurrency", "2",
                               "--agents", "4", "--rounds", "3", "--mobile", "--max-steps", "5"])
-    assert (args.command, args.eval_command, args.concurrency, args.agents, args.mobile) == ("eval", "miniwob", 2, 4, True)
+    assert (args.command, args.eval_command, args.concurrency, args.n_agents, args.mobile) == ("eval", "miniwob", 2, 4, True)
     assert parser.parse_args(["eval", "compare", "a.json", "b.json"]).eval_command == "compare"
 
 
 def test_miniwob_takes_team_options_and_guided_json(tmp_path):
-    from collabui.eval_cli import _miniwob_command, _team_options
+    from collabui.cli.eval import miniwob_command, team_options
     from collabui.evaluation.miniwob import MiniWoBEvalConfig
 
     argv = ["eval", "miniwob", "--out", "o", "--temperatures", "0.2,0.4", "--max-observation-chars", "3000",
             "--screenshots", "--guided-json", "--prompt-style", "compact"]
     args = build_parser().parse_args(argv)
-    assert _team_options(args) == {"temperatures": (0.2, 0.4), "max_observation_chars": 3000, "screenshots": True}
+    assert team_options(args) == {"temperatures": (0.2, 0.4), "max_observation_chars": 3000, "screenshots": True}
     assert args.guided_json is True
-    command = _miniwob_command(args)
+    command = miniwob_command(args)
     for part in ("--temperatures 0.2,0.4", "--max-observation-chars 3000", "--screenshots", "--guided-json",
                  "--prompt-style compact"):
         assert part in command
     defaults = build_parser().parse_args(["eval", "miniwob", "--out", "o"])
-    assert _team_options(defaults) == {} and defaults.guided_json is False
+    assert team_options(defaults) == {} and defaults.guided_json is False
     with pytest.raises(SystemExit):  # --mobile decides the action space
         build_parser().parse_args(["eval", "miniwob", "--out", "o", "--action-space", "mobile"])
-    config = MiniWoBEvalConfig(model="smollm2", n_agents=2, team_options=_team_options(args))
+    config = MiniWoBEvalConfig(model="smollm2", n_agents=2, team_options=team_options(args))
     assert config.team_options["temperatures"] == (0.2, 0.4)
     with pytest.raises(ConfigError, match="temperatures has 2 values for 4 agents"):
-        MiniWoBEvalConfig(model="smollm2", team_options=_team_options(args))
+        MiniWoBEvalConfig(model="smollm2", team_options=team_options(args))
 
 
 @pytest.mark.parametrize(("options", "match"), [
@@ -119,15 +119,15 @@ def test_help_renders(argv, capsys):
 
 
 def test_page_flags_reach_the_config_and_the_command(capsys):
-    from collabui.cli import _page_options
-    from collabui.eval_cli import _miniwob_command
+    from collabui.cli.eval import miniwob_command
+    from collabui.cli.run import page_options
 
     argv = ["eval", "miniwob", "--out", "o", "--shuffle-elements", "--element-format", "text-first"]
     args = build_parser().parse_args(argv)
     assert (args.shuffle_elements, args.element_format) == (True, "text-first")
-    command = _miniwob_command(args)
+    command = miniwob_command(args)
     assert "--element-format text-first" in command and "--shuffle-elements" in command
-    defaults = _miniwob_command(build_parser().parse_args(["eval", "miniwob", "--out", "o"]))
+    defaults = miniwob_command(build_parser().parse_args(["eval", "miniwob", "--out", "o"]))
     assert "--element-format" not in defaults and "--shuffle-elements" not in defaults
     with pytest.raises(SystemExit):
         build_parser().parse_args(["eval", "miniwob", "--out", "o", "--element-format", "xml"])
@@ -138,7 +138,7 @@ def test_page_flags_reach_the_config_and_the_command(capsys):
     # `collabui run` takes the same flags
     run = build_parser().parse_args(["run", "--env", "miniwob/click-button", "--shuffle-elements",
                                      "--element-format", "text-first"])
-    assert _page_options(run) == {"element_format": "text-first", "shuffle_elements": True}
+    assert page_options(run) == {"element_format": "text-first", "shuffle_elements": True}
     phone = build_parser().parse_args(["run", "--env", "android", "--task", "t", "--shuffle-elements"])
     with pytest.raises(ConfigError, match="apply to web pages"):
-        _page_options(phone)
+        page_options(phone)

@@ -72,7 +72,8 @@ def test_broken_bundles_fail_with_the_fix(tmp_path, tiny_model_dir, adapter_dirs
 
 
 def test_pages_are_shown_in_the_format_the_bundle_learned(tmp_path, tiny_model_dir, adapter_dirs):
-    from collabui.cli import _page_options, build_parser
+    from collabui.cli import build_parser
+    from collabui.cli.run import page_options
     from collabui.evaluation.miniwob import MiniWoBEvalConfig
     from collabui.models.spec import model_element_format
 
@@ -87,7 +88,7 @@ def test_pages_are_shown_in_the_format_the_bundle_learned(tmp_path, tiny_model_d
     assert MiniWoBEvalConfig(model=spec, mobile=True).element_format == "html"
     assert MiniWoBEvalConfig(model="lexical").element_format == "html"
     run = build_parser().parse_args(["run", "--env", "miniwob/click-button", "--model", spec])
-    assert _page_options(run)["element_format"] == "text-first"
+    assert page_options(run)["element_format"] == "text-first"
     with pytest.raises(ModelLoadError, match="no team.json"):
         MiniWoBEvalConfig(model=f"trained:{tmp_path}")  # a bad bundle fails before any browser starts
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from collabui.cli import build_parser
+from collabui.cli.serve import parse_adapters
 from collabui.errors import ConfigError, ModelLoadError
 from collabui.serving import setup as setup_mod
-from collabui.serving.serve_cli import parse_adapters
 
 from .conftest import make_adapters
 
@@ -33,8 +33,8 @@ def test_parse_adapters_both_forms(tmp_path: Path) -> None:
 
 
 def test_serve_is_registered() -> None:
-    args = build_parser().parse_args(["serve", "--model", "m", "--port", "9", "--enforce-eager"])
-    assert (args.command, args.model, args.port, args.enforce_eager, args.setup) == ("serve", "m", 9, True, False)
+    args = build_parser().parse_args(["serve", "--model", "hf:m", "--port", "9", "--enforce-eager"])
+    assert (args.command, args.model, args.port, args.enforce_eager, args.setup) == ("serve", "hf:m", 9, True, False)
     assert args.block_size == 32
     assert build_parser().parse_args(["serve", "--block-size", "128"]).block_size == 128
 
@@ -62,14 +62,14 @@ def test_serve_runs_in_the_foreground_and_stops_cleanly(sig: int, preexec, tmp_p
     make_adapters(tmp_path / "ad", 2)
     env = {**os.environ, "FAKE_VLLM_MODE": "child", "FAKE_VLLM_CHILD_PID": str(tmp_path / "child")}
     cmd = [sys.executable, "-m", "collabui.cli", "serve", "--venv", str(_fake_venv(tmp_path, fake_pkg)),
-           "--model", str(fake_model), "--adapters", str(tmp_path / "ad"), "--log-file", str(tmp_path / "log")]
+           "--model", f"hf:{fake_model}", "--adapters", str(tmp_path / "ad"), "--log-file", str(tmp_path / "log")]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             preexec_fn=preexec)
     try:
         lines = [proc.stdout.readline(), proc.stdout.readline()]
         assert lines[0].startswith("serving tiny-model at http://127.0.0.1:"), lines
         spec = lines[1].split("--model ")[1].split()[0]
-        assert lines[1].strip().endswith("--adapters agent0,agent1")
+        assert lines[1].strip().endswith(f"--adapters {tmp_path / 'ad'}")
         base_url = spec.split("@", 1)[1]
         with urllib.request.urlopen(base_url + "/models", timeout=5) as response:
             assert [m["id"] for m in json.load(response)["data"]] == ["tiny-model", "agent0", "agent1"]
@@ -88,7 +88,7 @@ def test_serve_runs_in_the_foreground_and_stops_cleanly(sig: int, preexec, tmp_p
 def test_serve_without_venv_is_one_line(tmp_path: Path, fake_model: Path, capsys) -> None:
     from collabui.cli import main
 
-    assert main(["serve", "--venv", str(tmp_path / "none"), "--model", str(fake_model)]) == 2
+    assert main(["serve", "--venv", str(tmp_path / "none"), "--model", f"hf:{fake_model}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("error: vLLM is not set up") and "collabui serve --setup" in err
 

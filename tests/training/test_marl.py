@@ -185,22 +185,20 @@ def test_bad_config(kw, needle, tmp_path):
 
 
 def test_cli_flags_cover_the_config_and_bad_dpo_option_fails(tmp_path):
-    import argparse
+    from collabui.cli import build_parser
+    from collabui.cli.train import marl_config
 
-    from collabui.training.marl_cli import add_marl_command, marl_config_from_args
-
-    parser = argparse.ArgumentParser()
-    add_marl_command(parser.add_subparsers(dest="cmd"))
-    args = parser.parse_args(["marl", "--train-tasks", "click-button,click-link", "--eval-tasks", "focus-text",
+    parser = build_parser()
+    args = parser.parse_args(["train", "marl", "--train-tasks", "click-button,click-link", "--eval-tasks", "focus-text",
                               "--episodes", "3", "--agents", "2", "--no-edge-update", "--out", str(tmp_path),
                               "--dpo", "max_steps=2", "--dpo", "beta=0.2"])
-    config = marl_config_from_args(args)
+    config = marl_config(args)
     assert config.train_tasks == ("click-button", "click-link") and config.episodes_per_task == 3
     assert config.n_agents == 2 and config.edge_update is False and config.dpo == {"max_steps": 2, "beta": 0.2}
     assert config.dpo_config(tmp_path / "trl").max_steps == 2
-    bad = parser.parse_args(["marl", "--out", str(tmp_path), "--dpo", "no_such_field=1"])
+    bad = parser.parse_args(["train", "marl", "--out", str(tmp_path), "--dpo", "no_such_field=1"])
     with pytest.raises(ConfigError, match="bad --dpo option"):
-        marl_config_from_args(bad)
+        marl_config(bad)
 
 
 @pytest.mark.browser

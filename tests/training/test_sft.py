@@ -211,10 +211,10 @@ def test_real_smollm2_sft_steps(tmp_path: Path) -> None:
 def _cli(argv: list[str]) -> int:
     """Through the real `collabui` parser; typed errors propagate (main() would print them)."""
     from collabui.cli import build_parser
-    from collabui.training.cli import run_train_command
+    from collabui.cli.train import run_command
 
     args, rest = build_parser().parse_known_args(argv)
-    return run_train_command(args, rest)
+    return run_command(args, rest)
 
 
 def test_cli_sft_and_rft(base_dir: Path, tmp_path: Path) -> None:

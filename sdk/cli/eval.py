@@ -1,0 +1,165 @@
+"""``collabui eval``: evaluation harnesses and reports.
+
+``collabui eval miniwob``       success rates on MiniWoB++ tasks (flags from MiniWoBEvalConfig)
+``collabui eval autowebbench``  step success on AutoWebBench records (team flags from TeamConfig)
+``collabui eval compare A B``   per-metric deltas between two results files
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from collabui.cli.flags import add_config_flags, config_argv, config_from_args
+from collabui.config import GUIDED_HELP, MODEL_HELP, TeamConfig
+
+__all__ = ["add_commands", "run_command", "miniwob_command", "team_options"]
+
+#: TeamConfig fields `eval miniwob` passes through as team_options (the others are its own).
+TEAM_OPTIONS = ("temperatures", "max_observation_chars", "screenshots")
+#: Flags written in every recorded command line, even at their defaults.
+_ALWAYS = ("tasks", "episodes", "seed", "model", "topology", "max_steps", "concurrency")
+_BASELINES = ("random", "lexical")
+
+
+def add_commands(sub: Any) -> None:
+    """Register ``eval`` and its subcommands on the top-level subparsers."""
+    from collabui.cli.run import ADAPTERS_HELP
+    from collabui.evaluation.miniwob import MiniWoBEvalConfig
+
+    ev = sub.add_parser("eval", help="evaluate a team or a baseline; compare results")
+    esub = ev.add_subparsers(dest="eval_command", required=True)
+    p = esub.add_parser("miniwob", help="success rate per MiniWoB++ task and overall (95%% Wilson CIs)")
+    add_config_flags(p, MiniWoBEvalConfig, skip={"team_options"})
+    add_config_flags(p, TeamConfig, only=TEAM_OPTIONS)
+    p.add_argument("--out", required=True, help="run folder: results.json, summary.md, traces/, episodes.jsonl")
+    p.add_argument("--plot", action="store_true", help="also write plot.png (needs matplotlib)")
+
+    c = esub.add_parser("compare", help="print B - A for every metric two results files share")
+    c.add_argument("a", help="results.json of A (the reference)")
+    c.add_argument("b", help="results.json of B")
+    c.add_argument("--out", default=None, help="also write the table: FILE.md (Markdown) or FILE.json")
+    c.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="also draw A and B side by side per task/action type (needs matplotlib)")
+
+    a = esub.add_parser("autowebbench", help="step success on AutoWebBench/Mind2Web-format records",
+                        description="Run a single agent or a team on each {source, target} record; score the "
+                        "published step success (function + element id, element records) and strict "
+                        "exact match (all records), per action type.")
+    a.add_argument("--data", required=True,
+                   help="JSON list of {source, target} records, e.g. ../shared/data/autowebbench/en/ind.json")
+    a.add_argument("--model", default="smollm2", help=f"{MODEL_HELP} (default smollm2)")
+    a.add_argument("--adapters", default=None, help=ADAPTERS_HELP)
+    add_config_flags(a, TeamConfig, skip={"action_space", "adapters", "batch_fallback_s"},
+                     defaults={"n_agents": None, "rounds": None},
+                     helps={"n_agents": "agents n (default 4; 1 for random/lexical)",
+                            "rounds": "rounds m (default 3; 1 for random/lexical)"})
+    a.add_argument("--out", required=True,
+                   help="run folder (predictions.jsonl, results.json, summary.md); the same folder resumes")
+    a.add_argument("--start", type=int, default=0, help="first record, 0-based (default 0)")
+    a.add_argument("--limit", type=int, default=None, help="at most this many records (default all)")
+    a.add_argument("--guided-json", action="store_true", help=GUIDED_HELP)
+    a.add_argument("--quiet", action="store_true", help="no per-record progress on stderr")
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run a parsed ``collabui eval ...``; return the exit code."""
+    return {"miniwob": _miniwob, "compare": _compare, "autowebbench": _autowebbench}[args.eval_command](args)
+
+
+def team_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The pass-through TeamConfig flags the user set (those left at their defaults are omitted)."""
+    defaults = TeamConfig()
+    return {name: getattr(args, name) for name in TEAM_OPTIONS
+            if getattr(args, name) is not None and getattr(args, name) != getattr(defaults, name)}
+
+
+def miniwob_command(args: argparse.Namespace) -> str:
+    """The command line with every effective value, so results say how to reproduce them."""
+    from collabui.evaluation.miniwob import MiniWoBEvalConfig
+
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(MiniWoBEvalConfig) if hasattr(args, f.name)}
+    parts = ["collabui", "eval", "miniwob", *config_argv(MiniWoBEvalConfig, values, always=_ALWAYS),
+             *config_argv(TeamConfig, team_options(args)), "--out", args.out]
+    return shlex.join(parts + (["--plot"] if args.plot else []))
+
+
+def _miniwob(args: argparse.Namespace) -> int:
+    from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
+
+    config = config_from_args(MiniWoBEvalConfig, args, skip={"team_options"}, team_options=team_options(args))
+    evaluate_miniwob(config, args.out, plot=args.plot, command=miniwob_command(args))
+    print(Path(args.out) / "summary.md")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from collabui.evaluation.report import compare, load_results, render_compare, write_compare
+
+    a, b = load_results(args.a), load_results(args.b)
+    rows = compare(a, b)
+    label_a = (a.get("system") or {}).get("label") or "A"
+    label_b = (b.get("system") or {}).get("label") or "B"
+    print(f"A = {label_a} ({args.a})\nB = {label_b} ({args.b})")
+    sys.stdout.write(render_compare(rows, "A", "B"))
+    if not rows:
+        print("no metric is shared by A and B (different harnesses?)", file=sys.stderr)
+    if args.out:
+        print(f"written {write_compare(rows, args.out, a=a, b=b)}", file=sys.stderr)
+    if args.plot:
+        from collabui.evaluation.report import plot_results
+
+        print(f"written {plot_results([a, b], args.plot)}", file=sys.stderr)
+    return 0
+
+
+def _autowebbench_command(args: argparse.Namespace, config: TeamConfig) -> str:
+    parts = ["collabui", "eval", "autowebbench", "--data", args.data, "--model", args.model,
+             "--agents", str(config.n_agents), "--rounds", str(config.rounds), "--topology", str(config.topology),
+             "--seed", str(config.seed), "--out", args.out, "--start", str(args.start)]
+    for flag, value in (("--limit", args.limit), ("--adapters", args.adapters)):
+        if value is not None:
+            parts += [flag, str(value)]
+    return shlex.join(parts + (["--guided-json"] if args.guided_json else []))
+
+
+def _autowebbench(args: argparse.Namespace) -> int:
+    from collabui.errors import ConfigError
+    from collabui.evaluation.autowebbench import SUMMARY_FILE, evaluate_autowebbench, load_records
+    from collabui.evaluation.miniwob import system_label
+    from collabui.models.spec import load_model, team_adapter_names
+    from collabui.team import CollabAgentTeam, _resolve_topology
+
+    baseline = args.model.strip().split(":")[0] in _BASELINES
+    n = args.n_agents or (1 if baseline else 4)
+    config = config_from_args(TeamConfig, args, skip={"action_space", "adapters", "batch_fallback_s"}, n_agents=n,
+                              rounds=args.rounds or (1 if baseline else 3), action_space="web",
+                              adapters=None if baseline else team_adapter_names(args.adapters, n))
+    _resolve_topology(config)
+    records = load_records(args.data)  # a bad file fails before the model loads
+    if not 0 <= args.start < len(records) or (args.limit is not None and args.limit < 1):
+        raise ConfigError(f"--start must be in [0, {len(records) - 1}] and --limit >= 1; "
+                          f"got --start {args.start} --limit {args.limit}")
+    model = load_model(args.model, adapters=args.adapters, **({"guided_json": "web"} if args.guided_json else {}))
+    try:
+        team = CollabAgentTeam(model, config=config)
+        system = {"model": args.model, "adapters": args.adapters, "n_agents": config.n_agents,
+                  "rounds": config.rounds, "topology": str(config.topology), "seed": config.seed,
+                  "label": system_label(args.model, config.n_agents, config.rounds,
+                                        str(config.topology), args.adapters, guided=args.guided_json),
+                  "temperatures": [config.agent_temperature(i) for i in range(config.n_agents)],
+                  "prompt_style": config.prompt_style, "max_new_tokens": config.max_new_tokens,
+                  "max_observation_chars": config.max_observation_chars}
+        if args.guided_json:  # only when on: folders of earlier (unguided) runs still resume
+            system["guided_json"] = True
+        evaluate_autowebbench(args.data, team, args.out, start=args.start, limit=args.limit,
+                              system=system, command=_autowebbench_command(args, config),
+                              progress=None if args.quiet else sys.stderr)
+    finally:
+        model.close()
+    print(Path(args.out) / SUMMARY_FILE)
+    return 0

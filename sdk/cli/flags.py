@@ -1,0 +1,207 @@
+"""Command-line flags generated from a config dataclass: the one way a config becomes flags.
+
+Every field becomes ``--field-name`` (``n_agents`` is ``--agents`` and ``out_dir`` is
+``--out`` everywhere, see :data:`FLAG_NAMES`), with its help from ``field(metadata={"help":
+...})``. Types map to argparse as follows:
+
+* ``bool``: ``--x`` (store_true) when the default is False, ``--x/--no-x`` when it is True;
+* ``int``, ``float``, ``str`` (and ``Any``, taken as text), optionally ``| None``;
+* ``tuple[T, ...]`` / ``list[T]``: one or more values, each may also be comma-separated
+  (``--temperatures 0.1 0.3`` or ``--temperatures 0.1,0.3``); items typed ``str | None`` read
+  ``none``/``base`` as None;
+* ``Literal[...]`` or ``metadata={"choices": (...)}``: argparse choices.
+
+``metadata={"aliases": ("--old-name",)}`` adds further spellings. A field without a default is
+a required flag. Fields of other types (mappings, nested configs, objects) must be skipped and
+given a flag by hand; the generator says so instead of guessing.
+
+:func:`config_from_args` builds the config back from the parsed namespace, and
+:func:`config_argv` writes the flags that reproduce a set of values (for run records).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+__all__ = ["FLAG_NAMES", "add_config_flags", "config_argv", "config_from_args", "flag_of"]
+
+#: Field names whose flag is spelled differently, the same in every command.
+FLAG_NAMES: Mapping[str, str] = {"n_agents": "agents", "out_dir": "out"}
+
+_NONE_WORDS = ("", "none", "base")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Kind:
+    """How one field is read from the command line."""
+
+    convert: Callable[[str], Any]
+    name: str  # the item type's name, for error messages
+    many: bool = False
+    is_bool: bool = False
+    choices: tuple[Any, ...] | None = None
+
+
+def flag_of(name: str, rename: Mapping[str, str] | None = None) -> str:
+    """The flag of field ``name``: ``--`` + its (renamed) name with dashes."""
+    spelled = (rename or {}).get(name) or FLAG_NAMES.get(name, name)
+    return "--" + spelled.replace("_", "-")
+
+
+def _optional_item(text: str) -> str | None:
+    return None if text.strip().lower() in _NONE_WORDS else text
+
+
+def _scalar(tp: Any, where: str) -> _Kind:
+    if tp is Any or tp is str:
+        return _Kind(str, "text")
+    if tp is bool:
+        return _Kind(bool, "bool", is_bool=True)
+    if tp in (int, float):
+        return _Kind(tp, tp.__name__)
+    if typing.get_origin(tp) is typing.Literal:
+        values = typing.get_args(tp)
+        return _Kind(type(values[0]), type(values[0]).__name__, choices=values)
+    raise TypeError(f"{where}: type {tp!r} has no generated flag; skip the field and add its flag by hand")
+
+
+def _kind(tp: Any, where: str) -> _Kind:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) != 1:
+            raise TypeError(f"{where}: union {tp!r} has no generated flag; skip the field and add its flag by hand")
+        return _kind(args[0], where)
+    if origin in (tuple, list):
+        args = typing.get_args(tp)
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+            raise TypeError(f"{where}: only tuple[T, ...] has a generated flag, not {tp!r}")
+        item = args[0] if args else str
+        item_args = [a for a in typing.get_args(item) if a is not type(None)]
+        if typing.get_origin(item) in (typing.Union, types.UnionType) and item_args == [str]:
+            return _Kind(_optional_item, "text", many=True)
+        scalar = _scalar(item, where)
+        if scalar.is_bool:
+            raise TypeError(f"{where}: tuples of bools have no generated flag")
+        return dataclasses.replace(scalar, many=True)
+    return _scalar(tp, where)
+
+
+class _Items(argparse.Action):
+    """One or more values, each possibly comma-separated, stored as a tuple of typed items."""
+
+    def __init__(self, *args: Any, convert: Callable[[str], Any], type_name: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.convert, self.type_name = convert, type_name
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        items: list[Any] = []
+        for text in values:
+            for part in str(text).split(","):
+                try:
+                    items.append(self.convert(part.strip()))
+                except ValueError:
+                    raise argparse.ArgumentError(self, f"invalid {self.type_name} value: {part!r}") from None
+        setattr(namespace, self.dest, tuple(items))
+
+
+def _show(value: Any) -> str:
+    return ",".join("none" if v is None else str(v) for v in value) if isinstance(value, tuple | list) else str(value)
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def _selected(cls: type, only: Collection[str] | None, skip: Collection[str]) -> list[dataclasses.Field[Any]]:
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted((set(only or ()) | set(skip)) - names)
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field(s) {unknown}")
+    return [f for f in dataclasses.fields(cls) if f.init and f.name not in skip and (only is None or f.name in only)]
+
+
+def add_config_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: type, *,
+                     only: Collection[str] | None = None, skip: Collection[str] = (),
+                     rename: Mapping[str, str] | None = None, defaults: Mapping[str, Any] | None = None,
+                     helps: Mapping[str, str] | None = None) -> list[str]:
+    """Add one flag per field of the dataclass ``cls`` (``only`` those, minus ``skip``).
+
+    ``rename`` spells some flags otherwise (besides :data:`FLAG_NAMES`), ``defaults`` and
+    ``helps`` replace a field's default and help text for this command. The destination of every
+    flag is its field name. Returns the names of the fields given flags.
+
+    Raises:
+        TypeError: a selected field has a type with no generated flag (a programming error).
+    """
+    hints = typing.get_type_hints(cls)
+    added: list[str] = []
+    for f in _selected(cls, only, skip):
+        kind = _kind(hints[f.name], f"{cls.__name__}.{f.name}")
+        default = (defaults or {}).get(f.name, _default(f))
+        text = (helps or {}).get(f.name) or f.metadata.get("help", "")
+        choices = f.metadata.get("choices", kind.choices)
+        flag = flag_of(f.name, rename)
+        names = [flag, *f.metadata.get("aliases", ())]
+        metavar = f.metadata.get("metavar", flag[2:].replace("-", "_").upper())
+        options: dict[str, Any] = {"dest": f.name}
+        if default is dataclasses.MISSING:
+            options["required"] = True
+        else:
+            options["default"] = default
+            shown = not (default is None or isinstance(default, bool) or default in ((), ""))
+            if shown and "default" not in text:
+                text = f"{text} (default {_show(default)})" if text else f"default {_show(default)}"
+        if kind.is_bool:
+            action: Any = argparse.BooleanOptionalAction if default is True else "store_true"
+            parser.add_argument(*names, action=action, help=text, **options)
+        elif kind.many:
+            parser.add_argument(*names, action=_Items, nargs="+", convert=kind.convert,
+                                type_name=kind.name, metavar=metavar,
+                                help=text, **options)
+        else:
+            parser.add_argument(*names, type=kind.convert, choices=choices, help=text,
+                                metavar=None if choices else metavar, **options)
+        added.append(f.name)
+    return added
+
+
+def config_from_args(cls: type, args: argparse.Namespace, *, only: Collection[str] | None = None,
+                     skip: Collection[str] = (), **overrides: Any) -> Any:
+    """``cls`` built from the parsed flags of its fields (``only``/``skip`` as when they were
+    added), with ``overrides`` on top. The config's own checks run (ConfigError on bad values)."""
+    values = {f.name: getattr(args, f.name) for f in _selected(cls, only, skip) if hasattr(args, f.name)}
+    values.update(overrides)
+    return cls(**values)
+
+
+def config_argv(cls: type, values: Mapping[str, Any], *, always: Collection[str] = (),
+                rename: Mapping[str, str] | None = None) -> list[str]:
+    """The flags that reproduce ``values`` (field name -> value) of ``cls``'s fields, in field
+    order: the fields in ``always``, and every other one that differs from its default."""
+    argv: list[str] = []
+    for f in dataclasses.fields(cls):
+        if f.name not in values:
+            continue
+        value, default = values[f.name], _default(f)
+        if value is None or (f.name not in always and value == default):
+            continue
+        flag = flag_of(f.name, rename)
+        if value is True:
+            argv.append(flag)
+        elif value is False:
+            if default is True:
+                argv.append("--no-" + flag[2:])
+        else:
+            argv += [flag, _show(value)]
+    return argv

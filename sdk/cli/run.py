@@ -1,0 +1,167 @@
+"""``collabui run`` (a team on an environment, with a live view), ``envs`` and ``devices``.
+
+The team's flags are generated from :class:`collabui.config.TeamConfig`; ``--adapters`` is a
+trained team's adapter folder (agent ``i`` uses ``agent{i}/``), ``--adapter-names`` names the
+adapters a model already serves (an ``openai:`` server started with ``name=path`` adapters).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from typing import Any
+
+from collabui.cli.flags import add_config_flags, config_from_args
+from collabui.config import (
+    ELEMENT_FORMAT_CHOICES,
+    ELEMENT_FORMAT_HELP,
+    GUIDED_HELP,
+    MODEL_HELP,
+    SHUFFLE_HELP,
+    TeamConfig,
+)
+from collabui.errors import ConfigError
+
+__all__ = ["add_commands", "run_command", "add_page_flags", "page_options", "team_config", "ADAPTERS_HELP"]
+
+ADAPTERS_HELP = "a trained team's adapter folder (agent0/, agent1/, ...) on top of --model"
+#: TeamConfig fields `run` takes no flag for (set by the library).
+_TEAM_SKIP = ("batch_fallback_s",)
+_TEAM_RENAME = {"adapters": "adapter_names"}
+
+
+def add_page_flags(parser: argparse.ArgumentParser) -> None:
+    """``--element-format`` and ``--shuffle-elements``: how web pages are shown to the agents."""
+    parser.add_argument("--element-format", choices=ELEMENT_FORMAT_CHOICES, default="auto", help=ELEMENT_FORMAT_HELP)
+    parser.add_argument("--shuffle-elements", action="store_true", help=SHUFFLE_HELP)
+
+
+def add_commands(sub: Any) -> None:
+    """Register ``run``, ``envs`` and ``devices`` on the top-level subparsers."""
+    run = sub.add_parser("run", help="run a team on an environment")
+    where = run.add_mutually_exclusive_group(required=True)
+    where.add_argument("--env", help="environment name, e.g. miniwob/click-button (see `collabui envs`)")
+    where.add_argument("--url", help="any web page to operate (with --task)")
+    run.add_argument("--task", help="the task text (required with --url; overrides the env's task)")
+    run.add_argument("--model", default="smollm2", help=f"{MODEL_HELP} (default smollm2)")
+    run.add_argument("--adapters", dest="adapter_folder", default=None, help=ADAPTERS_HELP)
+    run.add_argument("--episodes", type=int, default=1, help="number of episodes (seeds seed, seed+1, ...)")
+    run.add_argument("--trace-dir", default=None, help="write one JSONL trace per episode here")
+    run.add_argument("--serial", help="Android phone serial (with --env android; default $ANDROID_SERIAL)")
+    run.add_argument("--app-allowlist", help="comma-separated apps open_app may launch (phones)")
+    run.add_argument("--quiet", action="store_true", help="only print the summary")
+    run.add_argument("--guided-json", action="store_true", help=GUIDED_HELP)
+    add_config_flags(run, TeamConfig, skip=_TEAM_SKIP, rename=_TEAM_RENAME,
+                     helps={"seed": "seed of the random DAG and of sampling; also the first episode's seed"})
+    add_page_flags(run)
+    sub.add_parser("envs", help="list the environments")
+    sub.add_parser("devices", help="list attached Android phones (adb)")
+
+
+def team_config(args: argparse.Namespace) -> TeamConfig:
+    """The TeamConfig of parsed ``run`` flags (``--adapters FOLDER`` gives the per-agent names)."""
+    config = config_from_args(TeamConfig, args, skip=_TEAM_SKIP)
+    folder = getattr(args, "adapter_folder", None)
+    if folder is not None:
+        if config.adapters is not None:
+            raise ConfigError("give --adapters FOLDER or --adapter-names NAMES, not both")
+        from collabui.models.spec import team_adapter_names
+
+        config = dataclasses.replace(config, adapters=team_adapter_names(folder, config.n_agents))
+    return config
+
+
+def page_options(args: argparse.Namespace) -> dict[str, object]:
+    """``--element-format`` / ``--shuffle-elements`` as browser options (web pages only)."""
+    page: dict[str, object] = {"element_format": args.element_format, "shuffle_elements": args.shuffle_elements}
+    if args.env and args.env != "web" and not args.env.startswith("miniwob/"):
+        if args.shuffle_elements or args.element_format not in ("auto", "html"):
+            raise ConfigError("--element-format and --shuffle-elements apply to web pages "
+                              "(--url, miniwob/...); this environment shows its own element list")
+        return {}
+    if args.element_format == "auto":
+        from collabui.models.spec import model_element_format
+
+        page["element_format"] = model_element_format(args.model)
+    return page
+
+
+def _make_device(args: argparse.Namespace, config: TeamConfig) -> Any:
+    from collabui.devices.registry import make_env
+
+    page = page_options(args)
+    if args.env == "android":
+        if not args.task:
+            raise ConfigError("--env android needs --task TEXT: a phone has no built-in task")
+        allow = tuple(a.strip() for a in args.app_allowlist.split(",")) if args.app_allowlist else None
+        return make_env("android", serial=args.serial, task=args.task, app_allowlist=allow,
+                        screenshots=config.screenshots)
+    if args.url:
+        if not args.task:
+            raise ConfigError("--url needs --task TEXT: the team must know what to do on the page")
+        return make_env("web", url=args.url, task=args.task, screenshots=config.screenshots, **page)
+    return make_env(args.env, screenshots=config.screenshots, **page)
+
+
+def _envs() -> int:
+    from collabui.devices.registry import list_envs
+
+    for name in list_envs():
+        print(name)
+    return 0
+
+
+def _devices() -> int:
+    from collabui.devices.phones import list_phones
+
+    phones = list_phones()
+    if not phones:
+        print("no phone attached; connect one over USB (enable USB debugging) or `adb connect HOST:PORT`")
+    for phone in phones:
+        print(f"{phone.serial}\t{phone.state}\t{phone.model or ''}")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from collabui.cli.view import LiveView
+    from collabui.models.spec import load_model
+    from collabui.team import CollabAgentTeam, _resolve_topology
+
+    if args.episodes < 1:
+        raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
+    config = team_config(args)
+    _resolve_topology(config)  # an invalid topology fails before Chromium or the model start
+    view = LiveView(quiet=args.quiet)
+    device = _make_device(args, config)  # fail fast on bad env / missing Chromium, before the model loads
+    # The device decides the action space (miniwob-mobile and android take mobile actions).
+    config = dataclasses.replace(config, action_space=device.action_space.name)
+    try:
+        view.status(f"loading model {args.model} ...")
+        t0 = time.perf_counter()
+        model = load_model(args.model, adapters=args.adapter_folder,
+                           **({"guided_json": config.action_space} if args.guided_json else {}))
+        view.status(f"model ready in {time.perf_counter() - t0:.1f}s")
+        team = CollabAgentTeam(model, config=config)
+        view.team(team)
+        results = []
+        for k in range(args.episodes):
+            seed = None if config.seed is None else config.seed + k
+            view.episode_start(k, args.episodes, args.env or args.url, seed)
+            result = team.run(args.task, device, seed=seed, trace=args.trace_dir,
+                              env_name=args.env or args.url, on_step=view.step)
+            view.episode_end(result)
+            results.append(result)
+        view.summary(results)
+    finally:
+        device.close()
+    return 0
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run a parsed ``collabui run``, ``envs`` or ``devices``; return the exit code."""
+    if args.command == "envs":
+        return _envs()
+    if args.command == "devices":
+        return _devices()
+    return _run(args)
