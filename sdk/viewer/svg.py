@@ -1,0 +1,78 @@
+"""Inline SVG for the trace viewer: a step's message DAG, and a screenshot with an outlined box.
+
+Numbers and escaped text only: no string from a trace reaches the markup unescaped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from html import escape
+
+from collabui.viewer.data import topological_order
+
+__all__ = ["dag_svg", "screenshot_svg"]
+
+_R = 16  # node radius
+_DX, _DY, _PAD = 90, 48, 24
+
+
+def _positions(n: int, depth: dict[int, int], order: Sequence[int]) -> dict[int, tuple[float, float]]:
+    layers: dict[int, list[int]] = {}
+    for i in order:
+        layers.setdefault(depth[i], []).append(i)
+    tallest = max((len(v) for v in layers.values()), default=1)
+    pos: dict[int, tuple[float, float]] = {}
+    for d, members in layers.items():
+        offset = (tallest - len(members)) * _DY / 2
+        for k, i in enumerate(members):
+            pos[i] = (_PAD + _R + d * _DX, _PAD + _R + offset + k * _DY)
+    return pos
+
+
+def dag_svg(n: int, edges: Sequence[Sequence[int]], *, colours: dict[int, str] | None = None) -> str:
+    """The DAG over agents 0..n-1, drawn left to right by depth (the superstep of round 0),
+    each edge an arrow from the agent read to the reader. ``colours``: fill per agent."""
+    order, depth = topological_order(n, edges)
+    pos = _positions(n, depth, order)
+    width = 2 * (_PAD + _R) + max(depth.values(), default=0) * _DX
+    height = 2 * (_PAD + _R) + (max((list(depth.values()).count(d) for d in set(depth.values())),
+                                    default=1) - 1) * _DY
+    parts = [f'<svg class="dag-svg" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="message graph">',
+             '<defs><marker id="arrowhead" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
+             'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#555"/>'
+             '</marker></defs>']
+    for edge in edges:
+        a, b = int(edge[0]), int(edge[1])
+        if a not in pos or b not in pos:
+            continue
+        (x1, y1), (x2, y2) = pos[a], pos[b]
+        length = math.hypot(x2 - x1, y2 - y1) or 1.0
+        ux, uy = (x2 - x1) / length, (y2 - y1) / length
+        parts.append(f'<line class="dag-edge" data-from="{a}" data-to="{b}" x1="{x1 + ux * _R:.1f}" '
+                     f'y1="{y1 + uy * _R:.1f}" x2="{x2 - ux * (_R + 2):.1f}" y2="{y2 - uy * (_R + 2):.1f}" '
+                     'stroke="#555" stroke-width="1.5" marker-end="url(#arrowhead)"/>')
+    for i in order:
+        x, y = pos[i]
+        fill = escape((colours or {}).get(i, "#eef"), quote=True)
+        parts.append(f'<g class="dag-node" data-agent="{i}"><circle cx="{x:.1f}" cy="{y:.1f}" r="{_R}" '
+                     f'fill="{fill}" stroke="#333"/><text x="{x:.1f}" y="{y + 4:.1f}" '
+                     f'text-anchor="middle" font-size="12">a{i}</text></g>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def screenshot_svg(uri: str, size: tuple[int, int] | None,
+                   box: tuple[float, float, float, float] | None, label: str) -> str:
+    """The screenshot as an ``<img>``, with an SVG rectangle over ``box`` (image pixels)."""
+    img = f'<img class="shot" src="{escape(uri, quote=True)}" alt="screenshot the agents saw">'
+    if box is None or size is None:
+        return f'<div class="shot-wrap">{img}</div>'
+    w, h = size
+    left, top, right, bottom = box
+    rect = (f'<svg class="shot-overlay" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" '
+            f'preserveAspectRatio="none"><rect class="target-box" x="{left:.1f}" y="{top:.1f}" '
+            f'width="{max(right - left, 1):.1f}" height="{max(bottom - top, 1):.1f}" fill="none" '
+            f'stroke="#e00" stroke-width="{max(w / 160, 1.5):.1f}"><title>{escape(label)}</title></rect></svg>')
+    return f'<div class="shot-wrap">{img}{rect}</div>'
