@@ -131,7 +131,7 @@ def _vote(step: Mapping[str, Any], space: str | None, colours: dict[str, str], c
                     f'<code>{_e(call)}</code></td><td class="count">{int(count)}</td><td class="bar-cell">'
                     f'<div class="bar" style="width:{pct:.0f}%;background:{colour}"></div></td></tr>')
     tie = f' <span class="tie">(tie broken by {_e(vote.get("tie_break"))})</span>' if vote.get("tie_break") else ""
-    return (f'<section class="vote"><h4>Vote</h4><p class="winner">winner <code>{_e(winner)}</code> '
+    return (f'<section class="vote"><h4>Vote</h4><p class="vote-winner">winner <code>{_e(winner)}</code> '
             f'{_e(vote.get("votes"))}/{_e(total)} votes ({_e(vote.get("parsed"))} parsed){tie}</p>'
             f'<table class="tally">{"".join(rows)}</table></section>')
 

@@ -1,0 +1,293 @@
+"""``collabui view``: the static HTML trace viewer.
+
+The browser tests record real episodes (the ``random:1`` baseline, 2 agents x 2 rounds on a chain
+DAG, real MiniWoB++ pages in real Chromium, screenshots on), label them with the real ``outcome``
+critic and build real preference pairs, render the trace and the run folder, and open the pages in
+headless Chromium. The other tests use a fixed synthetic trace (a phone-shaped episode, so the
+executed element's bounds are known): its HTML structure as a snapshot, model output that tries
+to inject markup, and the command's errors.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+import zlib
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from collabui.cli import main
+from collabui.errors import ConfigError
+from collabui.evaluation.stats import wilson_interval
+from collabui.trace import validate_record
+from collabui.viewer import default_output, render_view, write_view
+
+ARTIFACTS = Path(__file__).parent / "artifacts"  # ignored by git (.gitignore)
+INJECT_THOUGHT = "<script>window.__pwned = 1</script>"
+INJECT_RAW = '</script><img src=x onerror="window.__pwned = 2">'
+
+
+# -- a fixed synthetic trace -------------------------------------------------------------------
+
+
+def _png(width: int, height: int) -> bytes:
+    """A plain grey PNG (stdlib only)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + b"\xcc\xcc\xcc" * width for _ in range(height))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def _prop(i: int, j: int, action: dict, preds: list[int], thought: str, raw: str | None = None) -> dict:
+    return {"agent": i, "round": j, "predecessors": preds, "messages": [{"role": "user", "content": "Tap OK."}],
+            "raw": raw or f"Thought: {thought}\nAction: {json.dumps(action)}", "thought": thought,
+            "action": action, "parse_error": None}
+
+
+def synthetic_run(folder: Path, *, inject: bool = False) -> Path:
+    """``folder/traces/synthetic-0.jsonl``: 2 agents x 2 rounds (chain 0->1), 2 steps, a screenshot
+    for step 0, plus labels and pairs files in ``folder``. Returns the trace path."""
+    traces = folder / "traces"
+    (traces / "synthetic-0").mkdir(parents=True)
+    (traces / "synthetic-0" / "step_0000.png").write_bytes(_png(200, 120))
+    topo = {"kind": "chain", "n_agents": 2, "edges": [[0, 1]]}
+    ok, back = {"action": "click", "index": 1}, {"action": "navigate_back"}
+    thought = INJECT_THOUGHT if inject else "OK is element 1."
+    raw = INJECT_RAW if inject else None
+    screen = '0: TextView "Tap OK." [0,0][200,40]\n1: Button "OK" (clickable) [20,60][120,100]'
+    header = {"type": "episode", "schema": "collabui.trace", "version": 1, "episode_id": "synthetic-0",
+              "env": "android", "task": "Tap OK." + (INJECT_RAW if inject else ""), "model": "scripted",
+              "action_space": "mobile", "team": {"n_agents": 2, "rounds": 2}, "topology": topo}
+    steps = []
+    for t, (rows, vote, done) in enumerate([
+        ([[_prop(0, 0, ok, [], thought, raw), _prop(0, 1, ok, [], "Still 1.")],
+          [_prop(1, 0, back, [0], "Go back."), _prop(1, 1, ok, [0], "Agree: 1.")]],
+         {"action": ok, "counts": [["click(1)", 3], ["navigate_back()", 1]], "votes": 3, "total": 4,
+          "parsed": 4, "tie_break": None}, False),
+        ([[_prop(0, 0, back, [], "Back."), _prop(0, 1, back, [], "Back.")],
+          [_prop(1, 0, back, [0], "Back."), _prop(1, 1, back, [0], "Back.")]],
+         {"action": back, "counts": [["navigate_back()", 4]], "votes": 4, "total": 4, "parsed": 4,
+          "tie_break": None}, True),
+    ]):
+        steps.append({"type": "step", "t": t, "observation": {"text": screen, "task": header["task"]},
+                      "history": [] if t == 0 else ["click(1)"], "topology": topo, "proposals": rows,
+                      "vote": vote, "executed": vote["action"], "reward": 1.0 if done else 0.0, "done": done,
+                      "screenshot": "synthetic-0/step_0000.png" if t == 0 else None,
+                      "timings": {"team_s": 0.5}})
+    records = [header, *steps, {"type": "end", "reward": 1.0, "success": True, "steps": 2}]
+    for rec in records:
+        validate_record(rec)  # a trace collabui itself could have written
+    path = traces / "synthetic-0.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), "utf-8")
+    label = {"episode_id": "synthetic-0", "t": 0, "critic": "verified", "scores": [[1.0, 1.0], [0.0, 1.0]],
+             "rewards": [[1, 1], [0, 1]], "reasons": [["right", "right"], ["wrong", "right"]]}
+    (folder / "labels_verified.jsonl").write_text(json.dumps(label) + "\n", "utf-8")
+    pair = {"prompt": [{"role": "user", "content": "Tap OK."}], "episode_id": "synthetic-0", "t": 0,
+            "agent": 1, "round": 1, "score": 1.0, "rejected_source": "own",
+            "chosen": [{"role": "assistant", "content": 'Action: {"action": "click", "index": 1}'}],
+            "rejected": [{"role": "assistant", "content": 'Action: {"action": "navigate_back"}'}]}
+    (folder / "pairs.jsonl").write_text(json.dumps(pair) + "\n", "utf-8")
+    return path
+
+
+class _Outline(HTMLParser):
+    """The page's outline: ``tag#id.class`` of every section, table and svg, in document order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.items: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in {"section", "table", "svg", "img", "nav"}:
+            a = dict(attrs)
+            ident = f"#{a['id']}" if a.get("id") else ""
+            classes = "".join(f".{c}" for c in (a.get("class") or "").split())
+            self.items.append(f"{tag}{ident}{classes}")
+
+
+def outline(html: str) -> list[str]:
+    parser = _Outline()
+    parser.feed(html)
+    return parser.items
+
+
+STEP0 = ["section#ep-synthetic-0-t0.step", "section.screen", "img.shot", "svg.shot-overlay", "section.task",
+         "section.observation", "section.dag", "svg.dag-svg", "section.matrix-section", "table.matrix",
+         "section.vote", "table.tally", "section.outcome", "section.labels", "table.heatmap", "section.pairs",
+         "table.pairs-table"]
+STEP1 = ["section#ep-synthetic-0-t1.step", "section.screen", "section.task", "section.observation",
+         "section.dag", "svg.dag-svg", "section.matrix-section", "table.matrix", "section.vote", "table.tally",
+         "section.outcome"]
+
+
+def test_html_structure_snapshot(tmp_path):
+    html = render_view(synthetic_run(tmp_path))
+    assert outline(html) == ["section#ep-synthetic-0.episode", "nav.step-nav", *STEP0, *STEP1]
+    run = render_view(tmp_path)  # the folder: the run summary first
+    assert outline(run) == ["section#run-summary.run-summary", "table.rates", "section#ep-synthetic-0.episode",
+                            "nav.step-nav", *STEP0, *STEP1]
+
+
+def test_synthetic_step_content(tmp_path):
+    html = render_view(synthetic_run(tmp_path))
+    # the executed element (index 1, bounds [20,60][120,100]) outlined in screenshot pixels
+    assert '<rect class="target-box" x="20.0" y="60.0" width="100.0" height="40.0"' in html
+    assert "topological order: a0 &rarr; a1" in html and "3 supersteps per step" in html
+    assert html.count('<td class="cell') == 8 and html.count('class="cell winner"') == 3 + 4
+    assert "&larr; a0 r1" in html and "&larr; own r0" in html  # what agent 1 read in round 1
+    assert "winner <code>click(1)</code> 3/4 votes" in html
+    assert "critic <b>verified</b>" in html and html.count('class="heat"') == 4
+    assert "Preference pairs (1)" in html
+    assert "no screenshot recorded" in html  # step 1 has none, and says so
+
+
+def test_model_output_cannot_inject_markup(tmp_path):
+    html = render_view(synthetic_run(tmp_path, inject=True))
+    assert html.count("<script") == 1 and html.count("</script>") == 1  # the viewer's own only
+    assert "<img src=x" not in html and "window.__pwned" not in html.split("<script>")[1]
+    assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in html
+    assert "&lt;/script&gt;&lt;img src=x onerror=&quot;window.__pwned = 2&quot;&gt;" in html
+    assert "Content-Security-Policy" in html and "script-src 'sha256-" in html
+
+
+def test_default_output_and_command(tmp_path, capsys):
+    trace = synthetic_run(tmp_path)
+    assert default_output(trace) == trace.with_suffix(".html")
+    assert default_output(tmp_path) == tmp_path / "index.html"
+    assert main(["view", str(trace)]) == 0 and trace.with_suffix(".html").is_file()
+    out = tmp_path / "page" / "x.html"
+    assert main(["view", str(tmp_path), "--out", str(out), "--labels", str(tmp_path / "labels_verified.jsonl")]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda p: p / "missing.jsonl", "no trace or run folder at"),
+    (lambda p: (p / "notes.jsonl").write_text('{"a": 1}\n') and p / "notes.jsonl", "is not a collabui trace"),
+    (lambda p: p, "holds no trace"),
+])
+def test_bad_input_is_one_line(tmp_path, capsys, make, match):
+    path = make(tmp_path)
+    with pytest.raises(ConfigError, match=match):
+        write_view(path)
+    assert main(["view", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and match in err and err.count("\n") == 1
+
+
+def test_bad_labels_file_is_one_line(tmp_path, capsys):
+    trace = synthetic_run(tmp_path)
+    (tmp_path / "bad.jsonl").write_text('{"x": 1}\n')
+    assert main(["view", str(trace), "--labels", str(tmp_path / "bad.jsonl")]) == 2
+    assert "without episode_id, t and scores" in capsys.readouterr().err
+
+
+# -- real episodes in real Chromium ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def recorded_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real `eval miniwob` run folder (2 tasks x 2 episodes, 2 agents x 2 rounds, screenshots),
+    labelled by the outcome critic, with rule-adversary preference pairs."""
+    from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
+
+    folder = tmp_path_factory.mktemp("run")
+    config = MiniWoBEvalConfig(tasks="click-button,click-link", episodes=2, model="random:1", n_agents=2,
+                               rounds=2, topology="chain", max_steps=2, team_options={"screenshots": True})
+    evaluate_miniwob(config, folder, progress=False)
+    traces = str(folder / "traces")
+    assert main(["train", "label", "--traces", traces, "--critic", "outcome",
+                 "--out", str(folder / "labels_outcome.jsonl")]) == 0
+    assert main(["train", "pairs", "--traces", traces, "--labels", str(folder / "labels_outcome.jsonl"),
+                 "--adversary", "rule", "--out", str(folder / "pairs.jsonl")]) == 0
+    return folder
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    from playwright.sync_api import sync_playwright
+
+    from collabui.devices.browser import CHROMIUM_ARGS, resolve_chromium
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=resolve_chromium(None), headless=True,
+                                     args=list(CHROMIUM_ARGS))
+        yield browser
+        browser.close()
+
+
+def _open(chromium, html: Path):
+    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+    problems: list[str] = []
+    page.on("console", lambda msg: problems.append(f"{msg.type}: {msg.text}") if msg.type in {"error", "warning"} else None)
+    page.on("pageerror", lambda exc: problems.append(f"pageerror: {exc}"))
+    page.on("request", lambda req: problems.append(f"request: {req.url}") if not req.url.startswith(("file:", "data:")) else None)
+    page.goto(html.resolve().as_uri())
+    return page, problems
+
+
+def _save_screenshot(page, tmp_path: Path, name: str) -> None:
+    shot = tmp_path / name
+    page.screenshot(path=str(shot), full_page=True)
+    ARTIFACTS.mkdir(exist_ok=True)
+    shutil.copy(shot, ARTIFACTS / name)
+
+
+def _visible_step(page) -> str:
+    return page.evaluate("""() => [...document.querySelectorAll('section.step')]
+        .filter(s => s.offsetParent !== null).map(s => s.id).join(',')""")
+
+
+@pytest.mark.browser
+def test_recorded_trace_in_chromium(recorded_run, chromium, tmp_path):
+    trace = max(sorted((recorded_run / "traces").glob("*.jsonl")), key=lambda p: len(p.read_text().splitlines()))
+    out = write_view(trace, tmp_path / "trace.html")  # labels and pairs found one folder up
+    page, problems = _open(chromium, out)
+    first = _visible_step(page)
+    assert first.endswith("-t0")
+    step = page.locator(f"#{first}")
+    assert step.locator("table.matrix td.cell").count() == 4  # n x m
+    assert step.locator("table.matrix").get_attribute("data-n") == "2"
+    assert step.locator("section.vote .vote-winner").inner_text().startswith("winner ")
+    assert step.locator("img.shot").get_attribute("src").startswith("data:image/png;base64,")
+    assert "element positions are not recorded in web traces" in step.inner_text() or \
+        "names no element" in step.inner_text()  # web traces carry no element bounds; nothing invented
+    assert step.locator("svg.dag-svg line.dag-edge").count() == 1  # chain 0 -> 1
+    assert step.locator("table.heatmap td.heat").count() == 4  # the outcome critic's matrix
+    page.keyboard.press("ArrowRight")
+    assert _visible_step(page).endswith("-t1")
+    page.keyboard.press("ArrowLeft")
+    assert _visible_step(page) == first
+    _save_screenshot(page, tmp_path, "viewer-trace.png")
+    assert problems == []
+    page.close()
+
+
+@pytest.mark.browser
+def test_recorded_run_folder_in_chromium(recorded_run, chromium, tmp_path):
+    assert main(["view", str(recorded_run)]) == 0
+    page, problems = _open(chromium, recorded_run / "index.html")
+    rows = page.locator("table.rates tr.task-rate")
+    assert [rows.nth(k).locator("td").first.inner_text() for k in range(rows.count())] == \
+        ["click-button", "click-link", "all"]
+    results = json.loads((recorded_run / "results.json").read_text())
+    overall = results["overall"]["success_rate"]
+    lo, hi = wilson_interval(overall["successes"], overall["n"])
+    assert rows.nth(2).locator("td").nth(3).inner_text() == f"[{100 * lo:.0f}%, {100 * hi:.0f}%]"
+    assert page.locator("ol.episode-list a").count() == 4
+    assert page.locator("section.episode").count() == 4
+    visible = [page.evaluate("document.body.dataset.currentStep")]
+    for _ in range(3):
+        page.keyboard.press("ArrowRight")
+        visible.append(page.evaluate("document.body.dataset.currentStep"))
+    assert len(set(visible)) == 4  # each press moved to another step (across episodes too)
+    page.locator("ol.episode-list a").nth(3).click()
+    assert page.evaluate("document.body.dataset.currentStep").endswith("-t0")
+    assert page.locator("section.pairs").count() >= 1 and page.locator("section.labels").count() >= 4
+    _save_screenshot(page, tmp_path, "viewer-run.png")
+    assert problems == []
+    page.close()
