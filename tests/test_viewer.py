@@ -291,3 +291,15 @@ def test_recorded_run_folder_in_chromium(recorded_run, chromium, tmp_path):
     _save_screenshot(page, tmp_path, "viewer-run.png")
     assert problems == []
     page.close()
+
+
+@pytest.mark.browser
+def test_injected_model_output_stays_text_in_chromium(chromium, tmp_path):
+    page, problems = _open(chromium, write_view(synthetic_run(tmp_path, inject=True)))
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator("img").count() == 1  # the screenshot, nothing the model wrote
+    cell = page.locator("#ep-synthetic-0-t0-a0-r0")
+    assert INJECT_THOUGHT in cell.locator(".cell-thought").inner_text()
+    assert INJECT_RAW in cell.locator(".cell-raw pre").text_content()
+    assert problems == []
+    page.close()
