@@ -280,8 +280,9 @@ def screenshot_uri(trace: Trace, ref: Any) -> tuple[str | None, tuple[int, int] 
 def element_box(trace: Trace, step: Mapping[str, Any],
                 image: tuple[int, int] | None) -> tuple[tuple[float, float, float, float] | None, str]:
     """The executed action's element as ``(left, top, right, bottom)`` in screenshot pixels,
-    or None and why not. Only indexed-element observations (phones, mobile MiniWoB++) carry
-    bounds; web observations record no element positions, so none is invented."""
+    or None and why not. Only phone traces (``android``) carry bounds in screenshot pixels;
+    web observations record no element positions and mobile MiniWoB++ ones no pixel scale, so
+    nothing is outlined there rather than guessed."""
     executed = step.get("executed")
     if not isinstance(executed, Mapping) or executed.get("index") is None:
         what = "the executed action names no element" if not isinstance(executed, Mapping) or \
@@ -297,12 +298,14 @@ def element_box(trace: Trace, step: Mapping[str, Any],
     if not box or len(box) != 4:
         return None, f"element {executed['index']} has no bounds in the observation"
     env = str(trace.header.get("env") or "")
-    scale = 1.0  # Android: bounds are screen pixels, as the screenshot
-    if env.startswith("miniwob"):
-        from collabui.devices.miniwob import TASK_AREA  # bounds in CSS px, shot of this area
-
-        scale = image[0] / TASK_AREA[0]
-    left, top, right, bottom = (float(v) * scale for v in box)
+    if not env.startswith("android"):
+        # Mobile MiniWoB++ bounds are CSS pixels of a zoomed page; how they map to screenshot
+        # pixels (device scale, layout width) is not in the trace, so no box is drawn.
+        return None, (f"element {executed['index']} has bounds in page pixels, but their scale on "
+                      "the screenshot is not recorded; not outlined")
+    if box[2] > image[0] or box[3] > image[1]:
+        return None, f"element {executed['index']} lies outside the screenshot; not outlined"
+    left, top, right, bottom = (float(v) for v in box)  # Android: screen pixels, as the screenshot
     return (left, top, right, bottom), f"element {executed['index']} outlined from its recorded bounds"
 
 
