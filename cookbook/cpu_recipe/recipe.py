@@ -219,16 +219,17 @@ def systems(args: argparse.Namespace, trained: Path) -> dict[str, dict[str, Any]
     if args.team:
         rows["base_team"] = {"model": "smollm2", "n_agents": 4, "rounds": 3, "prompt_style": "react"}
         rows["trained_team"] = {"model": f"trained:{trained}", "n_agents": 4, "rounds": 3, "max_new_tokens": 96}
+        # Same team, pages in their own order and ids: a position habit would show as a gap.
+        rows["trained_team_unshuffled"] = {**rows["trained_team"], "shuffle_elements": False}
     return rows
 
 
 def evaluate(args: argparse.Namespace, name: str, fields: dict[str, Any], out: Path) -> dict[str, Any]:
     from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
 
-    fields = {"episodes": args.episodes, **fields}
+    fields = {"episodes": args.episodes, "shuffle_elements": True, **fields}
     config = MiniWoBEvalConfig(tasks=",".join(HELDOUT_TASKS), seed=args.eval_seed, max_steps=args.max_steps,
-                               shuffle_elements=True, element_format=args.element_format, concurrency=2,
-                               **fields)
+                               element_format=_format(args, fields["model"]), concurrency=2, **fields)
     return evaluate_miniwob(config, out / name, command=f"recipe.py system {name}")
 
 
@@ -242,6 +243,12 @@ def validate(args: argparse.Namespace, trained: Path, out: Path) -> dict[str, An
                                concurrency=2, model=f"trained:{trained}", n_agents=1, rounds=1,
                                max_new_tokens=96)
     return evaluate_miniwob(config, out, command="recipe.py --validate")
+
+
+def _format(args: argparse.Namespace, model: str) -> str:
+    """Trained models read pages in the format they learned; the others in html (baselines do
+    not care; the base model's ReAct prompt shows html)."""
+    return args.element_format if model.startswith("trained:") else "html"
 
 
 def _row(results: dict[str, Any]) -> dict[str, Any]:
