@@ -18,6 +18,16 @@ _EXPORTS = {
     "TeamConfig": "collabui.config",
     "EpisodeResult": "collabui.episode",
     "StepRecord": "collabui.episode",
+    "Event": "collabui.events",
+    "EpisodeStarted": "collabui.events",
+    "StepStarted": "collabui.events",
+    "ProposalMade": "collabui.events",
+    "VoteDecided": "collabui.events",
+    "ActionExecuted": "collabui.events",
+    "StepEnded": "collabui.events",
+    "EpisodeEnded": "collabui.events",
+    "EpisodeStream": "collabui.streaming",
+    "AsyncEpisodeStream": "collabui.streaming",
     "VoteResult": "collabui.vote",
     "majority_vote": "collabui.vote",
     "parse_action": "collabui.parsing",
@@ -43,23 +53,33 @@ _EXPORTS = {
 
 __all__ = [
     "Action",
+    "ActionExecuted",
     "ActionSpace",
+    "AsyncEpisodeStream",
     "ChatModel",
     "ChatRequest",
     "ChatResult",
     "CollabAgentTeam",
     "Device",
+    "EpisodeEnded",
     "EpisodeResult",
+    "EpisodeStarted",
+    "EpisodeStream",
+    "Event",
     "JsonlTraceStore",
     "MOBILE",
     "MemoryTraceStore",
     "Observation",
     "Proposal",
+    "ProposalMade",
+    "StepEnded",
     "StepOutcome",
     "StepRecord",
+    "StepStarted",
     "TeamConfig",
     "TeamStep",
     "TraceStore",
+    "VoteDecided",
     "VoteResult",
     "WEB",
     "list_envs",
@@ -78,9 +98,20 @@ if TYPE_CHECKING:  # pragma: no cover
     from collabui.devices import Device, Observation, StepOutcome
     from collabui.devices.registry import list_envs, make_env
     from collabui.episode import EpisodeResult, StepRecord
+    from collabui.events import (
+        ActionExecuted,
+        EpisodeEnded,
+        EpisodeStarted,
+        Event,
+        ProposalMade,
+        StepEnded,
+        StepStarted,
+        VoteDecided,
+    )
     from collabui.models import ChatModel, ChatRequest, ChatResult
     from collabui.models.spec import load_model
     from collabui.parsing import parse_action, parse_proposal
+    from collabui.streaming import AsyncEpisodeStream, EpisodeStream
     from collabui.team import CollabAgentTeam, Proposal, TeamStep
     from collabui.trace import JsonlTraceStore, MemoryTraceStore, TraceStore, read_trace
     from collabui.vote import VoteResult, majority_vote

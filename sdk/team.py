@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Generator, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 from collabui.actions import Action, ActionSpace, get_action_space
 from collabui.batching import SuperstepBatcher
@@ -24,6 +24,10 @@ from collabui.models.base import ChatModel, ChatRequest, ChatResult, Message
 from collabui.parsing import parse_proposal
 from collabui.prompts import PeerOutput, build_messages, render_observation
 from collabui.vote import VoteResult, majority_vote
+
+if TYPE_CHECKING:  # pragma: no cover
+    from collabui.events import ProposalMade, VoteDecided
+    from collabui.streaming import AsyncEpisodeStream, EpisodeStream
 
 __all__ = ["CollabAgentTeam", "Proposal", "TeamStep"]
 
@@ -339,6 +343,51 @@ class CollabAgentTeam:
         state = await self.graph.ainvoke(inputs, config=self._run_config())
         return self._finish(state, inputs, started)
 
+    def _step_events(self, task: str, observation: Observation | str, history: Sequence[str] = (), *,
+                     t: int = 0) -> Generator[ProposalMade | VoteDecided, None, TeamStep]:
+        """``step`` through LangGraph's own streaming: yields each proposal as its node finishes
+        and the vote, and returns the TeamStep (the same one ``step`` returns)."""
+        started = time.perf_counter()
+        inputs = self._inputs(task, observation, history, t)
+        state: dict[str, Any] = {"proposals": {}}
+        for update in self.graph.stream(inputs, config=self._run_config(), stream_mode="updates"):
+            yield from self._absorb(update, state, inputs, t, started)
+        return state["team_step"]
+
+    async def _astep_events(self, task: str, observation: Observation | str, history: Sequence[str] = (), *,
+                            t: int = 0) -> AsyncGenerator[ProposalMade | VoteDecided, None]:
+        """Async twin of ``_step_events``; the last event, a VoteDecided, carries the TeamStep."""
+        started = time.perf_counter()
+        inputs = self._inputs(task, observation, history, t)
+        state: dict[str, Any] = {"proposals": {}}
+        stream = self.graph.astream(inputs, config=self._run_config(), stream_mode="updates")
+        try:
+            async for update in stream:
+                for event in self._absorb(update, state, inputs, t, started):
+                    yield event
+        finally:  # an early stop cancels the step's pending model calls
+            await stream.aclose()
+
+    def _absorb(self, update: dict[str, Any], state: dict[str, Any], inputs: _StepState, t: int,
+                started: float) -> list[ProposalMade | VoteDecided]:
+        """Fold one ``updates`` chunk ({node: its writes}) into ``state``; return its events."""
+        from collabui.events import ProposalMade, VoteDecided
+
+        events: list[ProposalMade | VoteDecided] = []
+        for writes in update.values():
+            for (i, j), p in (writes or {}).get("proposals", {}).items():
+                state["proposals"][(i, j)] = p
+                events.append(ProposalMade(t=t, agent=i, round=j, superstep=p.superstep, thought=p.thought,
+                                           action=p.action, parse_error=p.parse_error, proposal=p))
+            if writes and "vote" in writes:
+                vote: VoteResult = writes["vote"]
+                state["vote"] = vote
+                state["team_step"] = self._finish(state, inputs, started)
+                events.append(VoteDecided(t=t, action=vote.action, votes=vote.votes, total=vote.total,
+                                          tally=vote.counts, tie_break=vote.tie_break, vote=vote,
+                                          team_step=state["team_step"]))
+        return events
+
     @property
     def supersteps(self) -> int:
         """Supersteps per team step: L + m - 1."""
@@ -357,3 +406,18 @@ class CollabAgentTeam:
         from collabui.episode import arun_episode
 
         return await arun_episode(self, task, device, **kwargs)
+
+    def stream(self, task: str | None, device, **kwargs: Any) -> EpisodeStream:
+        """Run an episode like ``run`` (same arguments, same trace) while yielding typed events
+        (``collabui.events``) as it goes: each proposal as it lands, the vote, the executed
+        action, the end. Use it in a ``with`` block, or exhaust it, so that stopping early
+        ends the episode at once (the trace records where)."""
+        from collabui.streaming import EpisodeStream
+
+        return EpisodeStream(self, task, device, **kwargs)
+
+    def astream(self, task: str | None, device, **kwargs: Any) -> AsyncEpisodeStream:
+        """Async twin of ``stream``: ``async with team.astream(...) as events: async for ...``."""
+        from collabui.streaming import AsyncEpisodeStream
+
+        return AsyncEpisodeStream(self, task, device, **kwargs)

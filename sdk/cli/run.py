@@ -148,12 +148,14 @@ def _run(args: argparse.Namespace) -> int:
         for k in range(args.episodes):
             seed = None if config.seed is None else config.seed + k
             view.episode_start(k, args.episodes, args.env or args.url, seed)
-            result = team.run(args.task, device, seed=seed, trace=args.trace_dir,
-                              env_name=args.env or args.url, on_step=view.step)
-            view.episode_end(result)
-            results.append(result)
+            with team.stream(args.task, device, seed=seed, trace=args.trace_dir,
+                             env_name=args.env or args.url) as events:
+                for event in events:
+                    view.handle(event)
+            results.append(events.result)
         view.summary(results)
     finally:
+        view.close()
         device.close()
     return 0
 

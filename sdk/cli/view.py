@@ -1,9 +1,20 @@
-"""Terminal rendering of a running team: each step's n x m action matrix, the vote, the result."""
+"""Terminal rendering of a running team from its event stream: each step's n x m action matrix,
+the vote, the result."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from collabui.events import (
+    EpisodeEnded,
+    EpisodeStarted,
+    Event,
+    ProposalMade,
+    StepEnded,
+    StepStarted,
+    VoteDecided,
+)
 
 __all__ = ["LiveView", "matrix_table"]
 
@@ -12,36 +23,45 @@ def _short(text: str, limit: int = 34) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def matrix_table(record: Any):
-    """A rich Table of one step: rows are agents, columns rounds, cells the proposed actions."""
+def matrix_table(t: int, cells: Mapping[tuple[int, int], Any], n_agents: int, n_rounds: int, vote: Any = None):
+    """A rich Table of step ``t``: rows are agents, columns rounds, cells the proposed actions
+    (``cells[(agent, round)]`` are Proposals; missing ones are still being generated). With the
+    ``vote``, the winning action is bold green."""
     from rich.table import Table
 
-    step = record.team_step
-    n_rounds = len(step.proposals[0])
-    vote_key = step.vote.action.key()
-    table = Table(title=f"step {record.t}: {n_rounds}-round action matrix", title_justify="left")
+    vote_key = vote.action.key() if vote is not None else None
+    table = Table(title=f"step {t}: {n_rounds}-round action matrix", title_justify="left")
     table.add_column("agent", justify="right")
     for j in range(n_rounds):
         table.add_column(f"round {j}")
-    for row in step.proposals:
-        cells = []
-        for p in row:
+    for i in range(n_agents):
+        row = []
+        for j in range(n_rounds):
+            p = cells.get((i, j))
+            if p is None:
+                row.append("[dim]…[/dim]")
+                continue
             text = _short(p.action.to_call()) if p.parse_error is None else "[red]unparsable[/red]"
             if p.parse_error is None and p.action.key() == vote_key:
                 text = f"[bold green]{text}[/bold green]"
-            cells.append(text)
-        table.add_row(str(row[0].agent), *cells)
+            row.append(text)
+        table.add_row(str(i), *row)
     return table
 
 
 class LiveView:
-    """Prints progress to the terminal (stderr stays free for errors)."""
+    """Prints a running team to the terminal from its event stream (``team.stream``): the
+    task, each step's n x m matrix filling in as proposals land (on a terminal; elsewhere the
+    finished matrix), the vote, the result. stderr stays free for errors."""
 
-    def __init__(self, *, quiet: bool = False) -> None:
+    def __init__(self, *, quiet: bool = False, console: Any = None) -> None:
         from rich.console import Console
 
-        self.console = Console(highlight=False)
+        self.console = console or Console(highlight=False)
         self.quiet = quiet
+        self._shape = (0, 0)
+        self._cells: dict[tuple[int, int], Any] = {}
+        self._live: Any = None
 
     def status(self, text: str) -> None:
         self.console.print(f"[dim]{text}[/dim]")
@@ -57,18 +77,50 @@ class LiveView:
     def episode_start(self, k: int, total: int, env: str | None, seed: int | None) -> None:
         self.console.rule(f"episode {k + 1}/{total}  {env or ''}  seed={seed}")
 
-    def step(self, record: Any) -> None:
-        if self.quiet:
+    def handle(self, event: Event) -> None:
+        """Show one event of the stream."""
+        if isinstance(event, EpisodeStarted):
+            self._shape = (event.n_agents, event.rounds)
+            if not self.quiet:
+                self.console.print(f"task: [bold]{event.task}[/bold]")
+        elif isinstance(event, EpisodeEnded):
+            self.close()
+            self.episode_end(event.result)
+        elif self.quiet:
             return
-        if record.t == 0:
-            self.console.print(f"task: [bold]{record.observation.task or ''}[/bold]")
-        self.console.print(matrix_table(record))
-        vote = record.vote
-        counts = ", ".join(f"{a} x{c}" for a, c in vote.counts[:4])
-        tie = f" (tie broken by {vote.tie_break})" if vote.tie_break else ""
-        self.console.print(
-            f"vote: [bold]{vote.action.to_call()}[/bold] {vote.votes}/{vote.total}{tie}  [{counts}]"
-        )
+        elif isinstance(event, StepStarted):
+            self._cells = {}
+            if self.console.is_terminal:
+                from rich.live import Live
+
+                self._live = Live(self._table(event.t), console=self.console, auto_refresh=False, transient=True)
+                self._live.start()
+        elif isinstance(event, ProposalMade):
+            self._cells[(event.agent, event.round)] = event.proposal
+            if self._live is not None:
+                self._live.update(self._table(event.t), refresh=True)
+        elif isinstance(event, VoteDecided):
+            self.close()
+            self._vote(event)
+        elif isinstance(event, StepEnded):
+            self._step_end(event.record)
+
+    def close(self) -> None:
+        """Stop a live matrix still on screen (after an error, or at the vote)."""
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def _table(self, t: int, vote: Any = None):
+        return matrix_table(t, self._cells, *self._shape, vote=vote)
+
+    def _vote(self, event: VoteDecided) -> None:
+        self.console.print(self._table(event.t, event.vote))
+        counts = ", ".join(f"{a} x{c}" for a, c in event.tally[:4])
+        tie = f" (tie broken by {event.tie_break})" if event.tie_break else ""
+        self.console.print(f"vote: [bold]{event.action.to_call()}[/bold] {event.votes}/{event.total}{tie}  [{counts}]")
+
+    def _step_end(self, record: Any) -> None:
         result = f"reward {record.reward:+g}" + (" done" if record.done else "")
         err = f"  [red]{record.error}[/red]" if record.error else ""
         obs_err = record.observation.last_action_error
