@@ -22,9 +22,10 @@ __all__ = ["PeerOutput", "PROMPT_STYLES", "build_messages", "render_observation"
 #: ``compact``: a shorter system prompt, same answers. ``trained``: for models fine-tuned on
 #: verified data (adapters): no demonstration turn (small models copy its answer verbatim) and
 #: an ``Action:`` line alone, which keeps a step near 150 prompt tokens on MiniWoB++ pages.
-#: ``grounded``: as ``trained``, but the answer first copies the screen line of the element it
-#: acts on (``Thought: button "Ok" [B]``): picking an element by its text and then copying the
-#: id written after that text is easier for a small model than recalling the id directly.
+#: ``grounded``: as ``trained``, but the answer first names the action and copies the screen
+#: line of the element it acts on (``Thought: click button "Ok" [B]``): picking an element by
+#: its text and then copying the id written after that text is easier for a small model than
+#: recalling the id directly.
 PROMPT_STYLES = ("react", "compact", "trained", "grounded")
 
 _INTRO = {
@@ -88,8 +89,8 @@ def _system(space: ActionSpace, style: str) -> str:
         # cost ~70 of every prompt's tokens (a third of a MiniWoB++ step).
         return _INTRO[kind] + " Answer with one line: Action: <JSON action>"
     if style == "grounded":
-        return (_INTRO[kind] + " Answer with two lines: Thought: <the screen line of the element "
-                "you act on>, then Action: <JSON action>")
+        return (_INTRO[kind] + " Answer with two lines: Thought: <action name> <the screen line of "
+                "the element it acts on>, then Action: <JSON action>")
     lines = [_INTRO[kind], _SCREEN[kind]]
     if style == "react":
         lines += [

@@ -38,5 +38,5 @@ def test_unknown_style_is_refused():
 def test_grounded_style_is_trained_with_a_line_naming_the_target():
     grounded = _messages("grounded")
     assert [m["role"] for m in grounded] == ["system", "user"]
-    assert "Thought: <the screen line" in grounded[0]["content"]
+    assert "Thought: <action name> <the screen line" in grounded[0]["content"]
     assert grounded[1] == _messages("trained")[1]  # same reading, only the answer differs

@@ -10,7 +10,7 @@ exact context agent i saw in round j, and its ``chosen`` is, in order of prefere
 2. the step's most common rewarded answer from any agent (the matrix knew better);
 3. the critic's verified target when no entry was right (``verified`` critic: the first action
    of a completion the environment rewarded), written as ``Action: <json>`` (after the
-   target's screen line for agents of the ``grounded`` prompt style).
+   grounded thought, action name and target line, for agents of the ``grounded`` style).
 
 A step where every entry was right, or that the critic abstained on, gives no pair. The rows
 have the columns of :data:`collabui.training.pairs.PAIR_COLUMNS`, ``rejected_source`` being
@@ -37,23 +37,24 @@ __all__ = ["build_mistake_pairs", "mistake_pairs_for_step", "verified_sft_rows",
 MISTAKE_COLUMNS = (*PAIR_COLUMNS, "chosen_source")
 
 
-def _answer(action: dict[str, Any], space: str, line: str | None = None) -> str:
+def _answer(action: dict[str, Any], space: str, thought: str | None = None) -> str:
     answer = "Action: " + get_action_space(space).from_dict(action).to_json()
-    return f"Thought: {line}\n{answer}" if line else answer
+    return f"Thought: {thought}\n{answer}" if thought else answer
 
 
 def verified_answer(header: dict[str, Any], step: dict[str, Any], action: dict[str, Any]) -> str:
     """``action`` written as the step's agents answer: ``Action: <json>``, after the target's
     screen line when the team used the ``grounded`` prompt style."""
-    from collabui.training.sft_data import target_line
+    from collabui.training.sft_data import grounded_thought, target_line
 
     space = _space(header)
     team = header.get("team") or {}
-    line = None
+    thought = None
     if team.get("prompt_style") == "grounded":
         tree = ((step.get("observation") or {}).get("extra") or {}).get("tree")
         line = target_line(tree, action, str((header.get("device") or {}).get("element_format", "html")))
-    return _answer(action, space, line)
+        thought = grounded_thought(action, line)
+    return _answer(action, space, thought)
 
 
 def _space(header: dict[str, Any]) -> str:

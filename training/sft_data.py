@@ -3,7 +3,7 @@
 Each verified step becomes the exact chat an agent reads at run time (``build_messages`` with the
 observation rendered by ``render_observation``), and its completion is the verified action as
 an ``Action:`` line: the answer format of the ``trained`` prompt style (``grounded``: after a
-``Thought:`` line copying the target element's screen line). The page text is
+``Thought:`` line naming the action and copying its element's screen line). The page text is
 rendered from the device's element tree in the requested format, so one data set serves the
 ``html`` and ``text-first`` arms of a format comparison.
 """
@@ -20,14 +20,22 @@ from collabui.devices.base import Observation
 from collabui.errors import ConfigError
 from collabui.prompts import build_messages, render_observation
 
-__all__ = ["sft_rows", "answer_text", "prompt_messages", "target_line"]
+__all__ = ["sft_rows", "answer_text", "grounded_thought", "prompt_messages", "target_line"]
 
 
-def answer_text(action: dict[str, Any], *, target: str | None = None) -> str:
+def answer_text(action: dict[str, Any], *, thought: str | None = None) -> str:
     """The completion of a verified step: ``Action: <json>`` (validated on the way), after a
-    ``Thought:`` line holding ``target`` (the element's screen line) for ``grounded`` answers."""
+    ``Thought:`` line for ``grounded`` answers (see :func:`grounded_thought`)."""
     line = "Action: " + WEB.from_dict(action).to_json()
-    return f"Thought: {target}\n{line}" if target else line
+    return f"Thought: {thought}\n{line}" if thought else line
+
+
+def grounded_thought(action: dict[str, Any], line: str | None) -> str:
+    """The ``grounded`` thought: the action's name, then the screen line of its element
+    (``type_string input "" [U]``). The name comes first because the same field line leads to
+    a click on focus tasks and to typing on entry tasks: the choice of kind must be made before
+    the line is copied, from the task, not after it from the line."""
+    return f"{action['action']} {line}" if line else str(action["action"])
 
 
 def _tree(row: dict[str, Any]) -> Any:
@@ -99,9 +107,9 @@ def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_
             continue
         action = row["action"]
         action = json.loads(action) if isinstance(action, str) else action
-        target = _target(row, action, element_format) if style == "grounded" else None
+        thought = grounded_thought(action, _target(row, action, element_format)) if style == "grounded" else None
         out.append({"prompt": prompt_messages(row, style=style, element_format=element_format),
-                    "completion": [{"role": "assistant", "content": answer_text(action, target=target)}],
+                    "completion": [{"role": "assistant", "content": answer_text(action, thought=thought)}],
                     "task_name": row["task_name"], "seed": int(row["seed"]), "t": int(row["t"])})
     random.Random(seed).shuffle(out)
     if balance:

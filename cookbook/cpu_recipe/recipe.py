@@ -287,7 +287,9 @@ def main(argv: list[str] | None = None) -> int:
                             lambda: onpolicy_round(args, trained, out / "demo", sft_dir, out / "onpolicy"))
         trained = bundle(args, sft_dir, out / "bundle")
     if args.validate:
-        val = _row(clock.run("5 validation", lambda: validate(args, trained, out / "validation")))
+        # Its own folder per model: the SFT model's figure stays when a round is added later.
+        folder = out / ("validation-round" if args.onpolicy_episodes else "validation")
+        val = _row(clock.run("5 validation", lambda: validate(args, trained, folder)))
         print(f"[recipe] validation (training tasks, new seeds): {val['successes']}/{val['episodes']} "
               f"{json.dumps(val['per_task'])}", file=sys.stderr)
     check = clock.run("4 critic check", lambda: critic_check(args, out / "critic_check"))

@@ -61,11 +61,11 @@ def test_grounded_teams_get_the_targets_screen_line_in_the_verified_answer():
                                             {"tag": "button", "id": "B", "parts": ["Stop"]}]}
     header = {**HEADER, "team": {"prompt_style": "grounded"}, "device": {"element_format": "text-first"}}
     step = {"t": 0, "observation": {"text": "", "extra": {"tree": tree}},
-            "proposals": [[_prop(0, 0, 'Thought: button "Stop" [B]\n' + _answer(CLICK_B), CLICK_B)]]}
+            "proposals": [[_prop(0, 0, 'Thought: click button "Stop" [B]\n' + _answer(CLICK_B), CLICK_B)]]}
     label = {"rewards": [[0]], "scores": [[0.0]], "abstained": False,
              "rationale": json.dumps({"verified_action": CLICK_A})}
     (row,) = mistake_pairs_for_step(header, step, label)
-    assert row["chosen"][0]["content"] == 'Thought: button "Go" [A]\nAction: {"action": "click", "element_id": "A"}'
+    assert row["chosen"][0]["content"] == 'Thought: click button "Go" [A]\nAction: {"action": "click", "element_id": "A"}'
 
 
 def test_on_policy_sft_rows_keep_right_answers_and_correct_wrong_ones():

@@ -237,15 +237,15 @@ def test_grounded_rows_copy_the_targets_screen_line_before_the_action():
             {**base, "t": 2, "action": {"action": "scroll_page", "direction": "down"}}]
     out = {r["t"]: r for r in sft_rows(rows, style="grounded", element_format="text-first")}
     click = out[0]["completion"][0]["content"]
-    assert click.startswith('Thought: button "Log in" [B]\nAction: ')
+    assert click.startswith('Thought: click button "Log in" [B]\nAction: ')
     # The copied line is the screen's own line, and the answer parses to the verified action.
     assert 'button "Log in" [B]' in out[0]["prompt"][-1]["content"].splitlines()
     assert parse_proposal(click, WEB).action == web.Click("B")
-    assert out[1]["completion"][0]["content"].startswith('Thought: input "" [Q]\n')
-    assert out[2]["completion"][0]["content"].startswith("Action: ")  # no element, no line
+    assert out[1]["completion"][0]["content"].startswith('Thought: type_string input "" [Q]\n')
+    assert out[2]["completion"][0]["content"].startswith("Thought: scroll_page\nAction: ")  # the name alone
     assert "Thought:" in out[0]["prompt"][0]["content"]  # the system prompt asks for the line
     html = sft_rows(rows[:1], style="grounded", element_format="html")[0]
-    assert html["completion"][0]["content"].startswith("Thought: <button[B]| Log in>\n")
+    assert html["completion"][0]["content"].startswith("Thought: click <button[B]| Log in>\n")
     bad = {**base, "action": {"action": "click", "element_id": "Z"}}
     with pytest.raises(ConfigError, match="does not list"):
         sft_rows([bad], style="grounded", element_format="text-first")
