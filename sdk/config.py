@@ -11,7 +11,7 @@ from collabui.errors import ConfigError
 from collabui.prompts import PROMPT_STYLES
 
 __all__ = ["TeamConfig", "DEFAULT_TEMPERATURES", "PROMPT_STYLE_CHOICES", "ELEMENT_FORMAT_CHOICES",
-           "MODEL_HELP", "GUIDED_HELP", "ELEMENT_FORMAT_HELP", "SHUFFLE_HELP"]
+           "MODEL_HELP", "GUIDED_HELP", "ELEMENT_FORMAT_HELP", "SHUFFLE_HELP", "SCREENSHOTS_HELP"]
 
 #: What ``prompt_style`` accepts: a style, or ``auto`` (the model's own, else ``react``).
 PROMPT_STYLE_CHOICES = ("auto", *PROMPT_STYLES)
@@ -26,6 +26,9 @@ GUIDED_HELP = ("constrain answers to the action space's JSON schema (vLLM struct
 ELEMENT_FORMAT_HELP = ("page text: html (<button[B]| Ok>) or text-first (one line per item, "
                        'button "Ok" [B]; fewer tokens); default auto: what a trained model '
                        "(smollm2-trained, trained:FOLDER) learned, else html")
+#: ``--screenshots/--no-screenshots`` of ``collabui run`` and ``eval``, where they are on by default.
+SCREENSHOTS_HELP = ("save a small screenshot per step beside the trace, for collabui view "
+                    "(default on; --no-screenshots turns it off)")
 SHUFFLE_HELP = ("shuffle sibling elements and draw element ids at random (seeded by the episode), "
                 "so no policy wins by position habits")
 
@@ -68,7 +71,11 @@ class TeamConfig:
     batch_fallback_s: float = field(
         default=5.0, metadata={"help": "flush a partial superstep batch after this many seconds"}
     )
-    screenshots: bool = field(default=False, metadata={"help": "save a screenshot per step"})
+    screenshots: bool = field(
+        default=False,
+        metadata={"help": "save a screenshot per step beside the trace (shown by collabui view); off by "
+                  "default in the API, on by default for collabui run and eval"},
+    )
 
     def __post_init__(self) -> None:
         for name in ("n_agents", "rounds", "max_steps", "max_new_tokens", "max_observation_chars"):

@@ -22,6 +22,28 @@ def test_run_options_come_from_team_config():
     assert (cfg.n_agents, cfg.rounds, cfg.temperatures, cfg.topology, cfg.max_steps) == (3, 2, (0.0, 0.5, 1.0), "chain", 2)
 
 
+def test_run_saves_screenshots_unless_told_not_to():
+    base = ["run", "--env", "miniwob/click-button"]
+    assert team_config(build_parser().parse_args(base)).screenshots is True
+    assert team_config(build_parser().parse_args([*base, "--no-screenshots"])).screenshots is False
+
+
+@pytest.mark.browser
+def test_run_screenshots_reach_the_trace_and_the_viewer(tmp_path, capsys):
+    from collabui.viewer import render_view
+
+    base = ["run", "--env", "miniwob/click-button", "--model", "lexical", "--agents", "1", "--rounds", "1",
+            "--max-steps", "1", "--quiet"]
+    assert main([*base, "--trace-dir", str(tmp_path / "on")]) == 0
+    (trace_file,) = (tmp_path / "on").glob("*.jsonl")
+    ref = read_trace(trace_file).steps[0]["screenshot"]
+    assert ref and (tmp_path / "on" / ref).read_bytes().startswith(b"\x89PNG")
+    assert 'class="shot" src="data:image/png;base64,' in render_view(trace_file)
+    assert main([*base, "--trace-dir", str(tmp_path / "off"), "--no-screenshots"]) == 0
+    (trace_file,) = (tmp_path / "off").glob("*.jsonl")
+    assert read_trace(trace_file).steps[0]["screenshot"] is None and not list((tmp_path / "off").rglob("*.png"))
+
+
 def test_envs_lists_desktop_and_mobile_miniwob(capsys):
     code, out, _ = _run(capsys, "envs")
     names = out.split()

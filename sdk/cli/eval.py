@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from collabui.cli.flags import add_config_flags, config_argv, config_from_args
-from collabui.config import GUIDED_HELP, MODEL_HELP, TeamConfig
+from collabui.config import GUIDED_HELP, MODEL_HELP, SCREENSHOTS_HELP, TeamConfig
 
 __all__ = ["add_commands", "run_command", "miniwob_command", "team_options"]
 
@@ -35,7 +35,8 @@ def add_commands(sub: Any) -> None:
     esub = ev.add_subparsers(dest="eval_command", required=True)
     p = esub.add_parser("miniwob", help="success rate per MiniWoB++ task and overall (95%% Wilson CIs)")
     add_config_flags(p, MiniWoBEvalConfig, skip={"team_options"})
-    add_config_flags(p, TeamConfig, only=TEAM_OPTIONS)
+    add_config_flags(p, TeamConfig, only=TEAM_OPTIONS, defaults={"screenshots": True},
+                     helps={"screenshots": SCREENSHOTS_HELP})
     p.add_argument("--out", required=True, help="run folder: results.json, summary.md, traces/, episodes.jsonl")
     p.add_argument("--plot", action="store_true", help="also write plot.png (needs matplotlib)")
 
@@ -85,6 +86,8 @@ def miniwob_command(args: argparse.Namespace) -> str:
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(MiniWoBEvalConfig) if hasattr(args, f.name)}
     parts = ["collabui", "eval", "miniwob", *config_argv(MiniWoBEvalConfig, values, always=_ALWAYS),
              *config_argv(TeamConfig, team_options(args)), "--out", args.out]
+    if not getattr(args, "screenshots", True):  # off is the library default, but not the command's
+        parts.append("--no-screenshots")
     return shlex.join(parts + (["--plot"] if args.plot else []))
 
 

@@ -18,6 +18,7 @@ from collabui.config import (
     ELEMENT_FORMAT_HELP,
     GUIDED_HELP,
     MODEL_HELP,
+    SCREENSHOTS_HELP,
     SHUFFLE_HELP,
     TeamConfig,
 )
@@ -50,10 +51,14 @@ def add_commands(sub: Any) -> None:
     run.add_argument("--trace-dir", default=None, help="write one JSONL trace per episode here")
     run.add_argument("--serial", help="Android phone serial (with --env android; default $ANDROID_SERIAL)")
     run.add_argument("--app-allowlist", help="comma-separated apps open_app may launch (phones)")
+    run.add_argument("--allow-domain", action="append", dest="allow_domains", metavar="HOST",
+                     help="a host the browser may open pages of, subdomains included (repeatable; "
+                          "default: the --url's host; MiniWoB++: its own local files only)")
     run.add_argument("--quiet", action="store_true", help="only print the summary")
     run.add_argument("--guided-json", action="store_true", help=GUIDED_HELP)
-    add_config_flags(run, TeamConfig, skip=_TEAM_SKIP, rename=_TEAM_RENAME,
-                     helps={"seed": "seed of the random DAG and of sampling; also the first episode's seed"})
+    add_config_flags(run, TeamConfig, skip=_TEAM_SKIP, rename=_TEAM_RENAME, defaults={"screenshots": True},
+                     helps={"seed": "seed of the random DAG and of sampling; also the first episode's seed",
+                            "screenshots": SCREENSHOTS_HELP})
     add_page_flags(run)
     sub.add_parser("envs", help="list the environments")
     sub.add_parser("devices", help="list attached Android phones (adb)")
@@ -91,6 +96,11 @@ def _make_device(args: argparse.Namespace, config: TeamConfig) -> Any:
     from collabui.devices.registry import make_env
 
     page = page_options(args)
+    if args.allow_domains:
+        if args.env and not args.env.startswith(("miniwob/", "miniwob-mobile/")):
+            raise ConfigError("--allow-domain applies to web pages (--url, miniwob/...); on a "
+                              "phone limit the apps with --app-allowlist")
+        page["allowed_domains"] = tuple(args.allow_domains)
     if args.env == "android":
         if not args.task:
             raise ConfigError("--env android needs --task TEXT: a phone has no built-in task")

@@ -256,7 +256,8 @@ def _fingerprint(config: MiniWoBEvalConfig) -> dict[str, Any]:
             "max_steps": config.max_steps, "prompt_style": config.prompt_style,
             "max_new_tokens": config.max_new_tokens, "guided_json": config.guided_json,
             "element_format": config.element_format, "shuffle_elements": config.shuffle_elements,
-            "team_options": _jsonable(config.team_options)}
+            # Screenshots change no outcome: a folder resumes with them on or off.
+            "team_options": _jsonable({k: v for k, v in config.team_options.items() if k != "screenshots"})}
 
 
 def _jsonable(options: Mapping[str, Any]) -> dict[str, Any]:

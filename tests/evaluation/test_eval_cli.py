@@ -42,7 +42,12 @@ def test_miniwob_takes_team_options_and_guided_json(tmp_path):
                  "--prompt-style compact"):
         assert part in command
     defaults = build_parser().parse_args(["eval", "miniwob", "--out", "o"])
-    assert team_options(defaults) == {} and defaults.guided_json is False
+    # Screenshots are on by default for eval episodes (the library's default is off).
+    assert team_options(defaults) == {"screenshots": True} and defaults.guided_json is False
+    assert "--screenshots" in miniwob_command(defaults)
+    off = build_parser().parse_args(["eval", "miniwob", "--out", "o", "--no-screenshots"])
+    assert team_options(off) == {} and miniwob_command(off).endswith("--out o --no-screenshots")
+    assert build_parser().parse_args(miniwob_command(off).split()[1:]).screenshots is False
     with pytest.raises(SystemExit):  # --mobile decides the action space
         build_parser().parse_args(["eval", "miniwob", "--out", "o", "--action-space", "mobile"])
     config = MiniWoBEvalConfig(model="smollm2", n_agents=2, team_options=team_options(args))

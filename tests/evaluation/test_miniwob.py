@@ -162,6 +162,15 @@ def test_more_episodes_on_rerun_only_runs_the_new_ones(tmp_path):
     assert more.count == 2 and results["overall"]["success_rate"]["n"] == 4
 
 
+def test_screenshots_on_or_off_resume_the_same_folder(tmp_path):
+    evaluate_miniwob(_config(episodes=1), tmp_path, model=ScriptedChatModel(Flaky()),
+                     env_factory=_fake_factory([]), progress=False)
+    more = Flaky()
+    results = evaluate_miniwob(_config(episodes=2, team_options={"screenshots": True}), tmp_path,
+                               model=ScriptedChatModel(more), env_factory=_fake_factory([]), progress=False)
+    assert more.count == 2 and results["overall"]["success_rate"]["n"] == 4
+
+
 def test_other_configuration_in_the_same_folder_is_refused(tmp_path):
     evaluate_miniwob(_config(episodes=1), tmp_path, model=ScriptedChatModel(Flaky()),
                      env_factory=_fake_factory([]), progress=False)
