@@ -73,8 +73,9 @@ class TeamConfig:
     )
     screenshots: bool = field(
         default=False,
-        metadata={"help": "save a screenshot per step beside the trace (shown by collabui view); off by "
-                  "default in the API, on by default for collabui run and eval"},
+        metadata={"help": "save a screenshot per step beside the trace (shown by collabui view); the "
+                  "command line passes it to the device (in Python: make_env(..., screenshots=True)); "
+                  "collabui run and eval default to on"},
     )
 
     def __post_init__(self) -> None:
