@@ -163,10 +163,13 @@ async def _go(device: BrowserDevice, action: web.Go) -> Result:
 async def _jump(device: BrowserDevice, action: web.JumpTo) -> Result:
     from collabui.devices.browser import _normalize_url
 
+    url = _normalize_url(action.url)
+    if device._refused(url):  # before a new tab opens: a refused jump changes nothing
+        return None, {}
     if action.new_tab:
         page = await device._context.new_page()
         device._adopt_page(page)
-    return await device._goto(_normalize_url(action.url)), {}
+    return await device._goto(url), {}
 
 
 async def _switch(device: BrowserDevice, action: web.SwitchTab) -> Result:

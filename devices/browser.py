@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from collabui.actions import WEB, Action
 from collabui.devices import simplify
 from collabui.devices.base import Device, Observation, StepOutcome
+from collabui.devices.navigation import BlockedNavigation, NavigationGuard, check_domains, site_of
 from collabui.errors import (
     ActionError,
     BrowserNotFoundError,
@@ -88,6 +89,10 @@ class BrowserConfig:
             seed and the same calls since ``reset()`` give byte-identical observations.
         shuffle_seed: base seed of the shuffle, mixed with the number of observations taken
             since ``reset()`` (MiniWoB also mixes in the episode seed).
+        allowed_domains: hosts the tabs may load pages from (each covers its subdomains;
+            ``("*",)``: any host); None: the site of the page ``reset()`` opens (its host, a
+            leading ``www.`` dropped, and its subdomains). Only http(s) pages ever load; see
+            :mod:`collabui.devices.navigation`. MiniWoB++ allows its own local server only.
     """
 
     executable_path: str | None = None
@@ -103,8 +108,13 @@ class BrowserConfig:
     element_format: str = "html"
     shuffle_elements: bool = False
     shuffle_seed: int = 0
+    allowed_domains: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.allowed_domains is not None:
+            object.__setattr__(self, "allowed_domains", check_domains(self.allowed_domains))
+        if self.start_url is not None:
+            start_refusal(str(self.start_url), self.allowed_domains)
         vp = self.viewport
         if (not isinstance(vp, tuple | list) or len(vp) != 2
                 or not all(isinstance(v, int) and v > 0 for v in vp)):
@@ -131,6 +141,18 @@ class BrowserConfig:
         if unknown:
             raise ConfigError(f"unknown browser option(s) {unknown}; valid options: {sorted(known)}")
         return dataclasses.replace(config or cls(), **overrides)
+
+
+def start_refusal(url: str, allowed_domains: tuple[str, ...] | None) -> NavigationGuard:
+    """The guard of an episode that starts on ``url``; ConfigError if ``url`` may not load."""
+    url = _normalize_url(url)
+    domains = allowed_domains if allowed_domains is not None else (site_of(url) or "*",)
+    guard = NavigationGuard(domains)
+    reason = guard.refusal(url)
+    if reason:
+        raise ConfigError(f"refusing to open {url[:200]}: {reason}; give an http(s) URL"
+                          + ("" if allowed_domains is None else " or allow its host"))
+    return guard
 
 
 class _LoopThread:
@@ -202,6 +224,11 @@ class BrowserDevice(Device):
         self._closed = False
         self._dead: str | None = None
         self._task: str | None = self.config.task
+        #: What the tabs may load (set by each reset); None until the first reset.
+        self._guard: NavigationGuard | None = None
+        #: Navigations blocked since the last observation (reported in ``StepOutcome.info``).
+        self._blocked: list[BlockedNavigation] = []
+        self._navigations_seen = 0
         self._page_globals: dict[str, Any] = {}
         #: Observations taken since the last reset (one of the shuffle seed's parts).
         self._observations = 0
@@ -332,6 +359,8 @@ class BrowserDevice(Device):
         self._context.set_default_timeout(c.action_timeout_s * 1000)
         self._context.set_default_navigation_timeout(c.navigation_timeout_s * 1000)
         await self._context.add_init_script(simplify.listener_script())
+        # Context-level routing sees every tab, popup and iframe of this context.
+        await self._context.route("**/*", self._route)
         # A page opened by the site (target=_blank, window.open) becomes the current tab, as in
         # a real browser.
         self._context.on("page", self._adopt_page)
@@ -342,6 +371,12 @@ class BrowserDevice(Device):
         """Keyword arguments of ``browser.new_context`` (subclasses emulate devices here)."""
         width, height = self.config.viewport
         return {"viewport": {"width": width, "height": height}}
+
+    async def _route(self, route: Any) -> None:
+        if self._guard is None:  # no episode yet: nothing may load
+            await route.fulfill(status=204)
+            return
+        await self._guard.route(route)
 
     def _adopt_page(self, page: Any) -> None:
         self._page = page
@@ -366,12 +401,19 @@ class BrowserDevice(Device):
         if not url:
             raise ConfigError("no page to open: pass start_url=... (or url=... to make_env) or "
                               "reset(options={'url': ...})")
+        guard = start_refusal(str(url), self.config.allowed_domains)  # before Chromium starts
         if self._browser is None:
             await self._launch()
+        self._guard, self._navigations_seen = guard, 0
         await self._new_context()
         self._observations = 0
         self._task = options.get("task", self.config.task)
+        self._blocked = []
         error = await self._goto(_normalize_url(str(url)))
+        blocked = guard.drain() if error else []  # e.g. the start page redirects off-site
+        if blocked:
+            raise DeviceError(f"{_blocked_sentence(blocked)}; start on a page of an allowed "
+                              "site, or allow that host with allowed_domains / --allow-domain")
         if error:
             raise DeviceError(f"{error}; check the URL and your network")
         return await self._observe()
@@ -379,12 +421,21 @@ class BrowserDevice(Device):
     async def _goto(self, url: str) -> str | None:
         from playwright.async_api import Error as PlaywrightError
 
+        if self._refused(url):
+            return None  # reported with the blocked navigations of the next observation
         try:
             await self._current_page().goto(url, wait_until="domcontentloaded")
         except PlaywrightError as exc:
             self._raise_if_dead(exc)
             return f"could not open {url}: {_first_line(exc)}"
         return None
+
+    def _refused(self, url: str, via: str = "jump_to") -> bool:
+        """True (and the block recorded) when the guard refuses to open ``url``."""
+        refusal = self._guard.refusal(url) if self._guard else "no episode has started"
+        if refusal:
+            self._blocked.append({"url": url, "reason": refusal, "via": via})
+        return refusal is not None
 
     def _current_page(self) -> Any:
         if self._context is None:
@@ -400,7 +451,14 @@ class BrowserDevice(Device):
     async def _observe(self, error: str | None = None) -> Observation:
         from playwright.async_api import Error as PlaywrightError
 
+        await self._settle_navigations()
         page = self._current_page()
+        if self._guard is not None:
+            self._blocked.extend(self._guard.drain())
+        if self._blocked:
+            # A blocked navigation is the agents' business (they tried to leave the site), so
+            # it is reported like a failed action, never raised.
+            error = "; ".join(e for e in (error, _blocked_sentence(self._blocked)) if e)
         script, options = self._walk()
         self._observations += 1
         for attempt in range(3):
@@ -457,9 +515,27 @@ class BrowserDevice(Device):
         return await _web_actions.execute(self, action)
 
     async def _act(self, action: Action) -> StepOutcome:
+        self._blocked = []
         error, info = await self._execute(action)
         observation = await self._observe(error)
+        if self._blocked:
+            info = {**info, "blocked_navigations": list(self._blocked)}
         return StepOutcome(observation, 0.0, bool(action.terminal), info)
+
+    async def _settle_navigations(self, timeout_s: float = 5.0) -> None:
+        """Wait (bounded) for navigation requests the guard is still checking."""
+        guard = self._guard
+        if guard is None:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        seen = self._navigations_seen
+        while guard.busy and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        if guard.navigations != seen:
+            # A popup's "page" event comes a moment after its first response is handed over.
+            await asyncio.sleep(0.1)
+        self._navigations_seen = guard.navigations
 
 
 def _mix_seed(*parts: Any) -> int:
@@ -472,6 +548,12 @@ def _require_action(action: Any) -> Action:
         raise ActionError(f"act() needs an Action, got {type(action).__name__}; build one with "
                           "collabui.actions.WEB.from_dict({...}) or a class like web.Click")
     return action
+
+
+def _blocked_sentence(blocked: list[BlockedNavigation]) -> str:
+    parts = [f"navigation to {e['url'][:160]} was blocked ({e['reason']})" for e in blocked[:3]]
+    more = f" and {len(blocked) - 3} more" if len(blocked) > 3 else ""
+    return "; ".join(parts) + more
 
 
 def _first_line(exc: BaseException) -> str:

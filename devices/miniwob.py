@@ -21,6 +21,7 @@ from typing import Any
 from collabui.actions import Action
 from collabui.devices.base import Observation, StepOutcome
 from collabui.devices.browser import BrowserConfig, BrowserDevice
+from collabui.devices.navigation import NavigationGuard
 from collabui.errors import ConfigError, DeviceError, EnvNotFoundError
 
 __all__ = ["MiniWoBEnv", "miniwob_html_dir", "miniwob_tasks", "TASK_AREA"]
@@ -169,6 +170,9 @@ class MiniWoBEnv(BrowserDevice):
             await self._launch()
         if self._server is None:
             self._server = _TaskServer(miniwob_html_dir())
+        # The task's own local files only (plus hosts the caller allowed explicitly).
+        self._guard = NavigationGuard(self.config.allowed_domains or (), (self._server.base_url,))
+        self._blocked, self._navigations_seen = [], 0
         page = await self._task_page()
         started = await page.evaluate(_START, {"seed": seed,
                                                "maxTime": int(self.episode_max_time_s * 1000)})

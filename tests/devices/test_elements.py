@@ -20,6 +20,7 @@ from collabui.devices.simplify import (
     render_text_first,
 )
 from collabui.errors import ConfigError
+from tests.local_site import serve
 
 
 def _node(tag, eid, *parts):
@@ -270,13 +271,13 @@ PAGE = ("<html><body><p>Pick one</p>" + "".join(f"<button onclick=\"document.tit
 
 @pytest.mark.browser
 def test_plain_browser_shuffles_from_shuffle_seed(tmp_path):
-    page = tmp_path / "page.html"
-    page.write_text(PAGE)
+    (tmp_path / "page.html").write_text(PAGE)
     texts = {}
     for shuffle_seed in (0, 1):
-        with BrowserDevice(shuffle_elements=True, shuffle_seed=shuffle_seed) as device:
-            first = device.reset(options={"url": page.as_uri()}).text
-            assert device.reset(options={"url": page.as_uri()}).text == first
+        with serve(tmp_path) as site, BrowserDevice(shuffle_elements=True,
+                                                    shuffle_seed=shuffle_seed) as device:
+            first = device.reset(options={"url": site.url("page.html")}).text
+            assert device.reset(options={"url": site.url("page.html")}).text == first
             element = next(e for e in flat_elements(device.observe().extra["tree"])
                            if e["full_text"] == "b7")
             assert device.act(web.Click(element["id"])).observation.tabs == ("b7",)

@@ -1,0 +1,169 @@
+"""The browser's navigation guard: which pages a BrowserDevice may open.
+
+Only ``http``/``https`` pages on allowed hosts load (``about:blank``, the empty page every tab
+starts on, too); ``file:``, ``data:``, ``javascript:``, ``chrome:``, ``view-source:`` and every
+other scheme are refused. The guard is installed with Playwright's context-level request routing
+(``BrowserContext.route``), so it sees the navigation requests of every page, popup, new tab and
+iframe of the device. A navigation it refuses is answered with an empty ``204 No Content``
+response, which a browser treats as "stay where you are": the page the agents were on stays, and
+a blocked popup stays blank. Server redirects are followed by the guard itself (Playwright calls
+a route handler only for the first URL of a redirect chain), so a redirect to another site is
+refused before the browser sees it.
+
+Hosts: an entry ``example.org`` allows ``example.org`` and every subdomain of it
+(``www.example.org``, ``a.b.example.org``); an IP address allows that address (any port);
+``"*"`` allows every host (schemes are still checked). ``origins`` allow one exact origin
+(scheme, host and port): MiniWoB++ allows its own local server and nothing else.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+from collabui.errors import ConfigError
+
+__all__ = ["NavigationGuard", "BlockedNavigation", "check_domains", "site_of"]
+
+#: Schemes a page may be loaded from.
+WEB_SCHEMES = ("http", "https")
+#: Non-web URLs a tab may show: the blank page tabs start on, an iframe's inline document.
+_INERT_PAGES = ("about:blank", "about:srcdoc")
+_HOST = re.compile(r"^(\*\.)?[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*\.?$")
+_REDIRECTS = (301, 302, 303, 307, 308)
+
+BlockedNavigation = dict[str, str]
+
+
+def check_domains(domains: Iterable[str]) -> tuple[str, ...]:
+    """``domains`` as normalised host names (lower case, no ``*.`` prefix), or ConfigError."""
+    if isinstance(domains, str):
+        raise ConfigError(f"allowed_domains must be a list of host names, got the string "
+                          f"{domains!r}; write [{domains!r}]")
+    out: list[str] = []
+    for entry in domains:
+        host = entry.strip().lower().rstrip(".") if isinstance(entry, str) else entry
+        if host == "*":
+            out.append(host)
+            continue
+        if not isinstance(host, str) or not (_is_ip(host) or _HOST.match(host)):
+            raise ConfigError(f"allowed domain {entry!r} is not a host name; give a bare host "
+                              "like 'example.org' (no scheme, port or path), or '*' for any site")
+        out.append(host.removeprefix("*."))
+    return tuple(dict.fromkeys(out))
+
+
+def site_of(url: str) -> str:
+    """The host ``url``'s site is allowed under: its host, a leading ``www.`` dropped.
+
+    Not the registrable domain (no public-suffix list is consulted): the site of
+    ``https://shop.example.org`` is ``shop.example.org`` and covers its subdomains only.
+    """
+    host = (urlsplit(url).hostname or "").lower()
+    return host.removeprefix("www.") if host.count(".") >= 2 else host
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme, 0)
+    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
+
+
+class NavigationGuard:
+    """Decides which URLs may load and blocks the rest on a Playwright browser context.
+
+    Args:
+        domains: allowed hosts (see the module docstring); ``("*",)`` allows every web host.
+        origins: allowed exact origins, e.g. ``("http://127.0.0.1:8123",)``.
+    """
+
+    def __init__(self, domains: Iterable[str] = (), origins: Iterable[str] = ()) -> None:
+        self.domains = check_domains(domains)
+        self.origins = tuple(_origin(o) for o in origins)
+        self.blocked: list[BlockedNavigation] = []
+        #: Navigation requests checked so far (allowed or not).
+        self.navigations = 0
+        self._in_flight = 0
+
+    def describe(self) -> str:
+        """The allowed sites, for messages."""
+        parts = [*self.domains, *self.origins]
+        return ", ".join(parts) if parts else "none"
+
+    def refusal(self, url: str) -> str | None:
+        """Why ``url`` may not load, or None when it may."""
+        if url in _INERT_PAGES:
+            return None
+        scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+        if scheme not in WEB_SCHEMES:
+            return (f"{scheme or 'this'}: URLs are never opened; only http(s) pages on "
+                    f"{self.describe()}")
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+        if "*" in self.domains or _origin(url) in self.origins:
+            return None
+        for domain in self.domains:
+            if host == domain or (not _is_ip(domain) and host.endswith("." + domain)):
+                return None
+        return f"{host or url} is not an allowed site (allowed: {self.describe()})"
+
+    def drain(self) -> list[BlockedNavigation]:
+        """The navigations blocked since the last call (oldest first), forgotten here."""
+        blocked, self.blocked = self.blocked, []
+        return blocked
+
+    @property
+    def busy(self) -> bool:
+        """True while a navigation request is being checked (a redirect chain followed)."""
+        return self._in_flight > 0
+
+    def _block(self, url: str, reason: str, how: str) -> None:
+        self.blocked.append({"url": url, "reason": reason, "via": how})
+
+    async def route(self, route: Any) -> None:
+        """Playwright route handler: navigation requests are checked, the rest pass."""
+        request = route.request
+        if not request.is_navigation_request():
+            await route.continue_()
+            return
+        self._in_flight += 1
+        self.navigations += 1
+        try:
+            await self._navigate(route, request.url)
+        finally:
+            self._in_flight -= 1
+
+    async def _navigate(self, route: Any, url: str) -> None:
+        from playwright.async_api import Error as PlaywrightError
+
+        reason = self.refusal(url)
+        if reason:
+            self._block(url, reason, "navigation")
+            await route.fulfill(status=204)
+            return
+        try:
+            # Fetched here without following redirects, so every hop is checked.
+            response = await route.fetch(max_redirects=0)
+        except PlaywrightError:
+            await route.abort()  # unreachable: the browser reports it as it would have
+            return
+        location = response.headers.get("location")
+        if response.status in _REDIRECTS and location:
+            target = urljoin(url, location)
+            reason = self.refusal(target)
+            if reason:
+                self._block(target, reason, f"redirect from {url}")
+                await route.fulfill(status=204)
+                return
+        await route.fulfill(response=response)

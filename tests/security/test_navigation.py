@@ -1,0 +1,224 @@
+"""The navigation guard: a BrowserDevice stays on its site and never opens non-web URLs.
+
+The site under test is served on 127.0.0.1, "another site" on 127.0.0.2 (another loopback
+address, so another host). Every way off the site is tried: link click, server redirect,
+``window.open``, a ``target=_blank`` new tab, an iframe, a meta refresh, ``jump_to`` (same tab and
+new tab), and ``file:``, ``data:``, ``javascript:``, ``view-source:`` and ``chrome:`` URLs. Each
+is blocked, reported in the next observation's ``last_action_error``, and the other site never
+receives a request; navigation inside the site keeps working.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from collabui.actions import web
+from collabui.cli import main
+from collabui.devices import BrowserDevice, make_env
+from collabui.devices.base import Observation
+from collabui.devices.navigation import NavigationGuard, site_of
+from collabui.devices.simplify import parse_elements
+from collabui.errors import ConfigError
+from tests.local_site import LocalSite, serve
+
+pytestmark = pytest.mark.security
+
+
+def _pages(other: str) -> dict[str, str]:
+    off = f"{other}/off.html"
+    return {
+        "index.html": f"""<html><head><title>Index</title></head><body>
+<a href="{off}">offsite link</a>
+<a href="/redirect?to={off}">redirect away</a>
+<a href="/redirect?to=/second.html">redirect home</a>
+<a href="second.html">second page</a>
+<a href="{off}" target="_blank">new tab away</a>
+<button onclick="window.open('{off}')">popup away</button>
+<button onclick="window.open('second.html')">popup home</button>
+</body></html>""",
+        "second.html": "<html><head><title>Second</title></head><body><p>second page</p></body></html>",
+        "meta.html": f'<html><head><title>Meta</title><meta http-equiv="refresh" content="0;url={off}">'
+                     "</head><body><p>refreshing</p></body></html>",
+        "frame.html": f'<html><head><title>Frame</title></head><body><p>framed</p><iframe src="{off}">'
+                      "</iframe></body></html>",
+        "off.html": "<html><head><title>OFFSITE</title></head><body><p>you left</p></body></html>",
+    }
+
+
+@pytest.fixture(scope="module")
+def sites(tmp_path_factory) -> Iterator[tuple[LocalSite, LocalSite]]:
+    other_root, root = tmp_path_factory.mktemp("other"), tmp_path_factory.mktemp("home")
+    with serve(other_root, "127.0.0.2") as other, serve(root, "127.0.0.1") as home:
+        for folder in (root, other_root):
+            for name, html in _pages(other.base).items():
+                (folder / name).write_text(html)
+        yield home, other
+
+
+@pytest.fixture(scope="module")
+def device() -> Iterator[BrowserDevice]:
+    with BrowserDevice(action_timeout_s=2.0, navigation_timeout_s=5.0, task="stay home") as dev:
+        yield dev
+
+
+def _open(device: BrowserDevice, home: LocalSite, name: str = "index.html") -> Observation:
+    observation = device.reset(options={"url": home.url(name)})
+    assert observation.last_action_error is None
+    return observation
+
+
+def _click(device: BrowserDevice, observation: Observation, text: str):
+    element = next(e.id for e in parse_elements(observation.text) if e.full_text == text)
+    return device.act(web.Click(element))
+
+
+def _blocked_error(device: BrowserDevice, first: Observation) -> str:
+    """The block report: in ``first`` or, for navigations the page starts by itself a moment
+    later (meta refresh), in an observation taken soon after."""
+    error, deadline = first.last_action_error, time.monotonic() + 5
+    while not (error and "was blocked" in error) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        error = device.observe().last_action_error
+    assert error and "was blocked" in error, error
+    return error
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("link", ["offsite link", "redirect away", "new tab away", "popup away"])
+def test_leaving_the_site_by_the_page_is_blocked(device, sites, link):
+    home, other = sites
+    outcome = _click(device, _open(device, home), link)
+    error = _blocked_error(device, outcome.observation)
+    assert "127.0.0.2 is not an allowed site (allowed: 127.0.0.1)" in error
+    assert outcome.info["blocked_navigations"][0]["url"].startswith(other.base)
+    now = device.observe()
+    assert now.tabs == ("Index",) and now.url == home.url("index.html")  # stayed, no blank tab
+    assert other.requests == []  # the other site never received a request
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("page", ["meta.html", "frame.html"])
+def test_pages_that_load_another_site_by_themselves_are_blocked(device, sites, page):
+    home, other = sites
+    observation = device.reset(options={"url": home.url(page)})
+    error = _blocked_error(device, observation)
+    assert "127.0.0.2 is not an allowed site" in error
+    assert device.observe().url == home.url(page)
+    assert other.requests == []
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("url", [
+    "OTHER/off.html", "file:///etc/passwd", "data:text/html,<title>pwned</title>",
+    "javascript:document.title='pwned'", "view-source:HOME/index.html", "chrome://version",
+])
+@pytest.mark.parametrize("new_tab", [False, True])
+def test_jump_to_refuses_other_sites_and_non_web_urls(device, sites, url, new_tab):
+    home, other = sites
+    _open(device, home)
+    url = url.replace("OTHER", other.base).replace("HOME", home.base)
+    outcome = device.act(web.JumpTo(url, new_tab=new_tab))
+    error = outcome.observation.last_action_error
+    assert error.startswith(f"navigation to {url} was blocked (")
+    assert ("is not an allowed site" in error) if url.startswith("http") else (
+        "URLs are never opened; only http(s) pages on 127.0.0.1" in error)
+    assert outcome.observation.tabs == ("Index",)  # no title changed, no tab opened
+    assert outcome.info["blocked_navigations"] == [
+        {"url": url, "reason": error.split(" was blocked (", 1)[1][:-1], "via": "jump_to"}]
+    assert other.requests == []
+
+
+@pytest.mark.browser
+def test_navigation_inside_the_site_works(device, sites):
+    home, _ = sites
+    observation = _open(device, home)
+    for link in ("second page", "redirect home"):
+        outcome = _click(device, observation, link)
+        assert outcome.observation.tabs == ("Second",) and outcome.observation.last_action_error is None
+        assert "blocked_navigations" not in outcome.info
+        observation = device.act(web.Go("backward")).observation
+    popup = _click(device, observation, "popup home").observation
+    assert popup.tabs == ("Index", "Second") and popup.current_tab == 1
+    jumped = device.act(web.JumpTo(home.url("second.html"), new_tab=True)).observation
+    assert jumped.last_action_error is None and len(jumped.tabs) == 3
+
+
+@pytest.mark.browser
+def test_explicit_allowed_domains_open_the_other_site(sites):
+    home, other = sites
+    with BrowserDevice(allowed_domains=["127.0.0.1", "127.0.0.2"]) as dev:
+        observation = dev.reset(options={"url": home.url("index.html")})
+        outcome = _click(dev, observation, "offsite link")
+        assert outcome.observation.tabs == ("OFFSITE",)
+    other.requests.clear()  # that visit was allowed
+    with BrowserDevice(allowed_domains=["127.0.0.2"]) as dev, pytest.raises(
+            ConfigError, match=r"refusing to open http://127.0.0.1:\d+/index.html: 127.0.0.1 is "
+                               r"not an allowed site \(allowed: 127.0.0.2\); give an http\(s\) URL "
+                               r"or allow its host"):
+        dev.reset(options={"url": home.url("index.html")})
+
+
+def test_start_urls_and_domains_are_checked_before_chromium_starts():
+    for url in ("file:///etc/passwd", "data:text/html,hi", "javascript:alert(1)",
+                "view-source:https://example.org", "chrome://settings"):
+        with pytest.raises(ConfigError, match=r"^refusing to open .*URLs are never opened; only "
+                                              r"http\(s\) pages"):
+            make_env("web", url=url, task="read it")
+    for bad in ("https://example.org/", "example.org:8080", "", "a b"):
+        with pytest.raises(ConfigError, match=f"allowed domain {bad!r} is not a host name; give a "
+                                              "bare host like 'example.org'"):
+            BrowserDevice(allowed_domains=[bad])
+    with pytest.raises(ConfigError, match="must be a list of host names, got the string"):
+        BrowserDevice(allowed_domains="example.org")
+
+
+def test_site_rules():
+    assert site_of("https://www.example.org/a?b") == "example.org"
+    assert site_of("https://shop.example.org") == "shop.example.org"  # not the registrable domain
+    assert site_of("http://127.0.0.1:8000/x") == "127.0.0.1"
+    guard = NavigationGuard(["example.org", "*.test.net", "10.0.0.1"])
+    for ok in ("https://example.org/", "http://a.b.example.org:81/x", "https://test.net",
+               "http://10.0.0.1:9/", "about:blank"):
+        assert guard.refusal(ok) is None, ok
+    for bad in ("https://example.org.evil.com/", "https://notexample.org/", "http://10.0.0.10/",
+                "ftp://example.org/", "blob:https://example.org/x", "about:config"):
+        assert guard.refusal(bad), bad
+    only = NavigationGuard(origins=["http://127.0.0.1:8123"])
+    assert only.refusal("http://127.0.0.1:8123/miniwob/x.html") is None
+    assert only.refusal("http://127.0.0.1:8124/miniwob/x.html")
+
+
+def test_cli_refuses_a_file_url_in_one_line(capsys):
+    code = main(["run", "--url", "file:///etc/passwd", "--task", "read it", "--model", "lexical"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("error: refusing to open file:///etc/passwd: file: URLs are never opened")
+    code = main(["run", "--env", "android", "--task", "x", "--allow-domain", "example.org"])
+    assert code == 2 and "--allow-domain applies to web pages" in capsys.readouterr().err
+
+
+@pytest.mark.browser
+def test_miniwob_allows_its_own_files_only(sites):
+    _, other = sites
+    with make_env("miniwob/click-button") as env:
+        env.reset(seed=0)
+        outcome = env.act(web.JumpTo(other.url("off.html")))
+        assert "127.0.0.2 is not an allowed site (allowed: http://127.0.0.1:" in \
+            outcome.observation.last_action_error
+        local = env.act(web.JumpTo(f"{env.url.rsplit(':', 1)[0]}:1/miniwob/click-button.html"))
+        assert "is not an allowed site" in local.observation.last_action_error  # other port
+    assert other.requests == []
+
+
+def test_guard_module_has_no_playwright_import_at_load(tmp_path: Path):
+    import subprocess
+    import sys
+
+    code = ("import sys, collabui.devices.navigation as n; "
+            "print(any(m.startswith('playwright') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
