@@ -182,7 +182,10 @@ class EpisodeStream(Iterator[Event]):
     """The events of one episode (``team.stream``). The episode starts on the first ``next``;
     ``result`` is the EpisodeResult once the stream is exhausted. Leaving a ``with`` block,
     ``close()``, or dropping the stream before its end stops the episode: the trace ends with
-    ``EpisodeStopped`` as its error and the device is free for the next episode."""
+    ``EpisodeStopped`` as its error and the device is free for the next episode.
+
+    The episode waits while the caller handles an event, so that time counts in the step's
+    ``team_s`` timing; hand slow work to another thread."""
 
     def __init__(self, team: Any, task: str | None, device: Device, **kwargs: Any) -> None:
         self._kwargs = (team, task, device, kwargs)
