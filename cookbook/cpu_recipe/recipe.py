@@ -225,12 +225,18 @@ def systems(args: argparse.Namespace, trained: Path) -> dict[str, dict[str, Any]
 
 
 def evaluate(args: argparse.Namespace, name: str, fields: dict[str, Any], out: Path) -> dict[str, Any]:
-    from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
+    from collabui.evaluation.miniwob import evaluate_miniwob
+
+    return evaluate_miniwob(eval_config(args, fields), out / name, command=f"recipe.py system {name}")
+
+
+def eval_config(args: argparse.Namespace, fields: dict[str, Any]) -> Any:
+    """The held-out evaluation of one row: shuffled pages unless the row says otherwise."""
+    from collabui.evaluation.miniwob import MiniWoBEvalConfig
 
     fields = {"episodes": args.episodes, "shuffle_elements": True, **fields}
-    config = MiniWoBEvalConfig(tasks=",".join(HELDOUT_TASKS), seed=args.eval_seed, max_steps=args.max_steps,
-                               element_format=_format(args, fields["model"]), concurrency=2, **fields)
-    return evaluate_miniwob(config, out / name, command=f"recipe.py system {name}")
+    return MiniWoBEvalConfig(tasks=",".join(HELDOUT_TASKS), seed=args.eval_seed, max_steps=args.max_steps,
+                             element_format=_format(args, fields["model"]), concurrency=2, **fields)
 
 
 def validate(args: argparse.Namespace, trained: Path, out: Path) -> dict[str, Any]:

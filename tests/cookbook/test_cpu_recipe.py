@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 from collabui.devices.miniwob import miniwob_tasks
-from collabui.evaluation.miniwob import MiniWoBEvalConfig
 from collabui.training.task_lists import HELDOUT_TASKS, TRAIN_TASKS
 
 RECIPE = Path(__file__).resolve().parents[2] / "cookbook" / "cpu_recipe" / "recipe.py"
@@ -31,10 +30,13 @@ def test_every_system_is_a_valid_shuffled_heldout_evaluation(tmp_path):
     args = recipe._args(["--team"])
     rows = recipe.systems(args, tmp_path / "merged")
     assert {"random", "lexical", "base_single", "trained_single", "base_team", "trained_team"} <= set(rows)
-    for fields in rows.values():
-        config = MiniWoBEvalConfig(tasks=",".join(HELDOUT_TASKS), shuffle_elements=True,
-                                   **{"episodes": args.episodes, **fields})
-        assert config.shuffle_elements and config.tasks.split(",") == list(HELDOUT_TASKS)
+    assert "trained_team_unshuffled" in rows
+    for name, fields in rows.items():
+        config = recipe.eval_config(args, fields)
+        assert config.shuffle_elements == (name != "trained_team_unshuffled")
+        assert config.tasks.split(",") == list(HELDOUT_TASKS)
+        # Trained models read the format they learned; the others the html their prompts show.
+        assert config.element_format == (args.element_format if name.startswith("trained") else "html")
     # Trained rows load the recipe's bundle, whose own prompt style the team applies (auto).
     assert rows["trained_single"]["model"] == f"trained:{tmp_path / 'merged'}"
     assert "prompt_style" not in rows["trained_single"] and rows["base_single"]["prompt_style"] == "react"
