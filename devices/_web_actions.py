@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from collabui.actions import Action, Unknown, web
 from collabui.devices import simplify
+from collabui.devices.ui_elements import PASSWORD_MASK
 
 if TYPE_CHECKING:
     from collabui.devices.browser import BrowserDevice
@@ -128,10 +129,13 @@ async def _type(device: BrowserDevice, action: web.TypeString) -> Result:
         if action.press_enter:
             await locator.press("Enter")
 
+    is_password = await locator.evaluate("(el) => (el.type || '').toLowerCase() === 'password'")
     error = await _guard(device, "typing into", action.element_id, clear_then_type)
     if error and "not an <input>" in error:
         error = f"element [{action.element_id}] is not a text field; use click or pick an input"
-    return error, {}
+    # Never report what went into a password field: traces record this masked form instead.
+    info = {"masked_action": {**action.to_dict(), "content": PASSWORD_MASK}} if is_password else {}
+    return error, info
 
 
 async def _scroll(device: BrowserDevice, action: web.ScrollPage) -> Result:

@@ -257,7 +257,8 @@ class AndroidDevice(Device):
         extra = {"package": current.get("package"), "activity": current.get("activity"),
                  "screen_size": list(screen.size), "keyboard": screen.keyboard is not None,
                  "elements": len(screen.elements), "settled": settled, "serial": self.serial,
-                 "seed": self._seed}
+                 "seed": self._seed,
+                 "password_fields": [i for i, e in enumerate(screen.elements) if e.password]}
         return Observation(text=render_elements(screen.elements), task=self._task,
                            url=current.get("package"), last_action_error=error,
                            screenshot=shot, extra=extra)

@@ -503,6 +503,11 @@ class BrowserDevice(Device):
         extra: dict[str, Any] = {"elements": snap["count"]}
         if "tree" in snap:  # subclasses with their own walk have no tree
             extra["tree"] = snap["tree"]
+            # Ids of password inputs (their text starts with the input type): what is typed
+            # there is masked in traces and output (collabui.redaction).
+            extra["password_fields"] = [
+                e["id"] for e in simplify.flat_elements(snap["tree"])
+                if e["tag"] == "input" and e["text"].split(";")[0].strip() == "password"]
         return extra
 
     async def _screenshot(self, page: Any) -> bytes:

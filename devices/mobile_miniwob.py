@@ -134,6 +134,11 @@ class MiniWoBMobileEnv(MiniWoBEnv):
         self._elements = [_element(item) for item in snap["elements"]]
         return render_elements(self._elements)
 
+    def _snapshot_extra(self, snap: dict[str, Any]) -> dict[str, Any]:
+        extra = super()._snapshot_extra(snap)
+        extra["password_fields"] = [i for i, e in enumerate(self._elements) if e.password]
+        return extra
+
     def describe(self) -> Mapping[str, Any]:
         return {"env": f"{self.env_prefix}/{self.task_name}", "device": self.device_name,
                 "episode_max_time_s": self.episode_max_time_s}

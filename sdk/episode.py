@@ -6,14 +6,15 @@ import datetime as _dt
 import re
 import time
 import uuid
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from collabui.actions import Action
 from collabui.devices.base import Device, Observation, StepOutcome
-from collabui.errors import ConfigError, DeviceError
+from collabui.errors import CollabUIError, ConfigError, DeviceError
+from collabui.redaction import Redactor, redact_url
 from collabui.trace import SCHEMA_NAME, SCHEMA_VERSION, EpisodeRecorder, JsonlTraceStore, TraceStore
 
 __all__ = ["StepRecord", "EpisodeResult", "run_episode", "arun_episode"]
@@ -82,7 +83,8 @@ class EpisodeResult:
 class _Run:
     """State shared by the sync and async episode loops."""
 
-    def __init__(self, team, task, device: Device, *, seed, max_steps, trace, episode_id, env_name, on_step) -> None:
+    def __init__(self, team, task, device: Device, *, seed, max_steps, trace, episode_id, env_name, on_step,
+                 secrets: Mapping[str, str] | None = None) -> None:
         space = getattr(device, "action_space", None)
         if space is not None and space.name != team.space.name:
             raise ConfigError(
@@ -90,7 +92,11 @@ class _Run:
                 f"actions; build the team with action_space={space.name!r}"
             )
         self.team, self.device, self.seed, self.env_name, self.on_step = team, device, seed, env_name, on_step
-        self.task = task
+        #: Secrets and passwords never reach the agents, the trace or the caller (see redaction).
+        self.redactor = Redactor(secrets)
+        self.task = self.redactor.text(task) if task else task
+        #: The action the device was last asked to run (secret placeholders filled in).
+        self._sent: Action | None = None
         self.max_steps = max_steps or team.config.max_steps
         self.episode_id = episode_id or _episode_id(env_name)
         store = JsonlTraceStore(trace) if isinstance(trace, (str, Path)) else trace
@@ -127,7 +133,7 @@ class _Run:
             "env": self.env_name,
             "task": task,
             "seed": self.seed,
-            "model": ",".join(sorted({m.name for m in self.team.models})),
+            "model": redact_url(",".join(sorted({m.name for m in self.team.models}))),
             "action_space": self.team.space.name,
             "team": self.team.config.to_dict(),
             "topology": self.team.topology.to_dict(),
@@ -139,12 +145,23 @@ class _Run:
         self._write(header)
         self.header = header  # only once written: end() then knows the trace has a header
 
+    def _mask_step(self, obs: Observation, step, outcome: StepOutcome | None):
+        """The step as it may be recorded and shown: text typed into password fields (those the
+        observation lists, or the device reports in ``masked_action``) becomes ``***`` and
+        secret values their placeholders, in every proposal, the vote and the observation."""
+        redactor = self.redactor
+        redactor.watch(obs)
+        redactor.learn_step(step)
+        if outcome is not None and outcome.info.get("masked_action") and self._sent is not None:
+            typed = getattr(self._sent, "content", None) or getattr(self._sent, "text", None)
+            redactor.add_password(typed or "")
+        return redactor.observation(obs), redactor.team_step(step)
+
     def record(self, t: int, obs: Observation, step, outcome: StepOutcome | None, error: str | None, timings) -> StepRecord:
+        obs, step = self._mask_step(obs, step, outcome)
         executed = step.action
-        # Devices replace text typed into password fields by "***" here; the trace and the
-        # history the agents read from now on only ever see the masked form.
-        masked = (outcome.info.get("masked_action") if outcome else None) or None
-        executed_dict = dict(masked) if masked else executed.to_dict()
+        executed_dict = executed.to_dict()
+        error = self.redactor.text(error) if error else error
         reward = outcome.reward if outcome else 0.0
         done = bool(outcome.done) if outcome else True
         rec = StepRecord(t, obs, step, executed, reward, done, error, timings)
@@ -165,13 +182,13 @@ class _Run:
             "reward": reward,
             "done": done,
             "error": error,
-            "info": dict(outcome.info) if outcome else {},
+            "info": self.redactor.data(dict(outcome.info)) if outcome else {},
             "timings": {k: round(v, 4) for k, v in timings.items()},
         })
         if self.result is None:  # begin() always runs first; keep the record anyway
             self.result = EpisodeResult(task=self.task or '')
         self.result.steps.append(rec)
-        self.history.append(self.team.space.from_dict(executed_dict).to_call() if masked else executed.to_call())
+        self.history.append(executed.to_call())
         if outcome is not None and (outcome.done or executed.terminal):
             self.result.reward = outcome.reward
             self.result.ended = True
@@ -182,7 +199,7 @@ class _Run:
     def end(self, error: str | None) -> EpisodeResult:
         trace_path = self.recorder.location if self.recorder and self.header else None
         result = self.result or EpisodeResult(task=self.task or "", trace_path=trace_path)
-        result.error = result.error or error
+        result.error = result.error or (redact_url(self.redactor.text(error)) if error else error)
         result.success = result.reward > 0
         result.duration_s = time.perf_counter() - self.started
         if self.recorder is not None:
@@ -200,7 +217,7 @@ class _Run:
 
     def _write(self, record: dict[str, Any]) -> None:
         if self.recorder is not None:
-            self.recorder.write(record)
+            self.recorder.write(self.redactor.data(record))  # the last check before disk
 
     def loop(self, seed: int | None) -> Generator[tuple[str, Any], Any, EpisodeResult]:
         """The episode as a generator of device/team requests, so that the sync and the async
@@ -209,14 +226,16 @@ class _Run:
         error: str | None = None
         try:
             self.open()
-            obs = yield ("reset", seed)
+            obs = self.redactor.observation((yield ("reset", seed)))
             self.begin(obs)
             for t in range(self.max_steps):
                 t0 = time.perf_counter()
                 step = yield ("step", (self.task, obs, self.history, t))
                 t1 = time.perf_counter()
+                # Only here, on its way to the device, does a typed placeholder become the value.
+                self._sent = self.redactor.reveal(step.action)
                 try:
-                    outcome = yield ("act", step.action)
+                    outcome = yield ("act", self._sent)
                 except DeviceError as exc:
                     error = f"{type(exc).__name__}: {exc}"
                     self.record(t, obs, step, None, error, {"team_s": t1 - t0})
@@ -224,11 +243,14 @@ class _Run:
                 self.record(t, obs, step, outcome, None, {"team_s": t1 - t0, "act_s": time.perf_counter() - t1})
                 if _should_stop(outcome, step.action):
                     break
-                obs = outcome.observation
+                obs = self.redactor.observation(outcome.observation)
         except DeviceError as exc:
             error = f"{type(exc).__name__}: {exc}"
         except BaseException as exc:
             self.end(f"{type(exc).__name__}: {exc}")
+            message = self.redactor.text(str(exc))
+            if message != str(exc):  # an error message must not carry a secret either
+                raise CollabUIError(f"{type(exc).__name__}: {message}") from None
             raise
         return self.end(error)
 
@@ -304,12 +326,17 @@ def run_episode(
     episode_id: str | None = None,
     env_name: str | None = None,
     on_step: Callable[[StepRecord], None] | None = None,
+    secrets: Mapping[str, str] | None = None,
 ) -> EpisodeResult:
     """Reset ``device``, then step the team until the environment is done, a terminal action
     runs, or ``max_steps`` pass. A ``DeviceError`` ends the episode with the error recorded
-    (the trace so far stays valid); other errors are recorded in the trace and re-raised."""
+    (the trace so far stays valid); other errors are recorded in the trace and re-raised.
+
+    ``secrets`` (``{"name": value}``): the task and the agents see ``<secret:name>``; the device
+    gets the value only when it types an action holding the placeholder; traces, results and
+    errors hold the placeholder alone (see ``collabui.redaction``)."""
     run = _Run(team, task, device, seed=seed, max_steps=max_steps, trace=trace,
-               episode_id=episode_id, env_name=env_name, on_step=on_step)
+               episode_id=episode_id, env_name=env_name, on_step=on_step, secrets=secrets)
     driver = _Driver(run, seed, _calls(team, device, asynchronous=False))
     while not driver.done:
         try:
@@ -332,10 +359,11 @@ async def arun_episode(
     episode_id: str | None = None,
     env_name: str | None = None,
     on_step: Callable[[StepRecord], None] | None = None,
+    secrets: Mapping[str, str] | None = None,
 ) -> EpisodeResult:
     """Async twin of ``run_episode`` (uses the device's and the team's async methods)."""
     run = _Run(team, task, device, seed=seed, max_steps=max_steps, trace=trace,
-               episode_id=episode_id, env_name=env_name, on_step=on_step)
+               episode_id=episode_id, env_name=env_name, on_step=on_step, secrets=secrets)
     driver = _Driver(run, seed, _calls(team, device, asynchronous=True))
     while not driver.done:
         try:

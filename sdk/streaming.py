@@ -21,7 +21,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -54,11 +54,13 @@ class _Episode:
     def __init__(self, team: Any, task: str | None, device: Device, *, seed: int | None = None,
                  max_steps: int | None = None, trace: TraceStore | str | Path | None = None,
                  episode_id: str | None = None, env_name: str | None = None,
-                 on_step: Callable[[StepRecord], None] | None = None, asynchronous: bool) -> None:
+                 on_step: Callable[[StepRecord], None] | None = None,
+                 secrets: Mapping[str, str] | None = None, asynchronous: bool) -> None:
         self.team, self.user_on_step = team, on_step
         self.finished: list[tuple[StepRecord, str]] = []
         self.run = _Run(team, task, device, seed=seed, max_steps=max_steps, trace=trace,
-                        episode_id=episode_id, env_name=env_name, on_step=self._collect)
+                        episode_id=episode_id, env_name=env_name, on_step=self._collect,
+                        secrets=secrets)
         self.calls = _calls(team, device, asynchronous=asynchronous)
         self.driver = _Driver(self.run, seed, self.calls)  # writes the header
         self.started = False
@@ -203,7 +205,9 @@ class EpisodeStream(Iterator[Event]):
         return self
 
     def __next__(self) -> Event:
-        return next(self._generator())
+        event = next(self._generator())
+        # Masked before anyone sees it: a proposal typing a password is hidden as it lands.
+        return self._episode.run.redactor.event(event) if self._episode else event
 
     def close(self) -> None:
         """Stop the episode if it is still running (safe to call twice)."""
@@ -245,7 +249,8 @@ class AsyncEpisodeStream(AsyncIterator[Event]):
         return self
 
     async def __anext__(self) -> Event:
-        return await self._generator().__anext__()
+        event = await self._generator().__anext__()
+        return self._episode.run.redactor.event(event) if self._episode else event
 
     async def aclose(self) -> None:
         """Stop the episode if it is still running (safe to call twice)."""

@@ -1,6 +1,7 @@
 """Episodes end cleanly when the device dies: the error is recorded, the trace stays valid."""
 
 import asyncio
+import contextlib
 import json
 import signal
 import subprocess
@@ -62,8 +63,21 @@ def test_async_episode_and_space_mismatch():
 
 @pytest.mark.browser
 def test_real_browser_crash_mid_episode_keeps_trace(tmp_path):
-    crash = 'Action: {"action": "jump_to", "url": "chrome://crash"}'
-    team = CollabAgentTeam(ScriptedChatModel([crash], cycle=True), n_agents=2, rounds=1, max_steps=4)
+    async def crash_tab(env):
+        from playwright.async_api import Error as PlaywrightError
+
+        with contextlib.suppress(PlaywrightError):  # the crash aborts the navigation
+            await env._current_page().goto("chrome://crash")
+
+    def answer(request):
+        # jump_to refuses chrome: URLs (the navigation guard), so the tab is crashed directly
+        # while the team deliberates.
+        if len(model.requests) == 2:
+            env._call(crash_tab, env)
+        return CLICK_B
+
+    model = ScriptedChatModel(answer)
+    team = CollabAgentTeam(model, n_agents=2, rounds=1, max_steps=4)
     with make_env("miniwob/click-button") as env:
         result = team.run(None, env, seed=0, trace=tmp_path, episode_id="crash")
     assert result.error and "DeviceClosedError" in result.error

@@ -16,6 +16,7 @@ from typing import Any
 
 from collabui.cli.flags import add_config_flags, config_argv, config_from_args
 from collabui.config import GUIDED_HELP, MODEL_HELP, SCREENSHOTS_HELP, TeamConfig
+from collabui.redaction import redact_url
 
 __all__ = ["add_commands", "run_command", "miniwob_command", "team_options"]
 
@@ -88,7 +89,7 @@ def miniwob_command(args: argparse.Namespace) -> str:
              *config_argv(TeamConfig, team_options(args)), "--out", args.out]
     if not getattr(args, "screenshots", True):  # off is the library default, but not the command's
         parts.append("--no-screenshots")
-    return shlex.join(parts + (["--plot"] if args.plot else []))
+    return redact_url(shlex.join(parts + (["--plot"] if args.plot else [])))
 
 
 def _miniwob(args: argparse.Namespace) -> int:
@@ -121,7 +122,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _autowebbench_command(args: argparse.Namespace, config: TeamConfig) -> str:
-    parts = ["collabui", "eval", "autowebbench", "--data", args.data, "--model", args.model,
+    parts = ["collabui", "eval", "autowebbench", "--data", args.data, "--model", redact_url(args.model),
              "--agents", str(config.n_agents), "--rounds", str(config.rounds), "--topology", str(config.topology),
              "--seed", str(config.seed), "--out", args.out, "--start", str(args.start)]
     for flag, value in (("--limit", args.limit), ("--adapters", args.adapters)):
@@ -150,7 +151,7 @@ def _autowebbench(args: argparse.Namespace) -> int:
     model = load_model(args.model, adapters=args.adapters, **({"guided_json": "web"} if args.guided_json else {}))
     try:
         team = CollabAgentTeam(model, config=config)
-        system = {"model": args.model, "adapters": args.adapters, "n_agents": config.n_agents,
+        system = {"model": redact_url(args.model), "adapters": args.adapters, "n_agents": config.n_agents,
                   "rounds": config.rounds, "topology": str(config.topology), "seed": config.seed,
                   "label": system_label(args.model, config.n_agents, config.rounds,
                                         str(config.topology), args.adapters, guided=args.guided_json),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from collabui.cli.flags import add_config_flags, config_from_args
@@ -23,6 +24,7 @@ from collabui.config import (
     TeamConfig,
 )
 from collabui.errors import ConfigError
+from collabui.redaction import Secrets, redact_url
 
 __all__ = ["add_commands", "run_command", "add_page_flags", "page_options", "team_config", "ADAPTERS_HELP"]
 
@@ -54,6 +56,9 @@ def add_commands(sub: Any) -> None:
     run.add_argument("--allow-domain", action="append", dest="allow_domains", metavar="HOST",
                      help="a host the browser may open pages of, subdomains included (repeatable; "
                           "default: the --url's host; MiniWoB++: its own local files only)")
+    run.add_argument("--secret", action="append", dest="secrets", metavar="NAME",
+                     help="a secret the agents see as <secret:NAME> and the device types for real: its "
+                          "value comes from the environment variable NAME, else a hidden prompt (repeatable)")
     run.add_argument("--quiet", action="store_true", help="only print the summary")
     run.add_argument("--guided-json", action="store_true", help=GUIDED_HELP)
     add_config_flags(run, TeamConfig, skip=_TEAM_SKIP, rename=_TEAM_RENAME, defaults={"screenshots": True},
@@ -114,6 +119,24 @@ def _make_device(args: argparse.Namespace, config: TeamConfig) -> Any:
     return make_env(args.env, screenshots=config.screenshots, **page)
 
 
+def read_secrets(names: Sequence[str]) -> dict[str, str]:
+    """``--secret NAME`` values: the environment variable NAME, else a hidden prompt."""
+    import getpass
+    import os
+
+    values: dict[str, str] = {}
+    for name in names:
+        value = os.environ.get(name)
+        if value is None:
+            try:
+                value = getpass.getpass(f"value of secret {name} (not echoed): ")
+            except EOFError:
+                value = ""
+        values[name] = value
+    Secrets(values)  # one-line ConfigError for a bad name or an empty value
+    return values
+
+
 def _envs() -> int:
     from collabui.devices.registry import list_envs
 
@@ -142,12 +165,13 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
     config = team_config(args)
     _resolve_topology(config)  # an invalid topology fails before Chromium or the model start
+    secrets = read_secrets(args.secrets or ())
     view = LiveView(quiet=args.quiet)
     device = _make_device(args, config)  # fail fast on bad env / missing Chromium, before the model loads
     # The device decides the action space (miniwob-mobile and android take mobile actions).
     config = dataclasses.replace(config, action_space=device.action_space.name)
     try:
-        view.status(f"loading model {args.model} ...")
+        view.status(f"loading model {redact_url(args.model)} ...")
         t0 = time.perf_counter()
         model = load_model(args.model, adapters=args.adapter_folder,
                            **({"guided_json": config.action_space} if args.guided_json else {}))
@@ -158,8 +182,8 @@ def _run(args: argparse.Namespace) -> int:
         for k in range(args.episodes):
             seed = None if config.seed is None else config.seed + k
             view.episode_start(k, args.episodes, args.env or args.url, seed)
-            with team.stream(args.task, device, seed=seed, trace=args.trace_dir,
-                             env_name=args.env or args.url) as events:
+            with team.stream(args.task, device, seed=seed, trace=args.trace_dir, secrets=secrets,
+                             env_name=args.env or redact_url(args.url)) as events:
                 for event in events:
                     view.handle(event)
             results.append(events.result)

@@ -42,6 +42,7 @@ from collabui.evaluation.runner import EnvFactory, EnvPool, episode_specs, run_e
 from collabui.evaluation.stats import rate_entry
 from collabui.models.base import ChatModel
 from collabui.models.spec import load_model, team_adapter_names
+from collabui.redaction import redact_url
 
 __all__ = ["EASY_TASKS", "SUITES", "MiniWoBEvalConfig", "resolve_tasks", "evaluate_miniwob", "system_label"]
 
@@ -204,7 +205,7 @@ def system_label(model: str, n_agents: int, rounds: int, topology: str, adapters
                  guided: bool = False) -> str:
     """A short human label: ``random single agent``, ``smollm2+adapters team 4x3 (random)``,
     ``smollm2+guided single agent``."""
-    name = model + ("+adapters" if adapters else "") + ("+guided" if guided else "")
+    name = redact_url(model) + ("+adapters" if adapters else "") + ("+guided" if guided else "")
     if n_agents == 1 and rounds == 1:
         return f"{name} single agent"
     return f"{name} team {n_agents}x{rounds} ({topology})"
@@ -251,7 +252,7 @@ def _fingerprint(config: MiniWoBEvalConfig) -> dict[str, Any]:
     from collabui.models.spec import model_fingerprint
 
     n, m = config.team_shape()
-    return {"model": config.model, "model_weights": model_fingerprint(config.model), "adapters": config.adapters, "n_agents": n, "rounds": m,
+    return {"model": redact_url(config.model), "model_weights": model_fingerprint(config.model), "adapters": config.adapters, "n_agents": n, "rounds": m,
             "topology": config.topology, "seed": config.seed, "env": config.env,
             "max_steps": config.max_steps, "prompt_style": config.prompt_style,
             "max_new_tokens": config.max_new_tokens, "guided_json": config.guided_json,
@@ -354,7 +355,7 @@ def build_results(config: MiniWoBEvalConfig, tasks: Sequence[str], records: Sequ
     per_task = {t: entry([r for r in records if r["task"] == t]) for t in tasks}
     return {
         "schema": "collabui.eval", "version": 1, "harness": "miniwob",
-        "system": {"model": config.model, "adapters": config.adapters, "n_agents": n, "rounds": m,
+        "system": {"model": redact_url(config.model), "adapters": config.adapters, "n_agents": n, "rounds": m,
                    "topology": config.topology, "prompt_style": config.prompt_style,
                    "max_new_tokens": config.max_new_tokens, "guided_json": config.guided_json,
                    "team_options": _jsonable(config.team_options),

@@ -1,0 +1,223 @@
+"""Secrets and passwords never reach a trace, a prompt, a report or the terminal.
+
+A scripted team types into real pages: MiniWoB++ enter-password and login-user (with
+``secrets``, and without them, where password fields alone are masked) and a local login page
+that echoes what it received. The environment must get the real values (the task succeeds, the
+server saw them) while no byte written (trace files, stdout, stderr) holds a secret, and a typed
+password survives only in the task sentence the user gave.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from collabui import CollabAgentTeam
+from collabui.cli import main
+from collabui.devices import BrowserDevice, make_env
+from collabui.errors import ConfigError
+from collabui.models.base import ChatRequest
+from collabui.models.fake import ScriptedChatModel
+from collabui.redaction import Redactor, Secrets, redact_url
+from collabui.trace import read_trace
+from tests.local_site import LocalSite, serve
+
+pytestmark = pytest.mark.security
+
+#: enter-password seeds whose password is long enough (>= 5 characters) not to occur by chance.
+SEED = 3
+PASSWORD = "D91YP"
+
+
+def _form_filler(request: ChatRequest) -> str:
+    """Fill the first empty field of the page with the quoted word the task names for it (a
+    ``<secret:...>`` placeholder when the task holds one: password fields take the last), then
+    press the button."""
+    text = str(request.messages[-1]["content"])
+    task = re.search(r"^Task: (.*)$", text, re.M).group(1)
+    page = next(line for line in text.splitlines() if line.startswith("<"))
+    values = re.findall(r'"([^"]+)"', task)
+    for element, content in re.findall(r"<input\[([A-Z]+)\]\| ([^>]*)>", page):
+        if content in ("", "password"):
+            value = values[-1] if content == "password" else values[0]
+            return (f"Thought: type {value}.\nAction: {{\"action\": \"type_string\", "
+                    f"\"element_id\": \"{element}\", \"content\": \"{value}\"}}")
+    button = re.findall(r"<button\[([A-Z]+)\]\|", page)[-1]
+    return f'Thought: submit.\nAction: {{"action": "click", "element_id": "{button}"}}'
+
+
+def _all_bytes(folder: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file())
+
+
+def _team() -> CollabAgentTeam:
+    return CollabAgentTeam(ScriptedChatModel(_form_filler), n_agents=2, rounds=2, topology="chain",
+                           max_steps=5, seed=0)
+
+
+@pytest.mark.browser
+def test_secret_typed_on_miniwob_never_written(tmp_path, capfd):
+    with make_env("miniwob/enter-password") as env:
+        result = _team().run(None, env, seed=SEED, trace=tmp_path, secrets={"pw": PASSWORD})
+    out, err = capfd.readouterr()
+    assert result.success  # the page received the real value, twice
+    assert result.task == 'Enter the password "<secret:pw>" into both text fields and press submit.'
+    written = _all_bytes(tmp_path)
+    assert PASSWORD.encode() not in written and PASSWORD not in out + err
+    assert b"<secret:pw>" in written
+    trace = read_trace(next(tmp_path.glob("*.jsonl")))
+    assert trace.steps[0]["executed"]["content"] == "<secret:pw>"
+    assert trace.steps[2]["history"] == ["type_string('B', '<secret:pw>', False)",
+                                         "type_string('D', '<secret:pw>', False)"]
+    assert PASSWORD not in repr(result)
+
+
+@pytest.mark.browser
+def test_password_typed_without_secrets_is_masked_everywhere_but_the_task(tmp_path, capfd,
+                                                                         monkeypatch):
+    """Through the CLI (live view on stdout): only the task sentence keeps the password."""
+    monkeypatch.setattr("collabui.models.spec.load_model",
+                        lambda spec, **kwargs: ScriptedChatModel(_form_filler))
+    code = main(["run", "--env", "miniwob/enter-password", "--model", "scripted", "--agents", "2",
+                 "--rounds", "2", "--topology", "chain", "--seed", str(SEED), "--max-steps", "5",
+                 "--no-screenshots", "--trace-dir", str(tmp_path)])
+    out, err = capfd.readouterr()
+    assert code == 0 and "success" in out, out + err
+    [line] = [line for line in out.splitlines() if PASSWORD in line]
+    assert line.startswith("task: Enter the password")  # the user's own sentence may stay
+    assert "***" in out and PASSWORD not in err
+    trace = read_trace(next(tmp_path.glob("*.jsonl")))
+    assert PASSWORD in trace.header["task"]
+    for record in [*trace.steps, trace.end]:
+        assert PASSWORD not in json.dumps(record), record.get("t")
+    assert trace.steps[0]["executed"]["content"] == "***"
+    assert trace.steps[0]["proposals"][0][0]["raw"].endswith('"content": "***"}')
+
+
+@pytest.mark.browser
+def test_login_user_with_two_secrets(tmp_path, capfd):
+    with make_env("miniwob/login-user") as env:
+        task = env.reset(seed=SEED).task
+        user, password = re.findall(r'"([^"]+)"', task)
+        result = _team().run(None, env, seed=SEED, trace=tmp_path,
+                             secrets={"user": user, "password": password})
+    out, err = capfd.readouterr()
+    assert result.success, result.error
+    written = _all_bytes(tmp_path).decode()
+    for value in (user, password):
+        assert not re.search(rf"\b{re.escape(value)}\b", written + out + err)
+    assert "<secret:user>" in written and "<secret:password>" in written
+
+
+LOGIN = """<html><head><title>Login</title></head><body>
+<form method="get" action="welcome.html">
+<input name="user" placeholder="user"> <input name="pw" type="password" placeholder="password">
+<button>Log in</button></form></body></html>"""
+WELCOME = """<html><head><title>Welcome</title></head><body><p id="echo"></p>
+<script>document.getElementById('echo').textContent = 'got ' + location.search;</script>
+</body></html>"""
+
+
+@pytest.fixture(scope="module")
+def login_site(tmp_path_factory) -> Iterator[LocalSite]:
+    root = tmp_path_factory.mktemp("login")
+    (root / "login.html").write_text(LOGIN)
+    (root / "welcome.html").write_text(WELCOME)
+    with serve(root) as site:
+        yield site
+
+
+@pytest.mark.browser
+def test_local_page_that_echoes_the_secret(tmp_path, capfd, login_site):
+    """The page puts both values into its URL and its text: the agents, the trace and the
+    terminal see placeholders; the server got the real values."""
+    user, password = "alice.w", "Tr0ub4dor&3"
+    task = "Log in as <secret:user> with the password <secret:pw>; press the button."
+    script = [
+        'Action: {"action": "type_string", "element_id": "A", "content": "<secret:user>"}',
+        'Action: {"action": "type_string", "element_id": "B", "content": "<secret:pw>"}',
+        'Action: {"action": "click", "element_id": "C"}',
+        'Action: {"action": "finish", "answer": "logged in"}',
+    ]
+    model = ScriptedChatModel([a for a in script for _ in range(2)])
+    team = CollabAgentTeam(model, n_agents=2, rounds=1, topology="independent", max_steps=4)
+    with BrowserDevice(start_url=login_site.url("login.html"), screenshots=True) as device:
+        result = team.run(task, device, trace=tmp_path, secrets={"user": user, "pw": password})
+    out, err = capfd.readouterr()
+    assert any("Tr0ub4dor%263" in r and "alice.w" in r for r in login_site.requests)
+    final = result.steps[-1].observation
+    assert final.tabs == ("Welcome",) and "<secret:user>" in final.url
+    assert "got ?user=<secret:user>" in final.text
+    written = _all_bytes(tmp_path)
+    for value in (user, password, "Tr0ub4dor%263"):
+        assert value.encode() not in written and value not in out + err
+    prompts = " ".join(str(m["content"]) for r in model.requests for m in r.messages)
+    assert user not in prompts and "Tr0ub4dor" not in prompts
+
+
+def test_secret_in_an_error_message_is_concealed(tmp_path):
+    class Exploding(ScriptedChatModel):
+        def generate(self, requests):
+            raise RuntimeError("server said: bad token s3cr3t-value")
+
+    team = CollabAgentTeam(Exploding(["x"]), n_agents=1, rounds=1)
+    from collabui.devices.base import Observation
+    from collabui.devices.fake import FakeDevice
+    from collabui.errors import CollabUIError
+
+    device = FakeDevice([Observation(text="<button[A]| ok>", task="t")])
+    with pytest.raises(CollabUIError) as raised:
+        team.run("use <secret:k>", device, trace=tmp_path, secrets={"k": "s3cr3t-value"})
+    assert "s3cr3t-value" not in str(raised.value) and "<secret:k>" in str(raised.value)
+    assert b"s3cr3t-value" not in _all_bytes(tmp_path)
+
+
+def test_cli_secret_reads_the_environment_and_checks_names(monkeypatch, capsys):
+    from collabui.cli.run import read_secrets
+
+    monkeypatch.setenv("SITE_PW", "from-env")
+    assert read_secrets(["SITE_PW"]) == {"SITE_PW": "from-env"}
+    monkeypatch.delenv("SITE_PW")
+    monkeypatch.setattr("getpass.getpass", lambda prompt: "typed-in")
+    assert read_secrets(["SITE_PW"]) == {"SITE_PW": "typed-in"}
+    monkeypatch.setattr("getpass.getpass", lambda prompt: "")
+    with pytest.raises(ConfigError, match="secret 'SITE_PW' has no value; give a non-empty string"):
+        read_secrets(["SITE_PW"])
+    with pytest.raises(ConfigError, match="secret name 'a b' is not usable"):
+        Secrets({"a b": "x"})
+
+
+def test_redact_url_masks_credentials_in_specs():
+    spec = "openai:m@https://bob:hunter22@llm.example.org/v1?api_key=sk-123&x=1"
+    assert redact_url(spec) == "openai:m@https://***@llm.example.org/v1?api_key=***&x=1"
+    assert redact_url("Authorization: Bearer abcdefgh12345") == "Authorization: Bearer ***"
+    assert redact_url("smollm2") == "smollm2"
+
+
+def test_password_masking_respects_word_boundaries_and_ids():
+    redactor = Redactor()
+    redactor.add_password("ab")
+    assert redactor.text("type ab then about") == "type *** then about"
+    record = {"element_id": "ab", "content": "ab", "tree": {"id": "ab", "parts": ["ab"]}}
+    assert redactor.data(record) == {"element_id": "ab", "content": "***",
+                                     "tree": {"id": "ab", "parts": ["***"]}}
+
+
+@pytest.mark.browser
+def test_model_spec_credentials_never_echoed(tmp_path, capfd, monkeypatch):
+    spec = "openai:m@http://bob:hunter22@127.0.0.1:9/v1?api_key=sk-secret-1"
+    monkeypatch.setattr("collabui.models.spec.load_model",
+                        lambda s, **kwargs: ScriptedChatModel(
+                            ['Action: {"action": "click", "element_id": "A"}'], cycle=True,
+                            name=s))
+    main(["run", "--env", "miniwob/click-button", "--model", spec, "--agents", "1", "--rounds", "1",
+          "--max-steps", "1", "--no-screenshots", "--trace-dir", str(tmp_path)])
+    out, err = capfd.readouterr()
+    written = _all_bytes(tmp_path).decode()
+    for value in ("hunter22", "sk-secret-1"):
+        assert value not in out + err + written
+    assert "http://***@127.0.0.1:9/v1?api_key=***" in out + written
