@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from collabui.actions import get_action_space
@@ -116,18 +116,8 @@ def build_mistake_pairs(trace_paths: PathLike | Iterable[PathLike], labels_path:
 
     from collabui.training.pairs import pair_features
 
-    labels = load_labels(labels_path, critic=critic)
-    rows: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    for path in expand_trace_paths(trace_paths):
-        trace = read_trace(path)
-        for step in trace.steps:
-            label = labels.get((str(trace.header["episode_id"]), int(step["t"])))
-            for row in mistake_pairs_for_step(trace.header, step, label) if label else []:
-                key = _key({k: row[k] for k in ("agent", "prompt", "chosen", "rejected")})
-                if key not in seen:
-                    seen.add(key)
-                    rows.append(row)
+    rows = _unique(_labelled_rows(trace_paths, labels_path, critic, mistake_pairs_for_step),
+                   ("agent", "prompt", "chosen", "rejected"))
     features = pair_features()
     features["chosen_source"] = Value("string")
     return Dataset.from_dict({c: [r[c] for r in rows] for c in MISTAKE_COLUMNS}, features=features)
@@ -144,19 +134,32 @@ def verified_sft_rows(trace_paths: PathLike | Iterable[PathLike], labels_path: P
     Each row is ``{"prompt", "completion", "agent", "episode_id", "t", "round", "source"}``
     (``source``: ``own`` for rewarded entries, else the chosen's source); duplicates dropped.
     """
+    return _unique(_labelled_rows(trace_paths, labels_path, critic, _sft_rows_for_step), ("prompt", "completion"))
+
+
+def _labelled_rows(trace_paths: PathLike | Iterable[PathLike], labels_path: PathLike, critic: str | None,
+                   rows_for_step: Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], list[dict[str, Any]]],
+                   ) -> Iterator[dict[str, Any]]:
+    """``rows_for_step(header, step, label)`` over every labelled step of the traces."""
     labels = load_labels(labels_path, critic=critic)
-    rows: list[dict[str, Any]] = []
-    seen: set[str] = set()
     for path in expand_trace_paths(trace_paths):
         trace = read_trace(path)
         for step in trace.steps:
             label = labels.get((str(trace.header["episode_id"]), int(step["t"])))
-            for row in _sft_rows_for_step(trace.header, step, label) if label else []:
-                key = _key({k: row[k] for k in ("prompt", "completion")})
-                if key not in seen:
-                    seen.add(key)
-                    rows.append(row)
-    return rows
+            if label:
+                yield from rows_for_step(trace.header, step, label)
+
+
+def _unique(rows: Iterable[dict[str, Any]], fields: tuple[str, ...]) -> list[dict[str, Any]]:
+    """``rows`` without repeats of the same ``fields`` (first kept)."""
+    seen: set[str] = set()
+    out = []
+    for row in rows:
+        key = _key({k: row[k] for k in fields})
+        if key not in seen:
+            seen.add(key)
+            out.append(row)
+    return out
 
 
 def _sft_rows_for_step(header: dict[str, Any], step: dict[str, Any], label: dict[str, Any]) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ from collabui.errors import ConfigError, ModelLoadError
 from collabui.models.base import ChatModel
 from collabui.models.bundle import SHIPPED_BUNDLES
 
-__all__ = ["load_model", "model_defaults", "model_element_format", "model_fingerprint", "agent_adapter_folders",
+__all__ = ["load_model", "bundle_folder", "model_defaults", "model_element_format", "model_fingerprint", "agent_adapter_folders",
            "team_adapter_names", "local_base", "SPEC_FORMS"]
 
 SPEC_FORMS = (
@@ -139,34 +139,38 @@ def load_model(spec: str, *, adapters: str | Path | None = None, **kwargs: Any) 
     raise ConfigError(f"unknown model spec {spec!r}; use one of: {SPEC_FORMS}")
 
 
+def bundle_folder(spec: str) -> Path | None:
+    """The bundle folder a spec names (``smollm2-trained``, ``trained:FOLDER``); None for
+    specs that are not bundles."""
+    from collabui.models.bundle import bundle_dir
+
+    text = spec.strip()
+    kind, sep, rest = text.partition(":")
+    if text in SHIPPED_BUNDLES:
+        return bundle_dir(text)
+    if sep and kind == "trained" and rest:
+        return Path(rest).expanduser()
+    return None
+
+
 def model_defaults(spec: str) -> dict[str, Any]:
     """The team settings a model spec was trained for (a bundle's ``prompt_style``,
     ``element_format``...), read without loading the model: the device is made before the
     model loads, and must already show pages the way the model learned to read them. ``{}``
     for specs that are not bundles."""
-    from collabui.models.bundle import bundle_dir, bundle_team
+    from collabui.models.bundle import bundle_team
 
-    text = spec.strip()
-    kind, sep, rest = text.partition(":")
-    if text in SHIPPED_BUNDLES:
-        return bundle_team(bundle_dir(text))
-    if sep and kind == "trained" and rest:
-        return bundle_team(rest)
-    return {}
+    folder = bundle_folder(spec)
+    return bundle_team(folder) if folder is not None else {}
 
 
 def model_fingerprint(spec: str) -> str | None:
     """A hash of the weights behind a bundle spec (``smollm2-trained``, ``trained:FOLDER``),
     which a folder path alone does not pin down; None for other specs."""
-    from collabui.models.bundle import bundle_dir, bundle_fingerprint
+    from collabui.models.bundle import bundle_fingerprint
 
-    text = spec.strip()
-    kind, sep, rest = text.partition(":")
-    if text in SHIPPED_BUNDLES:
-        return bundle_fingerprint(bundle_dir(text))
-    if sep and kind == "trained" and rest:
-        return bundle_fingerprint(rest)
-    return None
+    folder = bundle_folder(spec)
+    return bundle_fingerprint(folder) if folder is not None else None
 
 
 def model_element_format(spec: str) -> str:
