@@ -184,7 +184,7 @@ def bundle(args: argparse.Namespace, sft_dir: Path, out: Path) -> Path:
         if k in {"demo_minutes", "sft_examples", "sft_epochs", "lr", "lora_r", "batch", "element_format", "style",
                  "onpolicy_episodes", "round2_demo_rows"})
     return write_bundle(out, base="smollm2", merge={"stage1": sft_dir}, agents={},
-                        team={"prompt_style": args.style, "max_new_tokens": 96,
+                        team={"prompt_style": args.style, "max_new_tokens": 128,
                               "element_format": args.element_format}, made_by=made_by,
                         train_tasks=list(TRAIN_TASKS))
 
@@ -212,13 +212,13 @@ def systems(args: argparse.Namespace, trained: Path) -> dict[str, dict[str, Any]
     rows: dict[str, dict[str, Any]] = {
         "random": {"model": "random", "episodes": args.baseline_episodes},
         "lexical": {"model": "lexical", "episodes": args.baseline_episodes},
-        # 96 tokens: a grounded answer copies the target's line (long link texts) before the action.
-        "trained_single": {"model": f"trained:{trained}", "n_agents": 1, "rounds": 1, "max_new_tokens": 96},
+        # 128 tokens: a grounded answer copies the target's line (long email or link texts) before the action.
+        "trained_single": {"model": f"trained:{trained}", "n_agents": 1, "rounds": 1, "max_new_tokens": 128},
         "base_single": {"model": "smollm2", "n_agents": 1, "rounds": 1, "prompt_style": "react"},
     }
     if args.team:
         rows["base_team"] = {"model": "smollm2", "n_agents": 4, "rounds": 3, "prompt_style": "react"}
-        rows["trained_team"] = {"model": f"trained:{trained}", "n_agents": 4, "rounds": 3, "max_new_tokens": 96}
+        rows["trained_team"] = {"model": f"trained:{trained}", "n_agents": 4, "rounds": 3, "max_new_tokens": 128}
         # Same team, pages in their own order and ids: a position habit would show as a gap.
         rows["trained_team_unshuffled"] = {**rows["trained_team"], "shuffle_elements": False}
     return rows
