@@ -376,7 +376,7 @@ class BrowserDevice(Device):
         if self._guard is None:  # no episode yet: nothing may load
             await route.fulfill(status=204)
             return
-        await self._guard.route(route)
+        await self._guard.route(route, timeout_s=self.config.navigation_timeout_s)
 
     def _adopt_page(self, page: Any) -> None:
         self._page = page

@@ -131,8 +131,12 @@ class NavigationGuard:
     def _block(self, url: str, reason: str, how: str) -> None:
         self.blocked.append({"url": url, "reason": reason, "via": how})
 
-    async def route(self, route: Any) -> None:
-        """Playwright route handler: navigation requests are checked, the rest pass."""
+    async def route(self, route: Any, *, timeout_s: float = 30.0) -> None:
+        """Playwright route handler: navigation requests are checked, the rest pass.
+
+        ``timeout_s`` bounds the guard's own fetch of the page: a navigation's budget, not the
+        context's default (the element-action timeout, far too short for a page load on a
+        loaded machine)."""
         request = route.request
         if not request.is_navigation_request():
             await route.continue_()
@@ -140,11 +144,11 @@ class NavigationGuard:
         self._in_flight += 1
         self.navigations += 1
         try:
-            await self._navigate(route, request.url)
+            await self._navigate(route, request.url, timeout_s)
         finally:
             self._in_flight -= 1
 
-    async def _navigate(self, route: Any, url: str) -> None:
+    async def _navigate(self, route: Any, url: str, timeout_s: float) -> None:
         from playwright.async_api import Error as PlaywrightError
 
         reason = self.refusal(url)
@@ -154,7 +158,7 @@ class NavigationGuard:
             return
         try:
             # Fetched here without following redirects, so every hop is checked.
-            response = await route.fetch(max_redirects=0)
+            response = await route.fetch(max_redirects=0, timeout=timeout_s * 1000)
         except PlaywrightError:
             await route.abort()  # unreachable: the browser reports it as it would have
             return

@@ -1,6 +1,7 @@
 """A folder served over HTTP on a loopback address, for browser tests (pages only load over http(s)).
 
-``/redirect?to=URL`` answers ``302 Location: URL``; every other path is a file of the folder.
+``/redirect?to=URL`` answers ``302 Location: URL``; ``/slow?s=SECONDS&to=URL`` answers the
+same after SECONDS; every other path is a file of the folder.
 Use 127.0.0.1 for the site under test and another loopback address (127.0.0.2) as "another site".
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -24,7 +26,9 @@ class _Handler(SimpleHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib name
         parts = urlsplit(self.path)
-        if parts.path == "/redirect":
+        if parts.path == "/slow":
+            time.sleep(float(parse_qs(parts.query)["s"][0]))
+        if parts.path in ("/redirect", "/slow"):
             self.send_response(302)
             self.send_header("Location", parse_qs(parts.query)["to"][0])
             self.send_header("Content-Length", "0")

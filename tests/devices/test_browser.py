@@ -243,3 +243,14 @@ def test_import_stays_light():
             "print(any(m.startswith('playwright') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_slow_page_load_is_not_held_to_the_action_timeout(site):
+    # The guard fetches each navigation itself: its fetch gets the navigation budget, not the
+    # context's element-action timeout (0.2 s here), which a loaded machine's page loads exceed.
+    dev = BrowserDevice(action_timeout_s=0.2, task="test the browser")
+    try:
+        obs = dev.reset(options={"url": site.url(f"slow?s=0.6&to={site.url('second.html')}")})
+        assert obs.url.endswith("second.html") and obs.last_action_error is None
+    finally:
+        dev.close()
