@@ -327,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
         results["systems"][name] = _row(done)
         results["eval_minutes"] = clock.minutes("3 ")
         path.write_text(json.dumps(results, indent=1))  # after every row: an interrupted run keeps them
+    results["eval_minutes"] = clock.minutes("3 ")
+    path.write_text(json.dumps(results, indent=1))  # also when no row was evaluated this time
     if args.publish:
         shutil.copyfile(out / "results.json", HERE / "results.json")
         shutil.rmtree(SHIPPED, ignore_errors=True)

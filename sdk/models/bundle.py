@@ -66,13 +66,14 @@ def read_bundle(folder: str | Path) -> dict[str, Any]:
 
 
 def bundle_fingerprint(folder: str | Path) -> str:
-    """A short hash of what the bundle in ``folder`` computes (its adapter weights and team
-    settings): a run folder of one bundle must not be resumed with another written there."""
+    """A short hash of the weights the bundle in ``folder`` computes with (base, adapters): a
+    run folder of one bundle must not be resumed with another written there. Team settings are
+    left out: the evaluations that use them record them resolved."""
     import hashlib
 
     root = Path(folder).expanduser()
     manifest = read_bundle(root)
-    digest = hashlib.sha256(json.dumps({k: manifest.get(k) for k in ("base", "merge", "agents", "team")},
+    digest = hashlib.sha256(json.dumps({k: manifest.get(k) for k in ("base", "merge", "agents")},
                                        sort_keys=True).encode())
     for name in sorted([*manifest.get("merge", []), *manifest.get("agents", [])]):
         for path in sorted((root / name).glob("*.safetensors")):
