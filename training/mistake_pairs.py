@@ -24,7 +24,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from collabui.actions import get_action_space
 from collabui.trace import read_trace
 from collabui.training.labels import PathLike, expand_trace_paths, load_labels
 from collabui.training.pairs import PAIR_COLUMNS, clean_answer
@@ -37,15 +36,10 @@ __all__ = ["build_mistake_pairs", "mistake_pairs_for_step", "verified_sft_rows",
 MISTAKE_COLUMNS = (*PAIR_COLUMNS, "chosen_source")
 
 
-def _answer(action: dict[str, Any], space: str, thought: str | None = None) -> str:
-    answer = "Action: " + get_action_space(space).from_dict(action).to_json()
-    return f"Thought: {thought}\n{answer}" if thought else answer
-
-
 def verified_answer(header: dict[str, Any], step: dict[str, Any], action: dict[str, Any]) -> str:
     """``action`` written as the step's agents answer: ``Action: <json>``, after the target's
     screen line when the team used the ``grounded`` prompt style."""
-    from collabui.training.sft_data import grounded_thought, target_line
+    from collabui.training.sft_data import answer_text, grounded_thought, target_line
 
     space = _space(header)
     team = header.get("team") or {}
@@ -54,7 +48,7 @@ def verified_answer(header: dict[str, Any], step: dict[str, Any], action: dict[s
         tree = ((step.get("observation") or {}).get("extra") or {}).get("tree")
         line = target_line(tree, action, str((header.get("device") or {}).get("element_format", "html")))
         thought = grounded_thought(action, line)
-    return _answer(action, space, thought)
+    return answer_text(action, thought=thought, space=space)
 
 
 def _space(header: dict[str, Any]) -> str:

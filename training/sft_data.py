@@ -15,7 +15,7 @@ import random
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from collabui.actions import WEB, get_action_space
+from collabui.actions import get_action_space
 from collabui.devices.base import Observation
 from collabui.errors import ConfigError
 from collabui.prompts import build_messages, render_observation
@@ -23,10 +23,10 @@ from collabui.prompts import build_messages, render_observation
 __all__ = ["sft_rows", "answer_text", "grounded_thought", "prompt_messages", "target_line"]
 
 
-def answer_text(action: dict[str, Any], *, thought: str | None = None) -> str:
-    """The completion of a verified step: ``Action: <json>`` (validated on the way), after a
-    ``Thought:`` line for ``grounded`` answers (see :func:`grounded_thought`)."""
-    line = "Action: " + WEB.from_dict(action).to_json()
+def answer_text(action: dict[str, Any], *, thought: str | None = None, space: str = "web") -> str:
+    """The completion of a verified step: ``Action: <json>`` (validated against ``space`` on the
+    way), after a ``Thought:`` line for ``grounded`` answers (see :func:`grounded_thought`)."""
+    line = "Action: " + get_action_space(space).from_dict(action).to_json()
     return f"Thought: {thought}\n{line}" if thought else line
 
 

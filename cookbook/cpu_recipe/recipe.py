@@ -145,16 +145,14 @@ def onpolicy_round(args: argparse.Namespace, trained: Path, demo: Path, sft_dir:
     visited states with verified-right answers plus demonstration rows SFT did not see."""
     from datasets import Dataset
 
-    from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
+    from collabui.evaluation.miniwob import evaluate_miniwob
     from collabui.models.embedded import embedded_model_dir
     from collabui.training.critic import make_critic
     from collabui.training.labels import label_traces
     from collabui.training.mistake_pairs import verified_sft_rows
     from collabui.training.sft import train_sft
 
-    config = MiniWoBEvalConfig(tasks=",".join(TRAIN_TASKS), seed=5000, episodes=args.onpolicy_episodes,
-                               max_steps=args.max_steps, shuffle_elements=True, concurrency=2,
-                               model=f"trained:{trained}", n_agents=1, rounds=1, max_new_tokens=96)
+    config = _on_training_tasks(args, trained, seed=5000, episodes=args.onpolicy_episodes)
     evaluate_miniwob(config, out / "rollouts", command="recipe.py on-policy rollouts")
     critic = make_critic("verified")
     try:
@@ -242,13 +240,20 @@ def eval_config(args: argparse.Namespace, fields: dict[str, Any]) -> Any:
 def validate(args: argparse.Namespace, trained: Path, out: Path) -> dict[str, Any]:
     """The trained model on new seeds (from 100; demonstrations use 1000 on) of the training
     tasks: the figure to choose formats and hyperparameters by."""
-    from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
+    from collabui.evaluation.miniwob import evaluate_miniwob
 
-    config = MiniWoBEvalConfig(tasks=",".join(TRAIN_TASKS), seed=100, episodes=args.validate,
-                               max_steps=args.max_steps, shuffle_elements=True, element_format=args.element_format,
-                               concurrency=2, model=f"trained:{trained}", n_agents=1, rounds=1,
-                               max_new_tokens=96)
+    config = _on_training_tasks(args, trained, seed=100, episodes=args.validate)
     return evaluate_miniwob(config, out, command="recipe.py --validate")
+
+
+def _on_training_tasks(args: argparse.Namespace, trained: Path, *, seed: int, episodes: int) -> Any:
+    """The trained model as a single agent on every training task, shuffled pages in the format
+    it learned (validation and on-policy rollouts; the seed ranges differ)."""
+    from collabui.evaluation.miniwob import MiniWoBEvalConfig
+
+    return MiniWoBEvalConfig(tasks=",".join(TRAIN_TASKS), seed=seed, episodes=episodes, max_steps=args.max_steps,
+                             shuffle_elements=True, element_format=args.element_format, concurrency=2,
+                             model=f"trained:{trained}", n_agents=1, rounds=1, max_new_tokens=96)
 
 
 def _format(args: argparse.Namespace, model: str) -> str:
