@@ -73,7 +73,11 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
                     "set to tune on; held-out tasks never are)")
     ap.add_argument("--publish", action="store_true", help="copy results.json next to this file")
     ap.add_argument("--table", action="store_true", help="print the README table of results.json and exit")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    for flag in ("validate", "onpolicy_episodes", "round2_demo_rows"):
+        if getattr(args, flag) < 0:
+            ap.error(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
+    return args
 
 
 class _Clock:

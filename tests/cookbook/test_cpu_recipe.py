@@ -5,6 +5,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 from collabui.devices.miniwob import miniwob_tasks
 from collabui.training.task_lists import HELDOUT_TASKS, TRAIN_TASKS
 
@@ -50,3 +52,10 @@ def test_table_is_generated_from_results(tmp_path):
     assert "| lexical | 41/200 = 20.5% | 15.5-26.6% | 200 |" in text
     (tmp_path / "results.json").write_text(json.dumps(results))
     assert recipe.main(["--out", str(tmp_path), "--table"]) == 0
+
+
+def test_negative_counts_are_refused_with_the_flag_named(capsys):
+    recipe = _recipe()
+    with pytest.raises(SystemExit):
+        recipe._args(["--validate", "-2"])
+    assert "--validate must be >= 0, got -2" in capsys.readouterr().err
