@@ -35,6 +35,8 @@ __all__ = [
     "render_html",
     "render_text_first",
     "element_line",
+    "element_name",
+    "observation_format",
     "flat_elements",
     "parse_elements",
 ]
@@ -161,22 +163,43 @@ def _text_lines(node: Node | str) -> Iterator[str]:
         yield from _text_lines(inner)
 
 
-def element_line(tree: Node | None, element_id: str, element_format: str = "text-first") -> str | None:
+def element_line(tree: Node | None, element_id: str, element_format: str = "text-first", *,
+                 with_id: bool = True) -> str | None:
     """How the element listed as ``element_id`` reads on the screen, in one line.
 
     In ``text-first`` this is the element's own line of :func:`render_text_first` (``button "Ok"
     [B]``); in ``html`` its opening with its own text, nested elements left out (``<button[B]|
     Ok>``). A ``grounded`` answer copies it before the action: the model names what it acts on
-    and then only has to copy the id that follows that text. None when no element has the id.
+    and then only has to copy the id that follows that text. ``with_id=False`` leaves the id out
+    (:func:`element_name`): how the element is named once its id is gone, e.g. in the history
+    of a page whose ids are drawn anew for every observation. None when no element has the id.
     """
     node = _find(tree, element_id) if tree is not None else None
     if node is None:
         return None
+    if element_format not in ELEMENT_FORMATS:
+        raise ValueError(f"element_format must be one of {list(ELEMENT_FORMATS)}, got {element_format!r}")
+    text = _join(_label_runs(node))
+    if not with_id:
+        return element_name(node["tag"], text, element_format)
     if element_format == "text-first":
-        return f"{node['tag']} {json.dumps(_join(_label_runs(node)), ensure_ascii=False)} [{node['id']}]"
-    if element_format == "html":
-        return f"<{node['tag']}[{node['id']}]| {_join(_label_runs(node))}>"
-    raise ValueError(f"element_format must be one of {list(ELEMENT_FORMATS)}, got {element_format!r}")
+        return f"{node['tag']} {json.dumps(text, ensure_ascii=False)} [{node['id']}]"
+    return f"<{node['tag']}[{node['id']}]| {text}>"
+
+
+def element_name(tag: str, text: str, element_format: str = "text-first") -> str:
+    """An element's screen line without its id: ``<button| Ok>`` (html), ``button "Ok"``."""
+    if element_format == "text-first":
+        return f"{tag} {json.dumps(text, ensure_ascii=False)}"
+    return f"<{tag}| {text}>"
+
+
+def observation_format(text: str) -> str:
+    """Which of :data:`ELEMENT_FORMATS` an observation text is written in (html unless it has
+    text-first element lines and no html element)."""
+    if _HTML_ELEMENT.search(text) or not _TEXT_FIRST_ELEMENT.search(text):
+        return "html"
+    return "text-first"
 
 
 def _find(node: Node | str, element_id: str) -> Node | None:

@@ -14,6 +14,7 @@ from typing import Any
 from collabui.actions import Action
 from collabui.devices.base import Device, Observation, StepOutcome
 from collabui.errors import CollabUIError, ConfigError, DeviceError
+from collabui.prompts import history_entry
 from collabui.redaction import Redactor, redact_url
 from collabui.trace import SCHEMA_NAME, SCHEMA_VERSION, EpisodeRecorder, JsonlTraceStore, TraceStore
 
@@ -188,7 +189,7 @@ class _Run:
         if self.result is None:  # begin() always runs first; keep the record anyway
             self.result = EpisodeResult(task=self.task or '')
         self.result.steps.append(rec)
-        self.history.append(executed.to_call())
+        self.history.append(history_entry(executed, obs))
         if outcome is not None and (outcome.done or executed.terminal):
             self.result.reward = outcome.reward
             self.result.ended = True

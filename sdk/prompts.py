@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from collabui.actions import ActionSpace
+from collabui.actions import Action, ActionSpace
+from collabui.devices import simplify
 from collabui.devices.base import Observation
 from collabui.errors import ConfigError
 from collabui.models.base import Message
 
-__all__ = ["PeerOutput", "PROMPT_STYLES", "build_messages", "render_observation"]
+__all__ = ["PeerOutput", "PROMPT_STYLES", "build_messages", "history_entry", "render_observation"]
 
 #: ``react``: instructions, a demonstration turn, Thought + Action answers (untrained models).
 #: ``compact``: a shorter system prompt, same answers. ``trained``: for models fine-tuned on
@@ -124,6 +125,29 @@ def render_observation(obs: Observation, *, max_chars: int = 6000) -> str:
     if obs.last_action_error:
         out += f"\nLast action failed: {obs.last_action_error}"
     return out
+
+
+def history_entry(action: Action, observation: Observation | None = None) -> str:
+    """How an executed action reads in later prompts' history: its call form with the element
+    named by its screen line instead of its id, ``click(<button| Submit>)``.
+
+    Ids name elements of one observation only: a device that shuffles them (or a page that
+    re-renders) gives the same button another id at the next step, and agents reading
+    ``click('D')`` in the history then re-used the stale id. The element's line is taken from
+    the observation the action was executed on; without an element tree (phones, texts stored
+    without their tree) or when the id is not on it, the plain call form is kept.
+    """
+    element_id = getattr(action, "element_id", None)
+    tree = observation.extra.get("tree") if observation is not None else None
+    if not element_id or not tree:
+        return action.to_call()
+    name = simplify.element_line(tree, str(element_id), simplify.observation_format(observation.text),
+                                 with_id=False)
+    if name is None:
+        return action.to_call()
+    args = [name if key == "element_id" else repr(value)
+            for key, value in action.args().items() if value is not None]
+    return f"{action.name}({', '.join(args)})"
 
 
 def _history(history: Sequence[str]) -> str:

@@ -4,7 +4,7 @@ import pytest
 
 from collabui.actions import WEB
 from collabui.errors import ConfigError
-from collabui.prompts import PeerOutput, build_messages
+from collabui.prompts import PeerOutput, build_messages, history_entry
 
 
 def _messages(style: str, **kw):
@@ -40,3 +40,30 @@ def test_grounded_style_is_trained_with_a_line_naming_the_target():
     assert [m["role"] for m in grounded] == ["system", "user"]
     assert "Thought: <action name> <the screen line" in grounded[0]["content"]
     assert grounded[1] == _messages("trained")[1]  # same reading, only the answer differs
+
+
+def _page(text: str, tree):
+    from collabui.devices.base import Observation
+
+    return Observation(text=text, extra={"tree": tree})
+
+
+_TREE = {"tag": "", "id": None, "parts": [
+    {"tag": "label", "id": None, "parts": ["Username"]},
+    {"tag": "input", "id": "Q", "parts": []},
+    {"tag": "button", "id": "D", "parts": ["Log in"]},
+]}
+
+
+def test_history_names_the_element_by_its_screen_line_not_its_id():
+    from collabui.actions.web import Click, TypeString
+    from collabui.devices.simplify import render
+
+    html = _page(render(_TREE, "html"), _TREE)
+    assert history_entry(Click("D"), html) == "click(<button| Log in>)"
+    assert history_entry(TypeString("Q", "kvu", False), html) == "type_string(<input| >, 'kvu', False)"
+    text_first = _page(render(_TREE, "text-first"), _TREE)
+    assert history_entry(Click("D"), text_first) == 'click(button "Log in")'
+    # No tree (a phone, a stored text) or an id not on the page: the call form stays.
+    assert history_entry(Click("D")) == "click('D')"
+    assert history_entry(Click("Z"), html) == "click('Z')"

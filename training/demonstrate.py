@@ -35,6 +35,7 @@ from typing import Any
 from collabui.actions import WEB, Action
 from collabui.devices.base import Observation
 from collabui.errors import ConfigError
+from collabui.prompts import history_entry
 from collabui.training.task_lists import TRAIN_TASKS
 from collabui.training.verified import Replayer, SearchConfig, SearchResult, search
 
@@ -153,16 +154,17 @@ def render_trajectory(rep: Replayer, task_name: str, seed: int, found: SearchRes
                 "task": obs.task or "", "history": list(history), "verified_reward": 1.0,
                 "source": "search"}
         rows.append(_row(base, "page", obs, action))
-        current_action = action
+        current_action, current_obs = action, obs
         for k in range(renderings - 1):
             again = rep.env.observe()
             mapped = map_action(action, obs.extra.get("tree"), again.extra.get("tree"))
             if mapped is None:
                 break
             rows.append(_row(base, f"rendering-{k + 2}", again, mapped))
-            current_action = mapped  # the DOM carries the last rendering's ids: act with those
+            # The DOM carries the last rendering's ids: act with those.
+            current_action, current_obs = mapped, again
         out = rep.act(current_action)
-        history.append(current_action.to_call())
+        history.append(history_entry(current_action, current_obs))
         if out.done:
             return rows if out.reward > 0 and t == len(actions) - 1 else None
         obs = out.observation
@@ -379,7 +381,7 @@ def _card(config: DemoConfig, stats: DemoStats) -> str:
         "| task_name, seed | the MiniWoB++ task and the reset seed that rebuilds the episode |",
         "| t, steps | the step and the trajectory's length |",
         "| task | the task sentence the agents read |",
-        "| history | actions executed before this step (call strings) |",
+        "| history | actions executed before this step (call strings naming the element by its screen line) |",
         "| screen, url, viewport | the page as the agents read it (simplified HTML) |",
         "| tree | the device's element tree of that page (JSON), to render other formats |",
         "| rendering | `page` (the observation the search acted on) or `rendering-k` (another) |",

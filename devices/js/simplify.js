@@ -46,8 +46,14 @@
     return s.length > maxText ? s.slice(0, maxText - 1) + '\u2026' : s;
   };
 
+  // A <label> acts only through its control (a click focuses or toggles it); one without a
+  // control does nothing, so it gets no id and reads as the field's name (agents typed into
+  // such labels instead of the input beside them).
+  const labelWithoutControl = (el, tag) => tag === 'LABEL' && !el.control &&
+    !el.querySelector('input,select,textarea,button');
+
   const interactive = (el, tag, style, parentPointer) => {
-    if (INTERACTIVE_TAGS.has(tag)) return true;
+    if (INTERACTIVE_TAGS.has(tag) && !labelWithoutControl(el, tag)) return true;
     if (ROLES.has((el.getAttribute('role') || '').toLowerCase())) return true;
     if (el.hasAttribute('onclick') || el.hasAttribute('onmouseover') ||
         typeof el.onclick === 'function' || el.__collabuiClick) return true;

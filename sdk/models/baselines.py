@@ -166,6 +166,19 @@ def _web_targets(screen: str) -> list[Target]:
     return targets
 
 
+def _used_web_refs(view: PromptView) -> set[str | int]:
+    """Ids of the screen's elements the history already acted on: named by id (``click('B')``)
+    or, as the runtime writes it, by their id-free screen line (``click(<button| Ok>)``)."""
+    from collabui.devices.simplify import element_name, parse_elements
+
+    used: set[str | int] = set(_HISTORY_ID.findall(view.history))
+    for el in parse_elements(view.screen):
+        if el.id and any(element_name(el.tag, text, fmt) in view.history
+                         for text in {el.text, el.full_text} for fmt in ("html", "text-first")):
+            used.add(el.id)
+    return used
+
+
 def _mobile_targets(screen: str) -> list[Target]:
     from collabui.devices.ui_elements import parse_lines
 
@@ -292,7 +305,7 @@ class LexicalPolicyModel(ChatModel):
         view = read_prompt(request.messages)
         space, targets = view.space, screen_targets(view)
         weights = _task_weights(view.task)
-        used = set(_HISTORY_ID.findall(view.history)) if space.name == "web" else set()
+        used = _used_web_refs(view) if space.name == "web" else set()
         scored = [(_score(weights, t.text), -k, t) for k, t in enumerate(targets)]
         fresh = [s for s in scored if s[2].ref not in used and s[0] > 0]
         pool = fresh or [s for s in scored if s[0] > 0]

@@ -124,8 +124,9 @@ GOLDEN = {
                              "<input[D]| checkbox; false> HF2> > <button[E]| Submit> >",
     ("click-checkboxes", 1): "< < <label[A]| <input[B]| checkbox; false> USa> <label[C]| "
                              "<input[D]| checkbox; false> DKkQH> > <button[E]| Submit> >",
-    ("login-user", 0): "< < <label[A]| Username> <input[B]| > > < <label[C]| Password> "
-                       "<input[D]| password> > <button[E]| Login> >",
+    # Labels without a control are names, not targets: no id (see simplify.js).
+    ("login-user", 0): "< < <label| Username> <input[A]| > > < <label| Password> "
+                       "<input[B]| password> > <button[C]| Login> >",
     ("email-inbox", 0): "< < <h2| Primary> <span[A]| #open-search> > <div[B]| < <div| Audrey> "
                         "<div| Ridiculus eget...> <div| Imperdiet. Curs..> > < <span[C]| .trash> "
                         "<span[D]| .star> > > <div[E]| < <div| Cora> <div| In id.> "
@@ -134,10 +135,11 @@ GOLDEN = {
                         "> < <span[I]| .trash> <span[J]| .star> > > <div[K]| < <div| Bevvy> "
                         "<div| Tincidunt.> <div| Quis varius. Se..> > < <span[L]| .trash> "
                         "<span[M]| .star> > > >",
+    # This label names its input with `for=`: clicking it focuses the input, so it keeps an id.
     ("use-autocomplete", 0): "< <label[A]| Tags:> <input[B]| > <button[C]| Submit> >",
 }
-TEXT_FIRST_LOGIN = ('label "Username" [A]\ninput "" [B]\nlabel "Password" [C]\n'
-                    'input "password" [D]\nbutton "Login" [E]')
+TEXT_FIRST_LOGIN = ('Username\ninput "" [A]\nPassword\n'
+                    'input "password" [B]\nbutton "Login" [C]')
 LENGTH_TASKS = ["click-button", "click-link", "enter-text", "login-user-popup", "click-checkboxes"]
 
 
@@ -259,7 +261,7 @@ def test_a_label_keeps_its_field_while_rows_shuffle(shuffled):
     for observation in [shuffled.observe() for _ in range(6)]:
         fields = [e for e in flat_elements(observation.extra["tree"]) if e["tag"] == "input"]
         assert [e["context"] for e in fields] == ["Username", "Password"]
-        assert re.search(r"<label\[[A-Z]+\]\| Username> <input\[[A-Z]+\]\| >", observation.text)
+        assert re.search(r"<label\| Username> <input\[[A-Z]+\]\| >", observation.text)
     shuffled.reset(seed=0, options={"task_name": "click-button"})
     observations = [shuffled.observe() for _ in range(6)]
     assert len({tuple(_items(o)) for o in observations}) > 1  # a row of buttons is shuffled

@@ -105,6 +105,10 @@ def test_lexical_picks_the_matching_element() -> None:
     assert typed == TypeString("A", "Juan", False)
     again = _act(model, _request('Enter "Juan" as the first name.', FORM_PAGE, history=["type_string('A', 'Juan', False)"]))
     assert isinstance(again, Click)
+    # The runtime names acted-on elements by their screen line: the clicked link is not clicked again.
+    both = "Click on the links tortor and tortor egestas."
+    assert _act(model, _request(both, MINIWOB_PAGE)) == Click("C")
+    assert _act(model, _request(both, MINIWOB_PAGE, history=["click(<a| tortor>)"])) == Click("D")
     zh_page = "< <a[A]| 首页> <a[B]| 体育新闻> <a[C]| 财经> <input[D]| 请输入关键字> >"
     assert _act(model, _request("请访问体育新闻板块。", zh_page)) == Click("B")
     assert _act(model, _request("搜索“洗衣机”商品", zh_page)) == TypeString("D", "洗衣机", False)
