@@ -42,6 +42,7 @@ from collabui.models.baselines import (
     quoted_strings,
     screen_targets,
 )
+from collabui.redaction import PASSWORD_MASK
 from collabui.training.critic import Critic, ScoreMatrix, StepContext, to_action
 
 __all__ = [
@@ -372,6 +373,8 @@ class EnvVerifiedCritic(Critic):
         if self._moves_by_itself(task, ctx.seed):
             return f"abstain: the {task} page changes by itself (timer or animation)"
         prefix = [to_action(a, WEB) for a in ctx.prefix]
+        if any(_masked(a) for a in prefix):
+            return "abstain: a password typed before this step is masked in the trace (not replayable)"
         replayer = self._replayer_for(ctx.device)
         start = replayer.start(task, ctx.seed, prefix)
         if start is None or screen_digest(start.text) != screen_digest(ctx.screen):
@@ -381,12 +384,15 @@ class EnvVerifiedCritic(Critic):
         if not known.found:
             return f"abstain: nothing found to complete the task ({known.reason})"
         bar = len(known.actions or [])
-        outcomes: dict[Any, tuple[float, str]] = {}
+        outcomes: dict[Any, tuple[float | None, str]] = {}
         for i in range(ctx.n):
             for j in range(ctx.m):
                 action = ctx.action(i, j)
-                if not isinstance(action, Unknown) and action.key() not in outcomes:
-                    outcomes[action.key()] = self._try(replayer, task, ctx.seed, prefix, action, bar)
+                if isinstance(action, Unknown) or action.key() in outcomes:
+                    continue
+                outcomes[action.key()] = ((None, "a masked password: what was typed is not known")
+                                          if _masked(action) else
+                                          self._try(replayer, task, ctx.seed, prefix, action, bar))
         return self._matrix(ctx, outcomes, known)
 
     def _moves_by_itself(self, task: str, seed: int) -> bool:
@@ -430,7 +436,7 @@ class EnvVerifiedCritic(Critic):
             return 1.0, f"completed after it by {' '.join(a.to_call() for a in rest.actions or [])}"
         return 0.0, f"no completion within {bar - 1} more actions (one is known from this step)"
 
-    def _matrix(self, ctx: StepContext, outcomes: dict[Any, tuple[float, str]],
+    def _matrix(self, ctx: StepContext, outcomes: dict[Any, tuple[float | None, str]],
                 known: SearchResult) -> ScoreMatrix:
         scores: list[list[float | None]] = []
         reasons: list[list[str]] = []
@@ -443,6 +449,12 @@ class EnvVerifiedCritic(Critic):
         rationale = json.dumps({"verified_action": (known.actions or [])[0].to_dict(),
                                 "continuation": [a.to_dict() for a in known.actions or []]})
         return ScoreMatrix(scores, reasons, rationale)
+
+
+def _masked(action: Action) -> bool:
+    """Whether the trace masked what ``action`` typed (a password: see collabui.redaction); a
+    replay would type the mask itself, so such steps are never scored."""
+    return PASSWORD_MASK in str(getattr(action, "content", "") or "")
 
 
 def verified_action(label: dict[str, Any]) -> dict[str, Any] | None:

@@ -136,6 +136,26 @@ def test_critic_abstains_when_the_replay_differs(replayer, critic):
     assert unseeded.scores == ((None,),) and "seeded" in unseeded.reasons[0][0]
 
 
+def test_critic_never_replays_a_masked_password(replayer, critic):
+    # Traces mask what is typed into password fields (collabui.redaction): a replay would type
+    # "***", so the masked entry is not scored and later steps abstain, instead of wrong labels.
+    seed = 0
+    obs = replayer.start("login-user", seed)
+    user, password = obs.task.split('"')[1::2]
+    first, second = [e["id"] for e in flat_elements(obs.extra["tree"]) if e["tag"] == "input"]
+    typed_user = web.TypeString(first, user)
+    obs = replayer.act(typed_user).observation
+    labels = critic.score(_context(obs, seed, "login-user", [[web.TypeString(second, "***"),
+                                                              web.TypeString(second, password)]],
+                                   prefix=[typed_user]))
+    assert labels.scores == ((None, 1.0),), labels.reasons
+    assert "masked" in labels.reasons[0][0]
+    after = replayer.act(web.TypeString(second, password)).observation
+    later = critic.score(_context(after, seed, "login-user", [[web.Click("C")]],
+                                  prefix=[typed_user, web.TypeString(second, "***")]))
+    assert later.scores == ((None,),) and "masked" in later.reasons[0][0]
+
+
 def test_critic_abstains_on_pages_that_move_by_themselves(replayer):
     critic = EnvVerifiedCritic(replayer=replayer)
     obs = replayer.start("chase-circle", 0)  # the circle drifts on a timer
