@@ -68,6 +68,10 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
                     "its steps with the verified critic and train on (default 0: no round)")
     ap.add_argument("--round2-demo-rows", type=int, default=400,
                     help="demonstration rows not seen in SFT, mixed into the on-policy round's training")
+    ap.add_argument("--onpolicy-dpo", action=argparse.BooleanOptionalAction, default=True,
+                    help="end the on-policy round with DPO (+ an SFT term on chosen) on the model's own "
+                    "wrong answers against verified-right ones (--no-onpolicy-dpo: SFT on verified rows only)")
+    ap.add_argument("--dpo-lr", type=float, default=5e-5)
     ap.add_argument("--validate", type=int, default=0, metavar="N",
                     help="also evaluate the trained model on N new seeds per training task (the "
                     "set to tune on; held-out tasks never are)")
@@ -176,7 +180,36 @@ def onpolicy_round(args: argparse.Namespace, trained: Path, demo: Path, sft_dir:
     return out / "sft"
 
 
-def bundle(args: argparse.Namespace, sft_dir: Path, out: Path) -> Path:
+def onpolicy_dpo(args: argparse.Namespace, round_sft: Path, out: Path) -> Path | None:
+    """DPO on the round's own-mistake pairs: rejected = the model's own wrong answer at a visited
+    state, chosen = a verified-right one (its own from elsewhere, or the critic's verified
+    target), with an SFT term on chosen so its likelihood does not fall (TRL ``loss_type
+    ["sigmoid", "sft"]``). The reference is the round's SFT model (merged); one adapter on top,
+    shared by every agent of a team. None when the round made no pair."""
+    from collabui.models.embedded import embedded_model_dir
+    from collabui.training.dpo import AgentDPOConfig, train_agents_dpo
+    from collabui.training.mistake_pairs import build_mistake_pairs
+    from collabui.training.sft import merge_adapter
+
+    pairs = build_mistake_pairs(out / "rollouts" / "traces", out / "labels.jsonl", critic="verified")
+    round_info = json.loads((out / "round.json").read_text())
+    round_info["dpo_pairs"] = len(pairs)
+    (out / "round.json").write_text(json.dumps(round_info, indent=1))
+    print(f"[recipe] on-policy DPO: {len(pairs)} own-mistake pairs", file=sys.stderr)
+    if len(pairs) == 0:
+        return None
+    # Single-agent rollouts: every pair is agent 0's; the adapter serves all agents (cycled).
+    pairs = pairs.map(lambda _: {"agent": 0})
+    merged = merge_adapter(embedded_model_dir(), round_sft)
+    config = AgentDPOConfig(output_dir=str(out / "dpo" / "trl"), learning_rate=args.dpo_lr, num_train_epochs=1,
+                            per_device_train_batch_size=4, loss_type=["sigmoid", "sft"], beta=0.1,
+                            lora_r=16, lora_alpha=32, lora_target_modules=list(ALL_LINEAR), max_length=512,
+                            seed=0)
+    train_agents_dpo(pairs.shuffle(seed=0), base_model=merged, out_dir=out / "dpo", config=config, agents=[0])
+    return out / "dpo" / "agent0"
+
+
+def bundle(args: argparse.Namespace, sft_dir: Path, out: Path, dpo_dir: Path | None = None) -> Path:
     """The trained team as a bundle (``trained:FOLDER``): SmolLM2 + the SFT adapter (fp16),
     answering in the taught prompt style; ``--publish`` makes it ``smollm2-trained``."""
     from collabui.models.bundle import write_bundle
@@ -184,8 +217,9 @@ def bundle(args: argparse.Namespace, sft_dir: Path, out: Path) -> Path:
     made_by = "cookbook/cpu_recipe/recipe.py " + " ".join(
         f"--{k.replace('_', '-')} {v}" for k, v in sorted(vars(args).items())
         if k in {"demo_minutes", "sft_examples", "sft_epochs", "lr", "lora_r", "batch", "element_format", "style",
-                 "onpolicy_episodes", "round2_demo_rows"})
-    return write_bundle(out, base="smollm2", merge={"stage1": sft_dir}, agents={},
+                 "onpolicy_episodes", "round2_demo_rows", "onpolicy_dpo", "dpo_lr"})
+    agents = {"agent0": dpo_dir} if dpo_dir is not None else {}
+    return write_bundle(out, base="smollm2", merge={"stage1": sft_dir}, agents=agents,
                         team={"prompt_style": args.style, "max_new_tokens": 128,
                               "element_format": args.element_format}, made_by=made_by,
                         train_tasks=list(TRAIN_TASKS))
@@ -300,7 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.onpolicy_episodes:
         sft_dir = clock.run("2b on-policy round",
                             lambda: onpolicy_round(args, trained, out / "demo", sft_dir, out / "onpolicy"))
-        trained = bundle(args, sft_dir, out / "bundle")
+        dpo_dir = (clock.run("2c on-policy DPO", lambda: onpolicy_dpo(args, sft_dir, out / "onpolicy"))
+                   if args.onpolicy_dpo else None)
+        trained = bundle(args, sft_dir, out / "bundle", dpo_dir)
     if args.validate:
         # Its own folder per model: the SFT model's figure stays when a round is added later.
         folder = out / ("validation-round" if args.onpolicy_episodes else "validation")
@@ -320,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     results["demo"] = {k: v for k, v in json.loads((out / "demo" / "demo_stats.json").read_text()).items()
                        if k != "per_task"}
     # Training time: the search's own clock (kept across resumes) plus SFT.
-    results["minutes"] = round(results["demo"]["seconds"] / 60 + clock.minutes("2 ", "2b "), 1)
+    results["minutes"] = round(results["demo"]["seconds"] / 60 + clock.minutes("2 ", "2b ", "2c "), 1)
     if args.onpolicy_episodes:
         results["onpolicy_round"] = json.loads((out / "onpolicy" / "round.json").read_text())
     rows = systems(args, trained)
