@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import difflib
+import functools
 import json
 import sys
 import time
@@ -38,7 +39,14 @@ from collabui.config import (
     SHUFFLE_HELP,
 )
 from collabui.errors import ConfigError, EnvNotFoundError
-from collabui.evaluation.runner import EnvFactory, EnvPool, episode_specs, run_episodes
+from collabui.evaluation.runner import (
+    EnvFactory,
+    EnvPool,
+    EpisodeSpec,
+    episode_specs,
+    run_episodes,
+    run_episodes_on,
+)
 from collabui.evaluation.stats import rate_entry
 from collabui.models.base import ChatModel
 from collabui.models.spec import load_model, team_adapter_names
@@ -122,7 +130,13 @@ class MiniWoBEvalConfig:
     topology: str = field(default="random", metadata={"help": "message DAG"})
     mobile: bool = field(default=False, metadata={"help": "the phone-shaped tasks (miniwob-mobile/<task>)"})
     max_steps: int = field(default=10, metadata={"help": "environment steps per episode"})
-    concurrency: int = field(default=1, metadata={"help": "episodes (browsers) at once"})
+    concurrency: int = field(default=1, metadata={"help": "episodes (browsers) at once in this process, on one model"})
+    workers: int = field(default=1, metadata={
+        "metavar": "N", "help": "worker processes, each with its own model (or client of one --model server) and browser; "
+                "1: this process"})
+    ray: str | None = field(default=None, metadata={
+        "help": "run the workers as Ray actors on this cluster: host:port of `ray start --head`, auto, "
+                "or local (a private one-node cluster); needs the ray extra", "metavar": "ADDRESS"})
     prompt_style: str = field(default="auto", metadata={
         "help": "agents' prompt; auto: the style a trained team was trained for, react for other models",
         "choices": PROMPT_STYLE_CHOICES})
@@ -138,10 +152,14 @@ class MiniWoBEvalConfig:
             raise ConfigError(f"prompt_style must be one of {list(PROMPT_STYLE_CHOICES)}, got {self.prompt_style!r}")
         _check_team_options(self.team_options, *self.team_shape())
         self._check_page_options()
-        for name in ("episodes", "max_steps", "concurrency", "n_agents", "rounds", "max_new_tokens"):
+        for name in ("episodes", "max_steps", "concurrency", "workers", "n_agents", "rounds", "max_new_tokens"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.uses_workers and self.concurrency > 1:
+            raise ConfigError("concurrency and workers/ray do not combine: --concurrency K runs K browsers "
+                              "in this process on one model, --workers N runs N processes with a model "
+                              "each; pick one")
 
     def _check_page_options(self) -> None:
         from collabui.devices.simplify import ELEMENT_FORMATS
@@ -166,6 +184,11 @@ class MiniWoBEvalConfig:
         if not self.mobile:
             options.update(element_format=self.element_format, shuffle_elements=self.shuffle_elements)
         return options
+
+    @property
+    def uses_workers(self) -> bool:
+        """Episodes run on worker processes (``workers`` > 1 or a Ray cluster), not here."""
+        return self.workers > 1 or self.ray is not None
 
     @property
     def is_baseline(self) -> bool:
@@ -228,6 +251,21 @@ class _EpisodeTeams:
 
     async def arun(self, task: str | None, device: Any, *, seed: int, **kwargs: Any) -> Any:
         return await self._team(seed).arun(task, device, seed=seed, **kwargs)
+
+    def close(self) -> None:
+        self.model.close()
+
+
+def _load_model(config: MiniWoBEvalConfig) -> ChatModel:
+    return load_model(config.model, adapters=config.adapters,
+                      **({"guided_json": config.action_space} if config.guided_json else {}))
+
+
+def _worker_teams(config: MiniWoBEvalConfig, model: ChatModel | None) -> _EpisodeTeams:
+    """A worker's team (runs in the worker): its own model, or its copy of a given one."""
+    adapter_names = team_adapter_names(config.adapters, config.team_shape()[0]) if model is None else None
+    return _EpisodeTeams(model if model is not None else _load_model(config),
+                         _team_config(config, adapter_names))
 
 
 def _team_config(config: MiniWoBEvalConfig, adapter_names: tuple[str | None, ...] | None) -> Any:
@@ -314,22 +352,9 @@ def evaluate_miniwob(config: MiniWoBEvalConfig, out_dir: str | Path, *, model: C
     specs = episode_specs(tasks, config.episodes, tag=config.env, seed_parts=("miniwob", config.seed))
     _say(f"eval miniwob: {len(tasks)} tasks x {config.episodes} episodes, "
          f"{system_label(config.model, n, m, config.topology, config.adapters, guided=config.guided_json)}, "
-         f"concurrency {config.concurrency}, out {out}")
-    own_model = model is None
-    adapter_names = team_adapter_names(config.adapters, n) if own_model else None
-    if model is None:
-        model = load_model(config.model, adapters=config.adapters,
-                           **({"guided_json": config.action_space} if config.guided_json else {}))
-    envs = EnvPool(config.env, env_factory, options=config.env_options())  # sibling pools share them
-    try:
-        teams = _EpisodeTeams(model, _team_config(config, adapter_names))
-        records = run_episodes(teams, specs, envs, trace_dir=out / "traces", manifest=out / "episodes.jsonl",
-                               label="miniwob", progress=progress, concurrency=config.concurrency,
-                               extra=_episode_counts)
-    finally:
-        envs.close()
-        if own_model:
-            model.close()
+         f"{_parallelism(config)}, out {out}")
+    run = _run_on_workers if config.uses_workers else _run_here
+    records = run(config, specs, out, model=model, env_factory=env_factory, progress=progress)
     results = build_results(config, tasks, records, started=started_at,
                             seconds=time.perf_counter() - t0, command=command)
     _write_outputs(results, out, plot)
@@ -337,6 +362,47 @@ def evaluate_miniwob(config: MiniWoBEvalConfig, out_dir: str | Path, *, model: C
     _say(f"eval miniwob: success {overall['successes']}/{overall['n']} = {overall['value']} "
          f"(95% CI {overall['ci95'][0]:.2f}-{overall['ci95'][1]:.2f}); {out / 'results.json'}")
     return results
+
+
+def _parallelism(config: MiniWoBEvalConfig) -> str:
+    if config.ray is not None:
+        return f"{config.workers} Ray workers at {config.ray}"
+    return f"{config.workers} worker processes" if config.workers > 1 else f"concurrency {config.concurrency}"
+
+
+def _run_here(config: MiniWoBEvalConfig, specs: Sequence[EpisodeSpec], out: Path, *, model: ChatModel | None,
+              env_factory: EnvFactory | None, progress: bool) -> list[dict[str, Any]]:
+    """The episodes in this process: one model, ``concurrency`` browsers."""
+    own_model = model is None
+    adapter_names = team_adapter_names(config.adapters, config.team_shape()[0]) if own_model else None
+    if model is None:
+        model = _load_model(config)
+    envs = EnvPool(config.env, env_factory, options=config.env_options())  # sibling pools share them
+    try:
+        teams = _EpisodeTeams(model, _team_config(config, adapter_names))
+        return run_episodes(teams, specs, envs, trace_dir=out / "traces", manifest=out / "episodes.jsonl",
+                            label="miniwob", progress=progress, concurrency=config.concurrency,
+                            extra=_episode_counts)
+    finally:
+        envs.close()
+        if own_model:
+            model.close()
+
+
+def _run_on_workers(config: MiniWoBEvalConfig, specs: Sequence[EpisodeSpec], out: Path, *,
+                    model: ChatModel | None, env_factory: EnvFactory | None,
+                    progress: bool) -> list[dict[str, Any]]:
+    """The episodes on worker processes or Ray actors, each building its own team and browser
+    (a given ``model`` and ``env_factory`` are pickled to every worker)."""
+    from collabui.evaluation.workers import WorkerPool, WorkerSetup
+
+    if model is None:  # a bad adapter folder fails here, before any worker starts
+        team_adapter_names(config.adapters, config.team_shape()[0])
+    setup = WorkerSetup(team=functools.partial(_worker_teams, config, model), env=config.env,
+                        env_options=config.env_options(), env_factory=env_factory, extra=_episode_counts)
+    with WorkerPool(setup, config.workers, ray=config.ray) as workers:
+        return run_episodes_on(workers, specs, trace_dir=out / "traces", manifest=out / "episodes.jsonl",
+                               label="miniwob", progress=progress)
 
 
 def build_results(config: MiniWoBEvalConfig, tasks: Sequence[str], records: Sequence[dict[str, Any]], *,
@@ -370,7 +436,8 @@ def build_results(config: MiniWoBEvalConfig, tasks: Sequence[str], records: Sequ
                    "unparsable": sum(int(r.get("unparsable", 0)) for r in records),
                    "proposals": sum(int(r.get("proposals", 0)) for r in records),
                    "steps": sum(int(r.get("steps", 0)) for r in records)},
-        "run": {"concurrency": config.concurrency,
+        "run": {"concurrency": config.concurrency, "workers": config.workers,
+                "backend": ("ray" if config.ray is not None else "processes") if config.uses_workers else "this process",
                 "episode_seconds": round(sum(float(r.get("seconds", 0.0)) for r in records), 3)},
         "started": started, "seconds": round(seconds, 3), "command": command,
     }

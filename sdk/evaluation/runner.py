@@ -15,6 +15,11 @@ KeyboardInterrupt cancels every worker at its next await, each unfinished episod
 closed by ``run_episode``'s own handler, no record of it reaches the manifest, and every device
 opened by the run is closed before the exception leaves :func:`run_episodes`.
 
+Worker processes: :func:`run_episodes_on` runs the same scheduler, manifest and resume over
+the workers of a :class:`~collabui.evaluation.workers.WorkerPool` (local processes or Ray
+actors, each with its own model and browser) instead of in-process slots on one shared model.
+``concurrency`` overlaps one model's time with K browsers; workers multiply the models.
+
 Environments: :class:`EnvPool` opens devices lazily, so a fully resumed run never starts
 Chromium. With the default factory one MiniWoB++ browser serves every task of a pool
 (``reset(options={"task_name": ...})`` switches task in place); an injected factory (tests)
@@ -30,7 +35,7 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -47,6 +52,7 @@ __all__ = [
     "episode_specs",
     "read_manifest",
     "run_episodes",
+    "run_episodes_on",
     "arun_episodes",
     "summarize",
 ]
@@ -248,19 +254,36 @@ def _pools(envs: EnvPool, concurrency: int, pending: int) -> list[EnvPool]:
     return [envs] + [envs.sibling() for _ in range(min(concurrency, pending) - 1)]
 
 
+#: One slot of the scheduler: runs an episode to its manifest record.
+_Slot = Callable[[EpisodeSpec], Awaitable[dict[str, Any]]]
+
+
+def _local_slots(team: Any, pools: list[EnvPool], trace_dir: Path, extra: RecordExtra | None) -> list[_Slot]:
+    """In-process slots: one per pool, all on the one shared team."""
+    def slot(pool: EnvPool) -> _Slot:
+        return lambda spec: _arun_one(team, spec, pool, trace_dir, extra)
+
+    return [slot(pool) for pool in pools]
+
+
 async def _run_pool(team: Any, pending: list[tuple[int, EpisodeSpec]], pools: list[EnvPool],
                     trace_dir: Path, sink: _Manifest, done: dict[str, dict[str, Any]],
                     extra: RecordExtra | None) -> None:
-    """One worker per pool pulls episodes from one queue; the first failure cancels the others."""
+    await _schedule(_local_slots(team, pools, trace_dir, extra), pending, sink, done)
+
+
+async def _schedule(slots: Sequence[_Slot], pending: list[tuple[int, EpisodeSpec]], sink: _Manifest,
+                    done: dict[str, dict[str, Any]]) -> None:
+    """Each slot pulls episodes from one queue; the first failure cancels the others."""
     work: Iterator[tuple[int, EpisodeSpec]] = iter(pending)
 
-    async def worker(pool: EnvPool) -> None:
+    async def worker(run: _Slot) -> None:
         for k, spec in work:  # one event-loop thread: sharing the iterator is safe
-            record = await _arun_one(team, spec, pool, trace_dir, extra)
+            record = await run(spec)
             sink.add(k, spec, record)
             done[spec.episode_id] = record
 
-    tasks = [asyncio.ensure_future(worker(pool)) for pool in pools]
+    tasks = [asyncio.ensure_future(worker(run)) for run in slots]
     try:
         await asyncio.gather(*tasks)
     finally:
@@ -270,10 +293,52 @@ async def _run_pool(team: Any, pending: list[tuple[int, EpisodeSpec]], pools: li
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _start(spec: EpisodeSpec, envs: EnvPool, trace_dir: Path) -> Device:
-    trace = trace_dir / f"{spec.episode_id}.jsonl"
-    trace.unlink(missing_ok=True)  # left by an interrupted run: this episode starts over
+def run_episodes_on(workers: Any, specs: Sequence[EpisodeSpec], *, trace_dir: Path, manifest: Path,
+                    label: str, progress: bool = True) -> list[dict[str, Any]]:
+    """:func:`run_episodes` on worker processes: same manifest, resume and records.
+
+    Each worker (a :class:`~collabui.evaluation.workers.WorkerPool` handle: a local process or
+    a Ray actor) builds its own team and devices and runs one episode at a time; its trace
+    files come back with the record and are written into ``trace_dir`` here. Records also get
+    ``worker`` (``node``, ``pid``). At most ``min(workers, episodes to run)`` workers start;
+    none for a fully resumed run. The caller closes ``workers``.
+    """
+    pending, done, records = _prepare(specs, trace_dir, manifest)
+    if not pending:
+        return records(done)
+    with contextlib.suppress(RuntimeError):
+        asyncio.get_running_loop()
+        raise ConfigError("run_episodes_on was called inside a running event loop; call it from a "
+                          "thread (asyncio.to_thread) there")
+    handles = workers.start(len(pending))
+    with manifest.open("a", encoding="utf-8") as fh:
+        sink = _Manifest(fh, len(specs), label, progress)
+        slots = [_remote_slot(handle, trace_dir) for handle in handles]
+        asyncio.run(_schedule(slots, pending, sink, done))
+    return records(done)
+
+
+def _remote_slot(handle: Any, trace_dir: Path) -> _Slot:
+    async def run(spec: EpisodeSpec) -> dict[str, Any]:
+        _clear(spec, trace_dir)
+        record, files = await handle.run(spec)
+        for name, data in files.items():
+            path = trace_dir / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        return {**record, "trace": str(trace_dir / f"{spec.episode_id}.jsonl")}
+
+    return run
+
+
+def _clear(spec: EpisodeSpec, trace_dir: Path) -> None:
+    """Delete what an interrupted run left of this episode: it starts over."""
+    (trace_dir / f"{spec.episode_id}.jsonl").unlink(missing_ok=True)
     shutil.rmtree(trace_dir / spec.episode_id, ignore_errors=True)  # its screenshots
+
+
+def _start(spec: EpisodeSpec, envs: EnvPool, trace_dir: Path) -> Device:
+    _clear(spec, trace_dir)
     return envs.get(spec.task)
 
 

@@ -1,0 +1,290 @@
+"""Episode workers: run episodes on N processes, on this machine or as Ray actors on a cluster.
+
+Each worker is a process with its own team and its own devices (one browser), built from a
+picklable :class:`WorkerSetup` when its first episode arrives: its model is a local copy (CPU) or
+a client of one shared server (an ``openai:`` spec such as a vLLM server), whichever the setup
+builds. :func:`collabui.evaluation.runner.run_episodes_on` hands one episode at a time to
+whichever worker is free and keeps the manifest, the traces and the progress lines itself, with
+the same scheduler as the in-process ``concurrency`` pool; an episode's outcome depends on its
+seed only, never on the worker that ran it.
+
+Backends, one handle interface (``run(spec)`` awaitable, ``close()``):
+
+* processes (``ray=None``): one ``ProcessPoolExecutor(max_workers=1)`` per worker, spawned
+  (forking a driver that runs threads, e.g. torch's, is unsafe);
+* Ray (``ray=ADDRESS``): one actor per worker on the cluster at ADDRESS (``host:port`` of a
+  ``ray start --head``, ``auto``, ``ray://host:port``; ``local`` starts a private one-node
+  cluster for this run), spread over the nodes.
+
+A worker writes an episode's trace and screenshots into its own temporary folder and returns
+the files with the record, so the nodes of a cluster need no shared filesystem.
+
+Closing waits for the episodes in flight (each is bounded by ``max_steps``) up to
+``close_timeout`` seconds, so every worker closes its browser itself; a worker still busy after
+that is killed (Playwright's driver then closes its browser when its parent pipe closes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import multiprocessing
+import os
+import socket
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from collabui.errors import ConfigError
+from collabui.evaluation.runner import EnvFactory, EnvPool, EpisodeSpec, RecordExtra, _run_one
+
+__all__ = ["WorkerSetup", "EpisodeWorker", "WorkerHandle", "WorkerPool", "RAY_EXTRA_HINT"]
+
+#: How to install the optional dependency (said by every error about it).
+RAY_EXTRA_HINT = "pip install 'collabui-agents[ray]'"
+#: A worker's answer: the manifest record and the episode's files (trace, screenshots) by
+#: path relative to the trace folder.
+WorkerResult = tuple[dict[str, Any], dict[str, bytes]]
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    """What a worker needs to build its own team and devices; pickled to every worker.
+
+    Args:
+        team: called once in each worker, on its first episode; returns anything with
+            ``run(task, device, *, seed, trace, episode_id, env_name)`` (and optionally
+            ``close()``, called when the worker closes). A module-level function or a
+            ``functools.partial`` of one, so it pickles.
+        env: the environment family (``miniwob`` or ``miniwob-mobile``).
+        env_options: keyword arguments for ``make_env``.
+        env_factory: builds a device from ``<env>/<task>`` instead of ``make_env`` (tests).
+        extra: more manifest fields from an episode result (runs in the worker, where the
+            result is).
+    """
+
+    team: Callable[[], Any]
+    env: str
+    env_options: Mapping[str, Any] = field(default_factory=dict)
+    env_factory: EnvFactory | None = None
+    extra: RecordExtra | None = None
+
+
+class EpisodeWorker:
+    """One worker's state: its team (built on the first episode) and its devices."""
+
+    def __init__(self, setup: WorkerSetup) -> None:
+        self.setup, self.team = setup, None
+        self.envs = EnvPool(setup.env, setup.env_factory, options=dict(setup.env_options))
+        self.where = _where()
+
+    def run(self, spec: EpisodeSpec) -> WorkerResult:
+        """Run one episode; return its record (with ``worker``: node and pid) and its files."""
+        if self.team is None:
+            self.team = self.setup.team()
+        with tempfile.TemporaryDirectory(prefix="collabui-episode-") as tmp:
+            folder = Path(tmp)
+            record = _run_one(self.team, spec, self.envs, folder, self.setup.extra)
+            files = {p.relative_to(folder).as_posix(): p.read_bytes()
+                     for p in sorted(folder.rglob("*")) if p.is_file()}
+        return {**record, "worker": self.where}, files
+
+    def close(self) -> None:
+        """Close the devices, then the team's model."""
+        self.envs.close()
+        close = getattr(self.team, "close", None)
+        self.team = None
+        if close is not None:
+            close()
+
+
+def _where() -> dict[str, Any]:
+    """This worker's node (Ray's node id inside an actor, else the host name) and pid."""
+    node = socket.gethostname()
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        node = ray.get_runtime_context().get_node_id()
+    return {"node": node, "pid": os.getpid()}
+
+
+class WorkerHandle(Protocol):
+    """The driver's side of one worker."""
+
+    async def run(self, spec: EpisodeSpec) -> WorkerResult: ...
+
+    def close(self, timeout: float) -> None: ...
+
+
+# -- processes on this machine ------------------------------------------------------------------
+
+#: The worker of a pool child process (each child is one worker for its whole life).
+_CHILD_WORKER: EpisodeWorker | None = None
+
+
+def _child_init(setup: WorkerSetup) -> None:
+    global _CHILD_WORKER
+    _CHILD_WORKER = EpisodeWorker(setup)
+
+
+def _child_run(spec: EpisodeSpec) -> WorkerResult:
+    assert _CHILD_WORKER is not None  # set by the pool's initializer before any task
+    return _CHILD_WORKER.run(spec)
+
+
+def _child_close() -> None:
+    if _CHILD_WORKER is not None:
+        _CHILD_WORKER.close()
+
+
+class _ProcessHandle:
+    def __init__(self, setup: WorkerSetup) -> None:
+        self.pool = concurrent.futures.ProcessPoolExecutor(
+            max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+            initializer=_child_init, initargs=(setup,))
+
+    async def run(self, spec: EpisodeSpec) -> WorkerResult:
+        return await asyncio.wrap_future(self.pool.submit(_child_run, spec))
+
+    def close(self, timeout: float) -> None:
+        try:
+            self.pool.submit(_child_close).result(timeout=timeout)
+        except Exception:  # a broken or stuck worker: ending its process below is all we can do
+            for process in list(getattr(self.pool, "_processes", {}).values()):
+                process.kill()
+        finally:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+# -- Ray actors ---------------------------------------------------------------------------------
+
+
+class _RayHandle:
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    async def run(self, spec: EpisodeSpec) -> WorkerResult:
+        from ray.exceptions import RayTaskError
+
+        try:
+            return await asyncio.wrap_future(self.actor.run.remote(spec).future())
+        except RayTaskError as exc:  # the worker's own exception, not Ray's multi-line wrapper
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, BaseException):
+                raise cause from None
+            raise
+
+    def close(self, timeout: float) -> None:
+        import ray
+
+        try:
+            ray.get(self.actor.close.remote(), timeout=timeout)
+        except Exception:  # dead or stuck: ray.kill below ends it either way
+            pass
+        finally:
+            ray.kill(self.actor)
+
+
+def _import_ray(address: str) -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(f"--ray {address} needs Ray, which is not installed; {RAY_EXTRA_HINT}") from None
+    return ray
+
+
+def _check_reachable(address: str) -> None:
+    """Fail in seconds on a ``host:port`` nobody listens on (``ray.init`` retries for minutes)."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return  # auto, local, or a form Ray resolves itself
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        raise ConfigError(f"no Ray cluster answers at {address} ({exc.strerror or exc}); start one with "
+                          "`ray start --head --port PORT` there, or pass --ray local") from None
+
+
+def _connect_ray(address: str) -> bool:
+    """Connect this process to the cluster; True when this call started the connection."""
+    ray = _import_ray(address)
+    if ray.is_initialized():
+        return False  # the caller's own session: use it and leave it open
+    _check_reachable(address)
+    try:
+        ray.init(address=None if address == "local" else address, log_to_driver=False,
+                 configure_logging=False)
+    except (ConnectionError, RuntimeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"cannot join the Ray cluster at {address}: {first}; check the address "
+                          "(`ray status` on the head prints it)") from None
+    return True
+
+
+def _ray_actors(setup: WorkerSetup, n: int) -> list[_RayHandle]:
+    import ray
+
+    # Default actor resources (1 CPU to be placed, none held while running): N browser workers
+    # fit on a small cluster; SPREAD puts them on as many nodes as it can.
+    remote = ray.remote(EpisodeWorker).options(scheduling_strategy="SPREAD", max_restarts=0)
+    return [_RayHandle(remote.remote(setup)) for _ in range(n)]
+
+
+class WorkerPool:
+    """Up to ``workers`` episode workers, started on demand and closed together.
+
+    Args:
+        setup: how each worker builds its team and devices.
+        workers: the most workers to start (>= 1).
+        ray: a Ray cluster address (see the module docstring); None: processes on this machine.
+        close_timeout: seconds to wait for each worker to close itself.
+
+    Raises:
+        ConfigError: ``workers`` < 1; with ``ray``: Ray not installed or the cluster unreachable
+            (raised by :meth:`start`).
+    """
+
+    def __init__(self, setup: WorkerSetup, workers: int, *, ray: str | None = None,
+                 close_timeout: float = 300.0) -> None:
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ConfigError(f"workers must be an integer >= 1, got {workers!r}")
+        if ray is not None and not str(ray).strip():
+            raise ConfigError("--ray needs a cluster address (host:port, auto, or local)")
+        self.setup, self.workers, self.ray, self.close_timeout = setup, workers, ray, close_timeout
+        self.handles: list[WorkerHandle] = []
+        self._owns_ray = False
+
+    @property
+    def backend(self) -> str:
+        return "processes" if self.ray is None else "ray"
+
+    def start(self, n: int) -> list[WorkerHandle]:
+        """Start ``min(n, workers)`` workers (at least one) and return their handles."""
+        count = max(1, min(n, self.workers))
+        if self.ray is None:
+            self.handles = [_ProcessHandle(self.setup) for _ in range(count)]
+        else:
+            self._owns_ray = _connect_ray(self.ray)
+            self.handles = list(_ray_actors(self.setup, count))
+        return self.handles
+
+    def close(self) -> None:
+        """Close every started worker (each closes its devices and model), then Ray if ours."""
+        handles, self.handles = self.handles, []
+        try:
+            for handle in handles:
+                handle.close(self.close_timeout)
+        finally:
+            if self._owns_ray:
+                import ray
+
+                ray.shutdown()
+                self._owns_ray = False
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,113 @@
+"""Episode workers (`eval miniwob --workers N [--ray ADDRESS]`): same seeds, same results.
+
+The lexical baseline is deterministic and cheap, so a run on worker processes must equal the
+one-process run episode by episode: outcome, steps and the executed actions in the traces.
+Fake devices test the plumbing in seconds; the `browser` test runs real MiniWoB++ pages. The
+Ray tests are in test_ray_cluster.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from collabui.errors import ConfigError, DeviceError
+from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
+from collabui.evaluation.workers import EpisodeWorker, WorkerPool, WorkerSetup
+from collabui.trace import read_trace
+from tests.evaluation.worker_kit import broken_env, fake_env
+from tests.processes import chromium_descendants
+
+#: What must not depend on the worker that ran an episode.
+OUTCOME = ("episode_id", "task", "seed", "success", "reward", "steps", "error", "proposals", "unparsable")
+
+
+def outcomes(out: Path) -> list[dict[str, Any]]:
+    """Per episode, in spec order: the outcome fields and the executed actions of its trace."""
+    results = json.loads((out / "results.json").read_text())
+    manifest = {json.loads(line)["episode_id"]: json.loads(line)
+                for line in (out / "episodes.jsonl").read_text().splitlines()}
+    rows = []
+    for episode_id in sorted(manifest):
+        record = manifest[episode_id]
+        trace = read_trace(out / "traces" / f"{episode_id}.jsonl")
+        rows.append({**{k: record.get(k) for k in OUTCOME},
+                     "actions": [step["executed"] for step in trace.steps]})
+    assert results["counts"]["episodes"] == len(rows)
+    return rows
+
+
+def _config(**kw: Any) -> MiniWoBEvalConfig:
+    return MiniWoBEvalConfig(**{"tasks": "click-button,focus-text", "episodes": 2, "model": "lexical",
+                                "max_steps": 2, **kw})
+
+
+def test_worker_processes_equal_the_one_process_run(tmp_path):
+    here = evaluate_miniwob(_config(), tmp_path / "here", env_factory=fake_env, progress=False)
+    there = evaluate_miniwob(_config(workers=2), tmp_path / "there", env_factory=fake_env, progress=False)
+    assert outcomes(tmp_path / "there") == outcomes(tmp_path / "here")
+    assert there["overall"] == here["overall"] and there["run"]["backend"] == "processes"
+    pids = {json.loads(line)["worker"]["pid"] for line in (tmp_path / "there" / "episodes.jsonl").open()}
+    assert len(pids) == 2  # both workers ran episodes
+
+
+def test_a_resumed_run_starts_no_worker(tmp_path, monkeypatch):
+    evaluate_miniwob(_config(episodes=1), tmp_path, env_factory=fake_env, progress=False)
+    monkeypatch.setattr(WorkerPool, "start", lambda *a: pytest.fail("a worker was started"))
+    results = evaluate_miniwob(_config(episodes=1, workers=2), tmp_path, env_factory=fake_env, progress=False)
+    assert results["counts"]["episodes"] == 2
+
+
+def test_a_worker_failure_reaches_the_driver_and_the_workers_close(tmp_path):
+    with pytest.raises(DeviceError, match="cannot open miniwob/click-button"):
+        evaluate_miniwob(_config(workers=2), tmp_path, env_factory=broken_env, progress=False)
+    assert not (tmp_path / "episodes.jsonl").read_text()  # nothing finished, nothing recorded
+
+
+def test_bad_worker_settings_are_one_line_errors(tmp_path, monkeypatch):
+    with pytest.raises(ConfigError, match="concurrency and workers/ray do not combine"):
+        _config(workers=2, concurrency=2)
+    with pytest.raises(ConfigError, match="workers must be an integer >= 1"):
+        _config(workers=0)
+    with pytest.raises(ConfigError, match=r"no Ray cluster answers at 127\.0\.0\.1:9 .*ray start --head"):
+        evaluate_miniwob(_config(ray="127.0.0.1:9"), tmp_path / "a", env_factory=fake_env, progress=False)
+    monkeypatch.setitem(__import__("sys").modules, "ray", None)  # as if the extra were not installed
+    with pytest.raises(ConfigError, match=r"needs Ray, which is not installed; pip install 'collabui-agents\[ray\]'"):
+        evaluate_miniwob(_config(ray="auto"), tmp_path / "b", env_factory=fake_env, progress=False)
+
+
+def test_episode_worker_returns_the_trace_files_and_closes_its_team():
+    closed = []
+
+    class Team:
+        def run(self, task, device, *, seed, trace, episode_id, env_name):
+            from collabui.models.spec import load_model
+            from collabui.team import CollabAgentTeam
+
+            return CollabAgentTeam(load_model("lexical"), n_agents=1, rounds=1, max_steps=1).run(
+                task, device, seed=seed, trace=trace, episode_id=episode_id, env_name=env_name)
+
+        def close(self):
+            closed.append(True)
+
+    from collabui.evaluation.runner import EpisodeSpec
+
+    worker = EpisodeWorker(WorkerSetup(team=Team, env="miniwob", env_factory=fake_env))
+    record, files = worker.run(EpisodeSpec("click-button", 3, "e0"))
+    worker.close()
+    assert record["success"] and record["worker"]["pid"] > 0 and list(files) == ["e0.jsonl"]
+    assert closed == [True]
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_real_pages_on_worker_processes_equal_the_one_process_run(tmp_path):
+    before = chromium_descendants()
+    config = {"tasks": "click-button,click-test", "episodes": 2, "model": "lexical", "max_steps": 3}
+    evaluate_miniwob(MiniWoBEvalConfig(**config), tmp_path / "here", progress=False)
+    evaluate_miniwob(MiniWoBEvalConfig(**config, workers=2), tmp_path / "there", progress=False)
+    assert outcomes(tmp_path / "there") == outcomes(tmp_path / "here")
+    assert chromium_descendants() - before == set()  # every worker closed its browser
