@@ -102,12 +102,13 @@ class EpisodeWorker:
 
 
 def _where() -> dict[str, Any]:
-    """This worker's node (Ray's node id inside an actor, else the host name) and pid."""
-    node = socket.gethostname()
+    """This worker's node (inside a Ray actor: Ray's node id and the node's address; else the
+    host name) and pid."""
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
-        node = ray.get_runtime_context().get_node_id()
-    return {"node": node, "pid": os.getpid()}
+        return {"node": ray.get_runtime_context().get_node_id(), "ip": ray.util.get_node_ip_address(),
+                "pid": os.getpid()}
+    return {"node": socket.gethostname(), "pid": os.getpid()}
 
 
 class WorkerHandle(Protocol):
