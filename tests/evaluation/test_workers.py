@@ -111,3 +111,23 @@ def test_real_pages_on_worker_processes_equal_the_one_process_run(tmp_path):
     evaluate_miniwob(MiniWoBEvalConfig(**config, workers=2), tmp_path / "there", progress=False)
     assert outcomes(tmp_path / "there") == outcomes(tmp_path / "here")
     assert chromium_descendants() - before == set()  # every worker closed its browser
+
+
+def test_cli_ray_address_nobody_answers_is_one_line(tmp_path, capsys):
+    from collabui.cli import main
+
+    code = main(["eval", "miniwob", "--model", "lexical", "--tasks", "click-button", "--workers", "2",
+                 "--ray", "127.0.0.1:9", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 2 and err[-1].startswith("error: no Ray cluster answers at 127.0.0.1:9")
+
+
+def test_throughput_benchmark_times_each_worker_count(capsys):
+    from collabui.evaluation.throughput import format_throughput, main, measure_throughput
+
+    rows = measure_throughput([1], tasks="click-button", episodes=2, max_steps=1, env_factory=fake_env)
+    assert [(r.workers, r.episodes, r.successes) for r in rows] == [(1, 2, 2)] and rows[0].seconds > 0
+    table = format_throughput(rows)
+    assert table.splitlines()[0].startswith("| workers | episodes |") and "| 1.00x |" in table
+    assert main(["--workers", "0,2"]) == 2
+    assert "--workers takes worker counts >= 1" in capsys.readouterr().err
