@@ -111,6 +111,7 @@ def _kill_tagged(tag: str) -> list[int]:
 
 
 @pytest.mark.browser
+@pytest.mark.slow  # about a minute on a quiet 2-core machine, two under load
 def test_an_evaluation_across_two_ray_nodes_equals_the_one_process_run(two_node_cluster, tmp_path):
     config = {"tasks": "click-button,click-test", "episodes": 2, "model": "lexical", "max_steps": 3}
     evaluate_miniwob(MiniWoBEvalConfig(**config), tmp_path / "here", progress=False)
