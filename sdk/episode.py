@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import re
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from collabui.actions import Action
+from collabui.approval import ApprovalPending
 from collabui.devices.base import Device, Observation, StepOutcome
 from collabui.errors import CollabUIError, ConfigError, DeviceError
 from collabui.prompts import history_entry
@@ -57,10 +59,15 @@ class EpisodeResult:
     #: True when the environment ended the episode or a terminal action ran; False when it
     #: stopped at max_steps or on an error.
     ended: bool = False
+    #: The approval request the episode stopped at (the policy left it pending), if any.
+    pending_approval: dict[str, Any] | None = None
+    #: Steps a resumed episode had finished before this run (in the trace, not in ``steps``).
+    resumed_steps: int = 0
 
     @property
     def n_steps(self) -> int:
-        return len(self.steps)
+        """Steps of the whole episode, those before a resume included."""
+        return self.resumed_steps + len(self.steps)
 
     @property
     def executed_actions(self) -> list[Action]:
@@ -85,13 +92,22 @@ class _Run:
     """State shared by the sync and async episode loops."""
 
     def __init__(self, team, task, device: Device, *, seed, max_steps, trace, episode_id, env_name, on_step,
-                 secrets: Mapping[str, str] | None = None) -> None:
+                 secrets: Mapping[str, str] | None = None, approve: Any = None, checkpoint: Any = None,
+                 resume: str | None = None, asynchronous: bool = False) -> None:
         space = getattr(device, "action_space", None)
         if space is not None and space.name != team.space.name:
             raise ConfigError(
                 f"the team proposes {team.space.name} actions but the device takes {space.name} "
                 f"actions; build the team with action_space={space.name!r}"
             )
+        from collabui.durable import open_session
+
+        episode_id = resume or episode_id or _episode_id(env_name)
+        #: Approval gate and checkpoints (collabui.durable); None runs the plain step graph.
+        self.session, saved = open_session(team, device, approve=approve, checkpoint=checkpoint, resume=resume,
+                                           episode_id=episode_id, asynchronous=asynchronous)
+        if saved:  # a resumed episode runs as it was started
+            task, seed, max_steps, env_name = saved["task"], saved["seed"], saved["max_steps"], saved["env"]
         self.team, self.device, self.seed, self.env_name, self.on_step = team, device, seed, env_name, on_step
         #: Secrets and passwords never reach the agents, the trace or the caller (see redaction).
         self.redactor = Redactor(secrets)
@@ -99,20 +115,52 @@ class _Run:
         #: The action the device was last asked to run (secret placeholders filled in).
         self._sent: Action | None = None
         self.max_steps = max_steps or team.config.max_steps
-        self.episode_id = episode_id or _episode_id(env_name)
-        store = JsonlTraceStore(trace) if isinstance(trace, (str, Path)) else trace
-        self.recorder: EpisodeRecorder | None = store.start(self.episode_id) if store is not None else None
+        self.episode_id = episode_id
         self.history: list[str] = []
         self.started = time.perf_counter()
         self.result: EpisodeResult | None = None
         self.header: dict[str, Any] | None = None  # as written to the trace
+        self.recorder: EpisodeRecorder | None
+        if self.session is not None and self.session.header is not None:
+            self.recorder, self.header = self.session.recorder, self.session.header
+            self.history = self.session.history
+        else:
+            store = JsonlTraceStore(trace) if isinstance(trace, (str, Path)) else trace
+            self.recorder = store.start(self.episode_id) if store is not None else None
+            if self.session is not None and saved:  # resumed without a trace file
+                self.history = self.session.history
+        self._save_spec("running")
+
+    def _save_spec(self, status: str) -> None:
+        """What a resume needs to run the episode as it was started (checkpointed runs)."""
+        if self.session is not None:
+            from collabui.durable import _team_spec
+
+            self.session.save(self.episode_id, {
+                "task": self.task, "seed": self.seed, "max_steps": self.max_steps, "env": self.env_name,
+                "trace": self.recorder.location if self.recorder else None, "team": _team_spec(self.team)},
+                status)
+
+    def step_events(self, task: str, obs: Observation, history: list[str], t: int):
+        """The team step as events (``team._step_events``), through the session when there is one."""
+        if self.session is not None:
+            return self.session.runner.step_events(task, obs, history, t)
+        return self.team._step_events(task, obs, history, t=t)
+
+    def astep_events(self, task: str, obs: Observation, history: list[str], t: int):
+        """Async twin of ``step_events``; its last item is the TeamStep."""
+        if self.session is not None:
+            return self.session.runner.astep_events(task, obs, history, t)
+        return self.team._astep_events(task, obs, history, t=t)
 
     def open(self) -> None:
         """Write the header before the environment reset: a reset can hang or take the process
         down (a browser starting), and a trace must never be left empty. Only the task may be
         unknown yet (when the environment sets it); it is written as "" (still a valid header),
-        and ``begin`` writes the header again with it, which replaces this one."""
-        self._write_header(self.task or "")
+        and ``begin`` writes the header again with it, which replaces this one. A resumed
+        episode keeps the header its trace has."""
+        if self.header is None:
+            self._write_header(self.task or "")
 
     def begin(self, obs: Observation) -> None:
         task = self.task or obs.task
@@ -122,6 +170,9 @@ class _Run:
         self.result = EpisodeResult(task=task, trace_path=self.recorder.location if self.recorder else None)
         if self.header is None or self.header["task"] != task:
             self._write_header(task)
+        if self.session is not None:
+            self.result.resumed_steps = self.session.first_t
+            self._save_spec("running")
 
     def _write_header(self, task: str) -> None:
         created = self.header["created"] if self.header else _now()
@@ -190,6 +241,8 @@ class _Run:
             self.result = EpisodeResult(task=self.task or '')
         self.result.steps.append(rec)
         self.history.append(history_entry(executed, obs))
+        if self.session is not None:  # after the trace line: a resume trusts the checkpoint file
+            self.session.after_step(self.episode_id, t, self.history[-1])
         if outcome is not None and (outcome.done or executed.terminal):
             self.result.reward = outcome.reward
             self.result.ended = True
@@ -203,6 +256,9 @@ class _Run:
         result.error = result.error or (redact_url(self.redactor.text(error)) if error else error)
         result.success = result.reward > 0
         result.duration_s = time.perf_counter() - self.started
+        if self.session is not None:
+            finished = result.ended or (error is None and result.n_steps >= self.max_steps)
+            self.session.finish(self.episode_id, "finished" if finished else "stopped")
         if self.recorder is not None:
             if self.header is not None:  # also after a failed reset: the trace says why it ended
                 self._write({
@@ -229,10 +285,16 @@ class _Run:
             self.open()
             obs = self.redactor.observation((yield ("reset", seed)))
             self.begin(obs)
-            for t in range(self.max_steps):
+            obs = yield from self._replay(obs)
+            for t in range(self.session.first_t if self.session else 0, self.max_steps):
                 t0 = time.perf_counter()
                 step = yield ("step", (self.task, obs, self.history, t))
                 t1 = time.perf_counter()
+                if _refused(step):  # not sent to the device; the agents read why next
+                    outcome = _refusal(obs, step.approval)
+                    self.record(t, obs, step, outcome, None, {"team_s": t1 - t0})
+                    obs = outcome.observation
+                    continue
                 # Only here, on its way to the device, does a typed placeholder become the value.
                 self._sent = self.redactor.reveal(step.action)
                 try:
@@ -241,12 +303,18 @@ class _Run:
                     error = f"{type(exc).__name__}: {exc}"
                     self.record(t, obs, step, None, error, {"team_s": t1 - t0})
                     break
+                if getattr(step, "approval", None):
+                    outcome = dataclasses.replace(outcome, info={**outcome.info, "approval": step.approval})
                 self.record(t, obs, step, outcome, None, {"team_s": t1 - t0, "act_s": time.perf_counter() - t1})
                 if _should_stop(outcome, step.action):
                     break
                 obs = self.redactor.observation(outcome.observation)
         except DeviceError as exc:
             error = f"{type(exc).__name__}: {exc}"
+        except ApprovalPending as exc:  # the policy decides later: resume the episode then
+            error = f"{type(exc).__name__}: {exc}"
+            if self.result is not None:
+                self.result.pending_approval = exc.request.to_dict()
         except BaseException as exc:
             self.end(f"{type(exc).__name__}: {exc}")
             message = self.redactor.text(str(exc))
@@ -254,6 +322,39 @@ class _Run:
                 raise CollabUIError(f"{type(exc).__name__}: {message}") from None
             raise
         return self.end(error)
+
+
+    def _replay(self, obs: Observation) -> Generator[tuple[str, Any], Any, Observation]:
+        """A resumed episode's finished steps, on a freshly reset device: replayed on sandboxed
+        devices (MiniWoB++, fakes), so that the page is the one the team left; on real pages and
+        phones the reset page is where the team goes on (see ``collabui.durable``)."""
+        session = self.session
+        if session is None or not session.done_steps or not session.replay:
+            return obs
+        for row in session.done_steps:
+            if row.get("refused"):
+                obs = _refusal(obs, row.get("approval") or {}).observation
+                continue
+            self._sent = self.redactor.reveal(self.team.space.from_dict(row["action"]))
+            outcome = yield ("act", self._sent)
+            if outcome.info.get("masked_action"):  # masked again from here on, as before the stop
+                typed = getattr(self._sent, "content", None) or getattr(self._sent, "text", None)
+                self.redactor.add_password(typed or "")
+            obs = self.redactor.observation(outcome.observation)
+        return obs
+
+
+def _refused(step: Any) -> bool:
+    approval = getattr(step, "approval", None)
+    return bool(approval) and approval.get("decision") == "refused"
+
+
+def _refusal(obs: Observation, approval: Mapping[str, Any]) -> StepOutcome:
+    """The outcome of a refused action: the page unchanged, the refusal as the action's error."""
+    why = (f"{approval.get('call', 'the action')} was not run: the approval policy refused it "
+           f"({approval.get('reason', 'flagged')})")
+    return StepOutcome(dataclasses.replace(obs, last_action_error=why), 0.0, False,
+                       {"approval": dict(approval)})
 
 
 def _now() -> str:
@@ -303,12 +404,14 @@ class _Driver:
             self.done, self.result = True, stop.value
 
 
-def _calls(team, device: Device, *, asynchronous: bool) -> dict[str, Callable[[Any], Any]]:
-    """What each request of ``_Run.loop`` runs, with the sync or the async methods."""
+def _calls(team, device: Device, *, asynchronous: bool, run: _Run | None = None) -> dict[str, Callable[[Any], Any]]:
+    """What each request of ``_Run.loop`` runs, with the sync or the async methods (the team
+    step through the run's session, when it has one: approval gate, checkpoints)."""
+    stepper = run.session.runner if run is not None and run.session is not None else team
     if asynchronous:
-        reset, step, act = device.areset, team.astep, device.aact
+        reset, step, act = device.areset, stepper.astep, device.aact
     else:
-        reset, step, act = device.reset, team.step, device.act
+        reset, step, act = device.reset, stepper.step, device.act
     return {
         "reset": lambda seed: reset(seed=seed),
         "step": lambda args: step(*args[:3], t=args[3]),
@@ -328,6 +431,9 @@ def run_episode(
     env_name: str | None = None,
     on_step: Callable[[StepRecord], None] | None = None,
     secrets: Mapping[str, str] | None = None,
+    approve: Any = None,
+    checkpoint: Any = None,
+    resume: str | None = None,
 ) -> EpisodeResult:
     """Reset ``device``, then step the team until the environment is done, a terminal action
     runs, or ``max_steps`` pass. A ``DeviceError`` ends the episode with the error recorded
@@ -335,10 +441,17 @@ def run_episode(
 
     ``secrets`` (``{"name": value}``): the task and the agents see ``<secret:name>``; the device
     gets the value only when it types an action holding the placeholder; traces, results and
-    errors hold the placeholder alone (see ``collabui.redaction``)."""
+    errors hold the placeholder alone (see ``collabui.redaction``).
+
+    ``approve`` (``"ask"``, ``"always"``, ``"never"`` or ``approve(request) -> bool | None``;
+    None: the device's default, ask on real pages and phones) is consulted before flagged
+    actions (``collabui.approval``). ``checkpoint`` (a SQLite path) saves every superstep, so
+    that ``resume=EPISODE_ID`` (with ``task=None``) goes on where the episode stopped
+    (``collabui.durable``)."""
     run = _Run(team, task, device, seed=seed, max_steps=max_steps, trace=trace,
-               episode_id=episode_id, env_name=env_name, on_step=on_step, secrets=secrets)
-    driver = _Driver(run, seed, _calls(team, device, asynchronous=False))
+               episode_id=episode_id, env_name=env_name, on_step=on_step, secrets=secrets,
+               approve=approve, checkpoint=checkpoint, resume=resume)
+    driver = _Driver(run, run.seed, _calls(team, device, asynchronous=False, run=run))
     while not driver.done:
         try:
             value = driver.call()
@@ -361,11 +474,16 @@ async def arun_episode(
     env_name: str | None = None,
     on_step: Callable[[StepRecord], None] | None = None,
     secrets: Mapping[str, str] | None = None,
+    approve: Any = None,
+    checkpoint: Any = None,
+    resume: str | None = None,
 ) -> EpisodeResult:
-    """Async twin of ``run_episode`` (uses the device's and the team's async methods)."""
+    """Async twin of ``run_episode`` (uses the device's and the team's async methods; approval
+    works, ``checkpoint`` does not: LangGraph's SQLite saver here is the synchronous one)."""
     run = _Run(team, task, device, seed=seed, max_steps=max_steps, trace=trace,
-               episode_id=episode_id, env_name=env_name, on_step=on_step, secrets=secrets)
-    driver = _Driver(run, seed, _calls(team, device, asynchronous=True))
+               episode_id=episode_id, env_name=env_name, on_step=on_step, secrets=secrets,
+               approve=approve, checkpoint=checkpoint, resume=resume, asynchronous=True)
+    driver = _Driver(run, run.seed, _calls(team, device, asynchronous=True, run=run))
     while not driver.done:
         try:
             value = await driver.call()

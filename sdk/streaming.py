@@ -37,6 +37,7 @@ from collabui.events import (
     StepStarted,
     VoteDecided,
 )
+from collabui.team import TeamStep
 from collabui.trace import TraceStore
 
 __all__ = ["AsyncEpisodeStream", "EpisodeStopped", "EpisodeStream"]
@@ -55,14 +56,16 @@ class _Episode:
                  max_steps: int | None = None, trace: TraceStore | str | Path | None = None,
                  episode_id: str | None = None, env_name: str | None = None,
                  on_step: Callable[[StepRecord], None] | None = None,
-                 secrets: Mapping[str, str] | None = None, asynchronous: bool) -> None:
+                 secrets: Mapping[str, str] | None = None, approve: Any = None, checkpoint: Any = None,
+                 resume: str | None = None, asynchronous: bool) -> None:
         self.team, self.user_on_step = team, on_step
         self.finished: list[tuple[StepRecord, str]] = []
         self.run = _Run(team, task, device, seed=seed, max_steps=max_steps, trace=trace,
                         episode_id=episode_id, env_name=env_name, on_step=self._collect,
-                        secrets=secrets)
-        self.calls = _calls(team, device, asynchronous=asynchronous)
-        self.driver = _Driver(self.run, seed, self.calls)  # writes the header
+                        secrets=secrets, approve=approve, checkpoint=checkpoint, resume=resume,
+                        asynchronous=asynchronous)
+        self.calls = _calls(team, device, asynchronous=asynchronous, run=self.run)
+        self.driver = _Driver(self.run, self.run.seed, self.calls)  # writes the header
         self.started = False
 
     def _collect(self, record: StepRecord) -> None:
@@ -118,7 +121,7 @@ def _events(episode: _Episode) -> Generator[Event, None, None]:
                     yield first
                 yield StepStarted(t=t, observation=obs)
                 try:
-                    step = yield from episode.team._step_events(task, obs, history, t=t)
+                    step = yield from episode.run.step_events(task, obs, history, t)
                 except GeneratorExit:
                     raise
                 except BaseException as exc:  # handed to the loop, which records and decides
@@ -151,9 +154,12 @@ async def _aevents(episode: _Episode) -> AsyncGenerator[Event, None]:
                     yield first
                 yield StepStarted(t=t, observation=obs)
                 step = None
-                events = episode.team._astep_events(task, obs, history, t=t)
+                events = episode.run.astep_events(task, obs, history, t)
                 try:
                     async for event in events:
+                        if isinstance(event, TeamStep):  # a session's last item: the step itself
+                            step = event
+                            continue
                         if isinstance(event, VoteDecided):
                             step = event.team_step
                         yield event

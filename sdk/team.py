@@ -82,6 +82,9 @@ class TeamStep:
     vote: VoteResult
     rendered_observation: str
     seconds: float
+    #: The approval decision when the policy flagged the voted action (``collabui.approval``):
+    #: the request (t, action, call, reason) with ``decision`` ("approved"/"refused") and ``by``.
+    approval: dict[str, Any] | None = None
 
     @property
     def action(self) -> Action:
@@ -103,6 +106,8 @@ class _StepState(TypedDict, total=False):
     history: list[str]
     proposals: Annotated[dict[tuple[int, int], Proposal], _merge]
     vote: VoteResult
+    approval_context: dict[str, Any]  # what flagging reads of the page (collabui.approval)
+    approval: dict[str, Any] | None
 
 
 def _resolve_topology(config: TeamConfig):
@@ -200,7 +205,7 @@ class CollabAgentTeam:
     def node_name(i: int, j: int) -> str:
         return f"agent{i}_round{j}"
 
-    def _build_graph(self):
+    def _build_graph(self, *, checkpointer: Any = None, approval: bool = False):
         from langchain_core.runnables import RunnableLambda
         from langgraph.graph import END, START, StateGraph
 
@@ -224,8 +229,18 @@ class CollabAgentTeam:
                 else:
                     builder.add_edge(sources, target)
         builder.add_edge([self.node_name(i, m - 1) for i in range(n)], "vote")
-        builder.add_edge("vote", END)
-        return builder.compile(name="collab_agent_team")
+        if approval:  # the gate sits between the vote and the device (collabui.approval)
+            builder.add_node("approve", RunnableLambda(self._approve_node, name="approve"))
+            builder.add_edge("vote", "approve")
+            builder.add_edge("approve", END)
+        else:
+            builder.add_edge("vote", END)
+        return builder.compile(name="collab_agent_team", checkpointer=checkpointer)
+
+    def compile_step_graph(self, *, checkpointer: Any = None, approval: bool = False):
+        """The step graph compiled with a LangGraph checkpointer (``collabui.durable``) and, with
+        ``approval``, an ``approve`` node after the vote that interrupts on flagged actions."""
+        return self._build_graph(checkpointer=checkpointer, approval=approval)
 
     def draw_mermaid(self) -> str:
         """The compiled step graph as a Mermaid diagram."""
@@ -300,6 +315,24 @@ class CollabAgentTeam:
         n, m = self.config.n_agents, self.config.rounds
         matrix = [[props[(i, j)].action for j in range(m)] for i in range(n)]
         return {"vote": majority_vote(matrix)}
+
+    @staticmethod
+    def _approve_node(state: _StepState) -> dict[str, Any]:
+        """Flag the voted action; when flagged, stop at ``interrupt()`` until the caller resumes
+        the graph with ``Command(resume={"approved": bool, "by": who})``."""
+        from langgraph.types import interrupt
+
+        from collabui.approval import ApprovalRequest, flag_action
+
+        action = state["vote"].action
+        reason = flag_action(action, state.get("approval_context") or {})
+        if reason is None:
+            return {"approval": None}
+        request = ApprovalRequest(state.get("t", 0), action.to_dict(), action.to_call(), reason).to_dict()
+        answer = interrupt(request)
+        approved = bool(answer.get("approved")) if isinstance(answer, dict) else bool(answer)
+        by = answer.get("by") if isinstance(answer, dict) else None
+        return {"approval": {**request, "decision": "approved" if approved else "refused", "by": by}}
 
     # -- one step ----------------------------------------------------------------------------
 

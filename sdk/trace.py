@@ -41,6 +41,7 @@ __all__ = [
     "MemoryTraceStore",
     "encode_record",
     "read_trace",
+    "reopen_trace",
     "validate_record",
     "trace_schema",
 ]
@@ -166,12 +167,17 @@ class _JsonlRecorder(EpisodeRecorder):
     failed write is cut off again: the file only ever holds whole records, but a torn last
     line when the process is killed in mid-write, which read_trace skips."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, append_at: int | None = None, only_header: bool = False) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self._fh = path.open("xb", buffering=0)
-        self._size = 0  # bytes of whole records in the file
-        self._only_header = False  # the header is the only record so far
+        if append_at is None:
+            self._fh = path.open("xb", buffering=0)
+        else:  # a resumed episode: cut what follows the kept records, then append
+            self._fh = path.open("r+b", buffering=0)
+            self._fh.truncate(append_at)
+            self._fh.seek(append_at)
+        self._size = append_at or 0  # bytes of whole records in the file
+        self._only_header = only_header  # the header is the only record so far
 
     def write(self, record: Mapping[str, Any]) -> None:
         data = encode_record(record)
@@ -302,6 +308,38 @@ class Trace:
             for row in step["proposals"]:
                 for prop in row:
                     yield step["t"], prop
+
+
+def reopen_trace(path: str | Path, *, keep_steps: int) -> tuple[EpisodeRecorder, dict[str, Any], int]:
+    """Reopen a trace to append a resumed episode: ``(recorder, header, steps kept)``.
+
+    Kept: the header and the first ``keep_steps`` step records (fewer if the file has fewer).
+    Cut off: what follows them, i.e. the ``end`` record of a stopped episode, a line torn by a
+    kill, and steps the caller will run again. Nothing before them is rewritten.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise TraceError(f"no trace at {path} to resume; it was moved or deleted")
+    data = path.read_bytes()
+    offset, header, steps = 0, None, 0
+    for line in data.split(b"\n")[:-1]:  # whole lines only: the last piece has no newline
+        try:
+            record = json.loads(line.decode("utf-8"))
+        except ValueError:
+            break
+        kind = record.get("type")
+        if header is None and kind != "episode":
+            break
+        if kind == "step" and steps >= keep_steps or kind == "end":
+            break
+        if kind == "episode":
+            header = record
+        else:
+            steps += 1
+        offset += len(line) + 1
+    if header is None:
+        raise TraceError(f"{path} has no episode header; it cannot be resumed")
+    return _JsonlRecorder(path, append_at=offset, only_header=steps == 0), header, steps
 
 
 def read_trace(path: str | Path, *, validate: bool = True) -> Trace:

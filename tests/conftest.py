@@ -23,6 +23,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.tiny_model)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _checkpoints_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`collabui run` checkpoints every run (collabui.durable); tests keep those files out of
+    the user's state folder (subprocesses inherit the variable)."""
+    import os
+
+    os.environ.setdefault("COLLABUI_STATE_DIR", str(tmp_path_factory.mktemp("collabui-state")))
+
+
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
     from collabui.models.embedded import embedded_model_dir

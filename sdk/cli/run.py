@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from collabui.approval import APPROVE_CHOICES
 from collabui.cli.flags import add_config_flags, config_from_args
 from collabui.config import (
     ELEMENT_FORMAT_CHOICES,
@@ -43,7 +44,7 @@ def add_page_flags(parser: argparse.ArgumentParser) -> None:
 def add_commands(sub: Any) -> None:
     """Register ``run``, ``envs`` and ``devices`` on the top-level subparsers."""
     run = sub.add_parser("run", help="run a team on an environment")
-    where = run.add_mutually_exclusive_group(required=True)
+    where = run.add_mutually_exclusive_group()
     where.add_argument("--env", help="environment name, e.g. miniwob/click-button (see `collabui envs`)")
     where.add_argument("--url", help="any web page to operate (with --task)")
     run.add_argument("--task", help="the task text (required with --url; overrides the env's task)")
@@ -59,6 +60,16 @@ def add_commands(sub: Any) -> None:
     run.add_argument("--secret", action="append", dest="secrets", metavar="NAME",
                      help="a secret the agents see as <secret:NAME> and the device types for real: its "
                           "value comes from the environment variable NAME, else a hidden prompt (repeatable)")
+    run.add_argument("--approve", choices=APPROVE_CHOICES, default=None,
+                     help="before a flagged action (submit/pay/send/delete-like click, typing a password, "
+                          "another site): ask (y/N on the terminal; no terminal = refuse), always (approve), "
+                          "never (refuse). Default: ask on --url and phones, nothing asked on MiniWoB++")
+    run.add_argument("--resume", metavar="RUN_ID",
+                     help="go on with a stopped run (kill, Ctrl-C, pending approval) where it stopped; "
+                          "its other flags come from the run (--approve, --quiet, --secret may be given again)")
+    run.add_argument("--checkpoint-db", metavar="PATH", default=None,
+                     help="SQLite file of the runs' checkpoints (default $COLLABUI_STATE_DIR/runs.sqlite, "
+                          "else the user state folder)")
     run.add_argument("--quiet", action="store_true", help="only print the summary")
     run.add_argument("--guided-json", action="store_true", help=GUIDED_HELP)
     add_config_flags(run, TeamConfig, skip=_TEAM_SKIP, rename=_TEAM_RENAME, defaults={"screenshots": True},
@@ -156,13 +167,67 @@ def _devices() -> int:
     return 0
 
 
+#: Flags a resumed run takes from the command line; every other one comes from the stored run.
+_RESUME_FLAGS = ("approve", "quiet", "secrets", "checkpoint_db", "resume")
+
+
+def _run_spec(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's flags as stored for ``--resume`` (secret names only: values are re-read)."""
+    return {k: v for k, v in vars(args).items() if k not in ("resume", "checkpoint_db", "command")}
+
+
+def _open_run(args: argparse.Namespace) -> tuple[argparse.Namespace, Any, str]:
+    """``(flags, checkpoint store, run id)``: a new run, or the stored one of ``--resume``."""
+    from collabui.durable import EpisodeStore, default_checkpoint_path
+    from collabui.episode import _episode_id
+
+    if not args.resume and not (args.env or args.url):
+        raise ConfigError("give --env NAME or --url URL (or --resume RUN_ID to go on with a stopped run)")
+    if args.resume and (args.env or args.url):
+        raise ConfigError("--resume RUN_ID takes the environment from the run; drop --env/--url")
+    store = EpisodeStore(args.checkpoint_db or default_checkpoint_path())
+    if not args.resume:  # saved once the run starts (bad flags leave nothing behind)
+        return args, store, _episode_id(args.env or redact_url(args.url))
+    spec = store.load_run(args.resume)
+    if spec is None:
+        known = ", ".join(store.runs()[:3]) or "none yet"
+        store.close()
+        raise ConfigError(f"no run {args.resume!r} in {store.path} (latest: {known}); pass a RUN_ID "
+                          "that collabui run printed, and the same --checkpoint-db")
+    given = {k: getattr(args, k) for k in _RESUME_FLAGS}
+    merged = argparse.Namespace(**{**spec, **{k: v for k, v in given.items() if v not in (None, False)}})
+    merged.secrets = args.secrets or spec.get("secrets")
+    merged.command = "run"
+    return merged, store, args.resume
+
+
+def _episode_plan(store: Any, run_id: str, k: int, episodes: int, resuming: bool) -> tuple[str, str | None, bool]:
+    """``(episode id, id to resume or None, already finished)`` of episode k of a run."""
+    episode_id = run_id if episodes == 1 else f"{run_id}-{k}"
+    found = store.episode(episode_id) if resuming else None
+    if found is None:
+        return episode_id, None, False
+    return episode_id, episode_id, found[1] == "finished"
+
+
 def _run(args: argparse.Namespace) -> int:
+    if args.episodes < 1:
+        raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
+    args, store, run_id = _open_run(args)
+    try:
+        return _run_episodes(args, store, run_id)
+    finally:
+        store.close()
+
+
+def _run_episodes(args: argparse.Namespace, store: Any, run_id: str) -> int:
     from collabui.cli.view import LiveView
     from collabui.models.spec import load_model
     from collabui.team import CollabAgentTeam, _resolve_topology
 
-    if args.episodes < 1:
-        raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
+    plans = [_episode_plan(store, run_id, k, args.episodes, args.resume is not None) for k in range(args.episodes)]
+    if all(finished for _, _, finished in plans):
+        raise ConfigError(f"run {run_id} already finished; nothing to resume")
     config = team_config(args)
     _resolve_topology(config)  # an invalid topology fails before Chromium or the model start
     secrets = read_secrets(args.secrets or ())
@@ -170,6 +235,8 @@ def _run(args: argparse.Namespace) -> int:
     device = _make_device(args, config)  # fail fast on bad env / missing Chromium, before the model loads
     # The device decides the action space (miniwob-mobile and android take mobile actions).
     config = dataclasses.replace(config, action_space=device.action_space.name)
+    if args.resume is None:
+        store.save_run(run_id, _run_spec(args))
     try:
         view.status(f"loading model {redact_url(args.model)} ...")
         t0 = time.perf_counter()
@@ -178,12 +245,18 @@ def _run(args: argparse.Namespace) -> int:
         view.status(f"model ready in {time.perf_counter() - t0:.1f}s")
         team = CollabAgentTeam(model, config=config)
         view.team(team)
+        view.status(f"run {run_id} (if stopped: collabui run --resume {run_id})")
         results = []
         for k in range(args.episodes):
             seed = None if config.seed is None else config.seed + k
+            episode_id, resume, finished = plans[k]
+            if finished:
+                view.status(f"episode {k + 1}/{args.episodes} ({episode_id}) finished before; skipped")
+                continue
             view.episode_start(k, args.episodes, args.env or args.url, seed)
             with team.stream(args.task, device, seed=seed, trace=args.trace_dir, secrets=secrets,
-                             env_name=args.env or redact_url(args.url)) as events:
+                             env_name=args.env or redact_url(args.url), episode_id=episode_id,
+                             approve=args.approve, checkpoint=store, resume=resume) as events:
                 for event in events:
                     view.handle(event)
             results.append(events.result)

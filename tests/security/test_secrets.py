@@ -145,7 +145,9 @@ def test_local_page_that_echoes_the_secret(tmp_path, capfd, login_site):
     model = ScriptedChatModel([a for a in script for _ in range(2)])
     team = CollabAgentTeam(model, n_agents=2, rounds=1, topology="independent", max_steps=4)
     with BrowserDevice(start_url=login_site.url("login.html"), screenshots=True) as device:
-        result = team.run(task, device, trace=tmp_path, secrets={"user": user, "pw": password})
+        # A real page asks before typing a password (collabui.approval); this test is about secrets.
+        result = team.run(task, device, trace=tmp_path, secrets={"user": user, "pw": password},
+                          approve="always")
     out, err = capfd.readouterr()
     assert any("Tr0ub4dor%263" in r and "alice.w" in r for r in login_site.requests)
     final = result.steps[-1].observation
