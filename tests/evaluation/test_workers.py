@@ -9,6 +9,8 @@ Ray tests are in test_ray_cluster.py.
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +102,38 @@ def test_episode_worker_returns_the_trace_files_and_closes_its_team():
     worker.close()
     assert record["success"] and record["worker"]["pid"] > 0 and list(files) == ["e0.jsonl"]
     assert closed == [True]
+
+
+def _descendants() -> set[int]:
+    """Pids of every live process below this one (read from /proc)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue  # ended while we listed
+            if stat[stat.rindex(")") + 2] != "Z":  # an exited child not yet reaped is gone
+                parents[int(entry)] = int(stat[stat.rindex(")") + 2:].split()[1])
+    found, frontier = set(), {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+@pytest.mark.slow
+def test_a_private_ray_cluster_equals_the_one_process_run_and_goes_away(tmp_path):
+    pytest.importorskip("ray", reason="needs the ray extra (make test installs it)")
+    before = _descendants()
+    evaluate_miniwob(_config(), tmp_path / "here", env_factory=fake_env, progress=False)
+    results = evaluate_miniwob(_config(workers=2, ray="local"), tmp_path / "ray", env_factory=fake_env,
+                               progress=False)
+    assert outcomes(tmp_path / "ray") == outcomes(tmp_path / "here") and results["run"]["backend"] == "ray"
+    deadline = time.monotonic() + 30  # ray.shutdown has signalled its processes; let them exit
+    while _descendants() - before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _descendants() - before == set()
 
 
 @pytest.mark.browser
