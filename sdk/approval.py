@@ -112,11 +112,15 @@ def _element_texts(observation: Observation) -> dict[str, str]:
         from collabui.devices.simplify import flat_elements
 
         return {str(e["id"]): str(e.get("full_text") or e.get("text") or "") for e in flat_elements(tree)}
+    from collabui.devices.ui_elements import parse_line
+
     texts: dict[str, str] = {}
     for line in observation.text.splitlines():  # mobile lines: `3: Button "Pay" (clickable) [..]`
-        head, sep, rest = line.partition(": ")
-        if sep and head.strip().isdigit():
-            texts[head.strip()] = rest
+        try:
+            element = parse_line(line)
+        except (ValueError, IndexError):
+            continue
+        texts[str(element["index"])] = str(element["label"] or element["type"])
     for match in re.finditer(r"<\w+\[([^\]]+)\]\|([^<>]*)", observation.text):  # simplified HTML
         texts.setdefault(match.group(1), match.group(2).strip())
     return texts
