@@ -342,6 +342,9 @@ def open_session(team: Any, device: Any, *, approve: ApprovalPolicy | None,
     runner = StepRunner(team, episode_id=resume or episode_id, policy=policy, saver=store.saver)
     session = EpisodeSession(runner, store, replay=default_policy(device) is None)
     if resume is None:
+        if store.episode(episode_id) is not None:  # its saved step graphs would be reused
+            raise ConfigError(f"episode {episode_id!r} is already in {store.path}; pass resume={episode_id!r} "
+                              "to go on with it, or another episode_id")
         return session, {}
     return session, _restore(session, team, resume)
 

@@ -90,6 +90,25 @@ def test_pending_approval_stops_and_resumes(tmp_path):
         other.run(None, _device(), resume="ep")
 
 
+def test_resume_cuts_a_torn_line_and_a_step_the_checkpoint_lacks(tmp_path):
+    """A kill while writing leaves a torn last line; a kill between the trace line and the
+    checkpoint file leaves a step only the trace has. Both are cut, the step runs again, and
+    the trace holds each step once."""
+    db = tmp_path / "runs.sqlite"
+    team = CollabAgentTeam(ScriptedChatModel(_scripted), n_agents=1, rounds=1, seed=0, max_steps=3)
+    first = team.run(None, _device(), trace=tmp_path, checkpoint=db, approve=lambda r: None, episode_id="ep")
+    path = Path(first.trace_path)
+    header, step0, _end = path.read_text().splitlines()
+    ghost = json.dumps({**json.loads(step0), "t": 1})
+    path.write_text("\n".join([header, step0, ghost]) + '\n{"type": "st')
+    second = team.run(None, _device(), checkpoint=db, resume="ep", approve="always")
+    trace = read_trace(path)
+    assert second.success and [s["t"] for s in trace.steps] == [0, 1]
+    assert trace.steps[1]["executed"]["action"] == "click" and trace.end["steps"] == 2
+    with pytest.raises(ConfigError, match="episode 'ep' is already in .*; pass resume='ep'"):
+        team.run(None, _device(), checkpoint=db, episode_id="ep")
+
+
 def test_ctrl_c_mid_step_resumes_at_the_last_superstep(tmp_path):
     """KeyboardInterrupt inside agent 1's round-1 call (the step's third superstep): the two
     supersteps before it are not run again on resume."""
