@@ -291,6 +291,8 @@ class EpisodeSession:
     replay: bool = False
     recorder: Any = None
     header: dict[str, Any] | None = None
+    #: The store was opened from a path for this episode: closed when it ends.
+    owns_store: bool = False
 
     @property
     def first_t(self) -> int:
@@ -317,6 +319,8 @@ class EpisodeSession:
     def finish(self, episode_id: str, status: str) -> None:
         if self.store is not None:
             self.store.set_status(episode_id, status)
+            if self.owns_store:
+                self.store.close()
 
 
 def open_session(team: Any, device: Any, *, approve: ApprovalPolicy | None,
@@ -340,13 +344,21 @@ def open_session(team: Any, device: Any, *, approve: ApprovalPolicy | None,
                           "checkpoint (run the episode with team.run or team.stream)")
     store = open_store(checkpoint)
     runner = StepRunner(team, episode_id=resume or episode_id, policy=policy, saver=store.saver)
-    session = EpisodeSession(runner, store, replay=default_policy(device) is None)
+    session = EpisodeSession(runner, store, replay=default_policy(device) is None,
+                             owns_store=not isinstance(checkpoint, EpisodeStore))
     if resume is None:
         if store.episode(episode_id) is not None:  # its saved step graphs would be reused
+            if session.owns_store:
+                store.close()
             raise ConfigError(f"episode {episode_id!r} is already in {store.path}; pass resume={episode_id!r} "
                               "to go on with it, or another episode_id")
         return session, {}
-    return session, _restore(session, team, resume)
+    try:
+        return session, _restore(session, team, resume)
+    except BaseException:
+        if session.owns_store:
+            store.close()
+        raise
 
 
 def _team_spec(team: Any) -> dict[str, Any]:
