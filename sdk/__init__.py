@@ -17,6 +17,8 @@ _EXPORTS = {
     "Proposal": "collabui.team",
     "TeamConfig": "collabui.config",
     "EpisodeResult": "collabui.episode",
+    "ApprovalRequest": "collabui.approval",
+    "EpisodeStore": "collabui.durable",
     "StepRecord": "collabui.episode",
     "Event": "collabui.events",
     "EpisodeStarted": "collabui.events",
@@ -55,6 +57,7 @@ __all__ = [
     "Action",
     "ActionExecuted",
     "ActionSpace",
+    "ApprovalRequest",
     "AsyncEpisodeStream",
     "ChatModel",
     "ChatRequest",
@@ -64,6 +67,7 @@ __all__ = [
     "EpisodeEnded",
     "EpisodeResult",
     "EpisodeStarted",
+    "EpisodeStore",
     "EpisodeStream",
     "Event",
     "JsonlTraceStore",
@@ -94,9 +98,11 @@ __all__ = [
 
 if TYPE_CHECKING:  # pragma: no cover
     from collabui.actions import MOBILE, WEB, Action, ActionSpace
+    from collabui.approval import ApprovalRequest
     from collabui.config import TeamConfig
     from collabui.devices import Device, Observation, StepOutcome
     from collabui.devices.registry import list_envs, make_env
+    from collabui.durable import EpisodeStore
     from collabui.episode import EpisodeResult, StepRecord
     from collabui.events import (
         ActionExecuted,
