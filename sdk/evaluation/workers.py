@@ -14,7 +14,9 @@ Backends, one handle interface (``run(spec)`` awaitable, ``close()``):
   (forking a driver that runs threads, e.g. torch's, is unsafe);
 * Ray (``ray=ADDRESS``): one actor per worker on the cluster at ADDRESS (``host:port`` of a
   ``ray start --head``, ``auto``, ``ray://host:port``; ``local`` starts a private one-node
-  cluster for this run), spread over the nodes.
+  cluster for this run), spread over the nodes. Ray's own settings apply: with Ray >= 2.5x a
+  private cluster turns token authentication on and saves a token in ``~/.ray`` unless
+  ``RAY_AUTH_MODE=disabled``; every node and this process must agree on ``RAY_AUTH_MODE``.
 
 A worker writes an episode's trace and screenshots into its own temporary folder and returns
 the files with the record, so the nodes of a cluster need no shared filesystem.
@@ -131,7 +133,8 @@ def _child_init(setup: WorkerSetup) -> None:
 
 
 def _child_run(spec: EpisodeSpec) -> WorkerResult:
-    assert _CHILD_WORKER is not None  # set by the pool's initializer before any task
+    if _CHILD_WORKER is None:  # the pool's initializer sets it before any task; never expected
+        raise RuntimeError("episode worker process was not initialized")
     return _CHILD_WORKER.run(spec)
 
 
@@ -152,7 +155,8 @@ class _ProcessHandle:
     def close(self, timeout: float) -> None:
         try:
             self.pool.submit(_child_close).result(timeout=timeout)
-        except Exception:  # a broken or stuck worker: ending its process below is all we can do
+        except Exception:  # a broken or stuck worker: ending its process is all we can do
+            # (ProcessPoolExecutor has no public handle on its processes)
             for process in list(getattr(self.pool, "_processes", {}).values()):
                 process.kill()
         finally:
@@ -214,9 +218,14 @@ def _connect_ray(address: str) -> bool:
     if ray.is_initialized():
         return False  # the caller's own session: use it and leave it open
     _check_reachable(address)
+    from ray.exceptions import AuthenticationError
+
     try:
         ray.init(address=None if address == "local" else address, log_to_driver=False,
                  configure_logging=False)
+    except AuthenticationError:
+        raise ConfigError(f"the Ray cluster at {address} refused this process's token; set RAY_AUTH_MODE "
+                          "(and the token, for token mode) the same on every node and here") from None
     except (ConnectionError, RuntimeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"cannot join the Ray cluster at {address}: {first}; check the address "

@@ -67,11 +67,15 @@ class Cluster:
 
 
 @pytest.fixture
-def two_node_cluster() -> Iterator[Cluster]:
+def two_node_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
     ray_cli = str(Path(sys.executable).with_name("ray"))
     tag, port = uuid.uuid4().hex, _free_port()
     # A short folder: Ray's Unix sockets live under it (paths are limited to 107 bytes).
     temp = Path(tempfile.mkdtemp(prefix="cray-"))
+    # Loopback only, so no token: set explicitly for the nodes and for this process (the
+    # driver), else a token left in ~/.ray by any earlier private cluster turns auth on for
+    # the head alone and the second node is refused.
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     env = {**os.environ, TAG_VARIABLE: tag, "RAY_USAGE_STATS_ENABLED": "0"}
     common = ["--num-cpus", "1", "--block", "--disable-usage-stats"]
     commands = [

@@ -123,8 +123,9 @@ def _descendants() -> set[int]:
 
 
 @pytest.mark.slow
-def test_a_private_ray_cluster_equals_the_one_process_run_and_goes_away(tmp_path):
+def test_a_private_ray_cluster_equals_the_one_process_run_and_goes_away(tmp_path, monkeypatch):
     pytest.importorskip("ray", reason="needs the ray extra (make test installs it)")
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # else Ray saves a token in the user's ~/.ray
     before = _descendants()
     evaluate_miniwob(_config(), tmp_path / "here", env_factory=fake_env, progress=False)
     results = evaluate_miniwob(_config(workers=2, ray="local"), tmp_path / "ray", env_factory=fake_env,
