@@ -20,6 +20,7 @@ same configuration (``iterations`` may grow, to continue a finished run; ``out_d
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import sys
@@ -34,12 +35,16 @@ from collabui.training.marl_report import IterationReport, MARLReport, plot_marl
 from collabui.training.rollout import (
     EnvFactory,
     EnvPool,
+    EpisodeSpec,
     ModelFactory,
+    ModelOwningTeam,
     TeamModels,
     derive_seed,
     episode_specs,
     run_episodes,
+    run_episodes_on,
     summarize,
+    worker_model,
 )
 
 __all__ = ["MARLConfig", "run_marl", "evaluate_model", "resolve_base_model", "iteration_topologies", "STATE_FILE"]
@@ -48,7 +53,7 @@ STATE_FILE = "state.json"
 _STATE_VERSION = 1
 _ENVS = {"miniwob": "web", "miniwob-mobile": "mobile"}
 #: Fields that may change between runs into the same folder.
-_RESUMABLE_CHANGES = ("iterations", "out_dir")
+_RESUMABLE_CHANGES = ("iterations", "out_dir", "workers", "ray")  # where episodes run changes no outcome
 
 
 def _tasks(value: Any, name: str) -> tuple[str, ...]:
@@ -86,13 +91,19 @@ class MARLConfig:
     edge_update: bool = field(default=True, metadata={"help": "resample the DAG every iteration "
                                                               "(--no-edge-update: the ablation)"})
     seed: int = field(default=0, metadata={"help": "seed of DAGs, episodes, sampling and DPO"})
+    workers: int = field(default=1, metadata={
+        "metavar": "N", "help": "rollout and evaluation worker processes, each loading the base model with "
+                                "the current adapters and its own browser; 1: this process"})
+    ray: str | None = field(default=None, metadata={
+        "metavar": "ADDRESS", "help": "run the workers as Ray actors on this cluster (host:port, auto, local); "
+                                      "needs the ray extra"})
     out_dir: str = field(default="runs/marl", metadata={"help": "run folder (resumed when it exists)"})
     dpo: Mapping[str, Any] = field(default_factory=dict, metadata={
         "help": "AgentDPOConfig (TRL DPOConfig) overrides, e.g. max_steps=5 (repeatable KEY=VALUE)"})
 
     def __post_init__(self) -> None:
         for name in ("episodes_per_task", "eval_episodes_per_task", "iterations", "n_agents", "rounds",
-                     "max_steps", "max_new_tokens"):
+                     "max_steps", "max_new_tokens", "workers"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
@@ -276,12 +287,8 @@ class _Run:
         return {f"agent{i}": folder / f"agent{i}" for i in range(self.config.n_agents)
                 if (folder / f"agent{i}" / "adapter_config.json").is_file()}
 
-    def team(self, topology: Any, adapters: dict[str, Path], seed: int) -> Any:
-        return _team(self.config, self.models.get(adapters), topology, adapters, seed)
-
     def evaluate(self, where: Path, topology: Any, adapters: dict[str, Path], tag: str) -> dict[str, Any]:
-        return _evaluate(self.config, self.models.get(adapters), adapters, topology, self.envs, where, tag,
-                         self.progress)
+        return _evaluate(self.config, self.models, adapters, topology, self.envs, where, tag, self.progress)
 
     def iteration(self, k: int) -> None:
         c, it = self.config, self.out / f"iter{k}"
@@ -290,9 +297,9 @@ class _Run:
 
         def rollout() -> dict[str, Any]:
             specs = episode_specs(c.train_tasks, c.episodes_per_task, tag=f"iter{k}", seed_parts=(c.seed, "train", k))
-            team = self.team(topo, self.adapters(k - 1), derive_seed(c.seed, "team", k))
-            records = run_episodes(team, specs, self.envs, trace_dir=it / "traces", manifest=it / "rollouts.jsonl",
-                                   label=f"iter{k} rollout", progress=self.progress)
+            records = _rollouts(c, self.models, self.envs, self.adapters(k - 1), topo, derive_seed(c.seed, "team", k),
+                                specs, trace_dir=it / "traces", manifest=it / "rollouts.jsonl",
+                                label=f"iter{k} rollout", progress=self.progress)
             return summarize(records)
 
         self.stage(f"iter{k}/rollout", rollout)
@@ -377,15 +384,40 @@ def _team(c: MARLConfig, model: Any, topology: Any, adapters: Mapping[str, Path]
                            adapters=names if any(names) else None)
 
 
-def _evaluate(c: MARLConfig, model: Any, adapters: Mapping[str, Path], topology: Any, envs: EnvPool,
+def _evaluate(c: MARLConfig, models: TeamModels, adapters: Mapping[str, Path], topology: Any, envs: EnvPool,
               where: Path, tag: str, progress: bool) -> dict[str, Any]:
     # Identical episodes and sampling seeds before and after every iteration (and for
     # evaluate_model): the success rates differ only by the weights, the adapters and the DAG.
     specs = episode_specs(c.eval_tasks, c.eval_episodes_per_task, tag=tag, seed_parts=(c.seed, "eval"))
-    team = _team(c, model, topology, adapters, derive_seed(c.seed, "eval-team"))
-    records = run_episodes(team, specs, envs, trace_dir=where / "eval_traces", manifest=where / "eval.jsonl",
-                           label=f"{tag} eval", progress=progress)
+    records = _rollouts(c, models, envs, adapters, topology, derive_seed(c.seed, "eval-team"), specs,
+                        trace_dir=where / "eval_traces", manifest=where / "eval.jsonl", label=f"{tag} eval",
+                        progress=progress)
     return summarize(records)
+
+
+def _rollouts(c: MARLConfig, models: TeamModels, envs: EnvPool, adapters: Mapping[str, Path], topology: Any,
+              seed: int, specs: Sequence[EpisodeSpec], *, trace_dir: Path, manifest: Path, label: str,
+              progress: bool) -> list[dict[str, Any]]:
+    """Run ``specs`` with one team: here on the shared model and browser, or on ``c.workers``
+    worker processes (Ray actors with ``c.ray``) that each load the base model with ``adapters``.
+    The team's request seeds depend on (seed, step, agent, round) only, so the episodes come out
+    the same wherever they run."""
+    where = {"trace_dir": trace_dir, "manifest": manifest, "label": label, "progress": progress}
+    if c.workers == 1 and c.ray is None:
+        return run_episodes(_team(c, models.get(adapters), topology, adapters, seed), specs, envs, **where)
+    from collabui.evaluation.workers import WorkerPool, WorkerSetup
+
+    build = functools.partial(_worker_team, c, models.base_dir, models.factory,
+                              {name: str(path) for name, path in adapters.items()}, topology, seed)
+    with WorkerPool(WorkerSetup(team=build, env=c.env, env_factory=envs.factory), c.workers, ray=c.ray) as pool:
+        return run_episodes_on(pool, specs, **where)
+
+
+def _worker_team(c: MARLConfig, base_dir: Path, factory: ModelFactory | None, adapters: Mapping[str, str],
+                 topology: Any, seed: int) -> ModelOwningTeam:
+    """A rollout worker's team (built in the worker): its own model, closed with the worker."""
+    model = worker_model(base_dir, factory, adapters)
+    return ModelOwningTeam(_team(c, model, topology, {k: Path(v) for k, v in adapters.items()}, seed), model)
 
 
 def evaluate_model(config: MARLConfig, model: str, out_dir: str | Path, *, tag: str = "before",
@@ -411,7 +443,7 @@ def evaluate_model(config: MARLConfig, model: str, out_dir: str | Path, *, tag: 
         _check_tasks(config)
     envs, models = EnvPool(config.env, env_factory), TeamModels(base, model_factory)
     try:
-        return _evaluate(config, models.get({}), {}, iteration_topologies(config)[0], envs,
+        return _evaluate(config, models, {}, iteration_topologies(config)[0], envs,
                          Path(out_dir).expanduser(), tag, progress)
     finally:
         envs.close()

@@ -4,13 +4,16 @@ The generic runner (episode specs and seeds, the JSONL manifest that makes a sta
 :class:`EnvPool`, ``run_episodes``, ``summarize``) lives in :mod:`collabui.evaluation.runner`,
 shared with the evaluation harnesses, and is re-exported here. This module adds what only
 training needs: :class:`TeamModels` serves the team's chat model for a set of per-agent
-adapters, loading the base once and reloading only when a set of adapters must be replaced.
+adapters, loading the base once and reloading only when a set of adapters must be replaced;
+:func:`worker_model` and :class:`ModelOwningTeam` give each rollout worker process
+(``run_episodes_on``, local or Ray) its own copy of that model.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from collabui.evaluation.runner import (
     EnvFactory,
@@ -20,6 +23,7 @@ from collabui.evaluation.runner import (
     episode_specs,
     read_manifest,
     run_episodes,
+    run_episodes_on,
     summarize,
 )
 from collabui.models.base import ChatModel
@@ -28,13 +32,16 @@ __all__ = [
     "EpisodeSpec",
     "EnvFactory",
     "ModelFactory",
+    "ModelOwningTeam",
     "EnvPool",
     "TeamModels",
     "derive_seed",
     "episode_specs",
     "read_manifest",
     "run_episodes",
+    "run_episodes_on",
     "summarize",
+    "worker_model",
 ]
 
 #: ``model_factory(base_dir, {"agent0": folder, ...}) -> ChatModel`` (adapters may be empty).
@@ -87,3 +94,22 @@ class TeamModels:
         if self.model is not None:
             self.model.close()
         self.model, self._current = None, None
+
+
+def worker_model(base_dir: str | Path, factory: ModelFactory | None, adapters: Mapping[str, str]) -> ChatModel:
+    """A rollout worker's own model: the base with these adapters (``{"agent0": folder}``).
+    Built in the worker, so ``factory`` (None: ``LocalModel``) must pickle."""
+    return (factory or _default_model_factory)(Path(base_dir), {k: Path(v) for k, v in adapters.items()})
+
+
+class ModelOwningTeam:
+    """A team that owns its model: what a rollout worker runs, closing the model with the worker."""
+
+    def __init__(self, team: Any, model: ChatModel) -> None:
+        self.team, self.model = team, model
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        return self.team.run(*args, **kwargs)
+
+    def close(self) -> None:
+        self.model.close()

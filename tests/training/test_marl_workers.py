@@ -1,0 +1,69 @@
+"""MARL rollouts and held-out evaluations on worker processes equal the one-process run.
+
+Each worker loads its own LocalModel (the tiny random Llama of tests/conftest.py) with the
+iteration's adapters; request seeds depend on the episode's step, agent and round only, so
+the answers, executed actions and outcomes must match episode by episode.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from collabui.trace import read_trace
+from collabui.training import labels
+from collabui.training.marl import MARLConfig, run_marl
+from tests.evaluation.worker_kit import fake_env
+
+
+class StopAfterRollouts(Exception):
+    pass
+
+
+@pytest.fixture
+def stop_after_rollouts(monkeypatch):
+    def stop(*args, **kwargs):
+        raise StopAfterRollouts
+
+    monkeypatch.setattr(labels, "label_traces", stop)
+
+
+def _config(base_dir: Path, out: Path, **kw: Any) -> MARLConfig:
+    return MARLConfig(model=f"hf:{base_dir}", train_tasks=("task-a",), eval_tasks=("task-b",), episodes_per_task=2,
+                      eval_episodes_per_task=1, iterations=1, n_agents=2, rounds=1, max_steps=2, max_new_tokens=6,
+                      critic="reference", out_dir=str(out), **kw)
+
+
+def _episodes(out: Path) -> list[dict[str, Any]]:
+    """Every episode of the held-out evaluation and the rollouts: outcome, answers, actions."""
+    rows = []
+    for manifest, traces in (("before/eval.jsonl", "before/eval_traces"), ("iter0/rollouts.jsonl", "iter0/traces")):
+        for line in (out / manifest).read_text().splitlines():
+            record = json.loads(line)
+            trace = read_trace(out / traces / f"{record['episode_id']}.jsonl")
+            rows.append({"id": record["episode_id"], "success": record["success"], "steps": record["steps"],
+                         "answers": [p["raw"] for _, p in trace.proposals()],
+                         "executed": [step["executed"] for step in trace.steps]})
+    return sorted(rows, key=lambda row: row["id"])
+
+
+@pytest.mark.slow
+def test_rollouts_on_worker_processes_equal_the_one_process_run(base_dir, tmp_path, stop_after_rollouts):
+    for name, workers in (("here", 1), ("workers", 2)):
+        with pytest.raises(StopAfterRollouts):
+            run_marl(_config(base_dir, tmp_path / name, workers=workers), progress=False, env_factory=fake_env)
+    here, there = _episodes(tmp_path / "here"), _episodes(tmp_path / "workers")
+    assert len(here) == 3 and there == here
+    pids = {json.loads(line)["worker"]["pid"] for line in (tmp_path / "workers" / "iter0" / "rollouts.jsonl").open()}
+    assert len(pids) == 2  # both rollout workers ran an episode
+
+
+def test_workers_may_change_when_a_run_resumes(tmp_path):
+    from collabui.training.marl import _RESUMABLE_CHANGES
+
+    assert {"workers", "ray"} <= set(_RESUMABLE_CHANGES)
+    with pytest.raises(Exception, match="workers must be an integer >= 1"):
+        MARLConfig(workers=0, train_tasks=("a",), eval_tasks=("b",))
