@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -166,3 +168,43 @@ def test_throughput_benchmark_times_each_worker_count(capsys):
     assert table.splitlines()[0].startswith("| workers | episodes |") and "| 1.00x |" in table
     assert main(["--workers", "0,2"]) == 2
     assert "--workers takes worker counts >= 1" in capsys.readouterr().err
+
+
+class _ClickB(BaseHTTPRequestHandler):
+    """An OpenAI-compatible /v1/chat/completions that always clicks B and counts the calls."""
+
+    calls: list[int] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server API
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.calls.append(1)
+        answer = 'Thought: OK is B.\nAction: {"action": "click", "element_id": "B"}'
+        data = json.dumps({
+            "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": answer}}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_workers_send_their_model_calls_to_one_shared_server(tmp_path):
+    _ClickB.calls = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ClickB)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        spec = f"openai:stub@http://127.0.0.1:{server.server_address[1]}/v1"
+        results = evaluate_miniwob(_config(model=spec, n_agents=2, rounds=1, workers=2), tmp_path,
+                                   env_factory=fake_env, progress=False)
+    finally:
+        server.shutdown()
+        server.server_close()
+    records = [json.loads(line) for line in (tmp_path / "episodes.jsonl").open()]
+    assert results["overall"]["success_rate"]["value"] == 1.0
+    assert len({r["worker"]["pid"] for r in records}) == 2  # two workers, each a client of the server
+    assert len(_ClickB.calls) == sum(r["proposals"] for r in records) == 4 * 2  # every call, none from here
