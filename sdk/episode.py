@@ -10,15 +10,18 @@ import uuid
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collabui.actions import Action
-from collabui.approval import ApprovalPending
+from collabui.approval import ApprovalPending, ApprovalPolicy
 from collabui.devices.base import Device, Observation, StepOutcome
 from collabui.errors import CollabUIError, ConfigError, DeviceError
 from collabui.prompts import history_entry
 from collabui.redaction import Redactor, redact_url
 from collabui.trace import SCHEMA_NAME, SCHEMA_VERSION, EpisodeRecorder, JsonlTraceStore, TraceStore
+
+if TYPE_CHECKING:  # pragma: no cover
+    from collabui.durable import EpisodeStore
 
 __all__ = ["StepRecord", "EpisodeResult", "run_episode", "arun_episode"]
 
@@ -92,8 +95,9 @@ class _Run:
     """State shared by the sync and async episode loops."""
 
     def __init__(self, team, task, device: Device, *, seed, max_steps, trace, episode_id, env_name, on_step,
-                 secrets: Mapping[str, str] | None = None, approve: Any = None, checkpoint: Any = None,
-                 resume: str | None = None, asynchronous: bool = False) -> None:
+                 secrets: Mapping[str, str] | None = None, approve: ApprovalPolicy | None = None,
+                 checkpoint: EpisodeStore | str | Path | None = None, resume: str | None = None,
+                 asynchronous: bool = False) -> None:
         space = getattr(device, "action_space", None)
         if space is not None and space.name != team.space.name:
             raise ConfigError(
@@ -431,8 +435,8 @@ def run_episode(
     env_name: str | None = None,
     on_step: Callable[[StepRecord], None] | None = None,
     secrets: Mapping[str, str] | None = None,
-    approve: Any = None,
-    checkpoint: Any = None,
+    approve: ApprovalPolicy | None = None,
+    checkpoint: EpisodeStore | str | Path | None = None,
     resume: str | None = None,
 ) -> EpisodeResult:
     """Reset ``device``, then step the team until the environment is done, a terminal action
@@ -474,8 +478,8 @@ async def arun_episode(
     env_name: str | None = None,
     on_step: Callable[[StepRecord], None] | None = None,
     secrets: Mapping[str, str] | None = None,
-    approve: Any = None,
-    checkpoint: Any = None,
+    approve: ApprovalPolicy | None = None,
+    checkpoint: EpisodeStore | str | Path | None = None,
     resume: str | None = None,
 ) -> EpisodeResult:
     """Async twin of ``run_episode`` (uses the device's and the team's async methods; approval

@@ -24,8 +24,9 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from collabui.approval import ApprovalPolicy
 from collabui.devices.base import Device
 from collabui.episode import EpisodeResult, StepRecord, _calls, _Driver, _Run
 from collabui.events import (
@@ -39,6 +40,9 @@ from collabui.events import (
 )
 from collabui.team import TeamStep
 from collabui.trace import TraceStore
+
+if TYPE_CHECKING:  # pragma: no cover
+    from collabui.durable import EpisodeStore
 
 __all__ = ["AsyncEpisodeStream", "EpisodeStopped", "EpisodeStream"]
 
@@ -56,8 +60,9 @@ class _Episode:
                  max_steps: int | None = None, trace: TraceStore | str | Path | None = None,
                  episode_id: str | None = None, env_name: str | None = None,
                  on_step: Callable[[StepRecord], None] | None = None,
-                 secrets: Mapping[str, str] | None = None, approve: Any = None, checkpoint: Any = None,
-                 resume: str | None = None, asynchronous: bool) -> None:
+                 secrets: Mapping[str, str] | None = None, approve: ApprovalPolicy | None = None,
+                 checkpoint: EpisodeStore | str | Path | None = None, resume: str | None = None,
+                 asynchronous: bool) -> None:
         self.team, self.user_on_step = team, on_step
         self.finished: list[tuple[StepRecord, str]] = []
         self.run = _Run(team, task, device, seed=seed, max_steps=max_steps, trace=trace,
