@@ -53,6 +53,14 @@ def test_flagged_actions():
 
 
 def test_policy_choices_and_defaults():
+    from collabui.devices.android import AndroidDevice
+    from collabui.devices.browser import BrowserDevice
+    from collabui.devices.miniwob import MiniWoBEnv
+    from collabui.devices.mobile_miniwob import MiniWoBMobileEnv
+
+    # The class decides (instances made without starting a browser or a phone).
+    assert [resolve_policy(None, object.__new__(cls)) for cls in (BrowserDevice, AndroidDevice)] == ["ask", "ask"]
+    assert [resolve_policy(None, object.__new__(cls)) for cls in (MiniWoBEnv, MiniWoBMobileEnv)] == [None, None]
     assert resolve_policy(None, FakeDevice(["<div| x>"], task="t")) is None  # never asks
     assert resolve_policy("never", None) == "never"
     with pytest.raises(ConfigError, match="approve must be one of"):

@@ -135,6 +135,20 @@ def test_ctrl_c_mid_step_resumes_at_the_last_superstep(tmp_path):
     assert result.success and [s["t"] for s in read_trace(result.trace_path).steps] == [0, 1]
 
 
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--resume", "r1", "--agents", "3"], "--resume RUN_ID runs with the run's own flags; drop --agents"),
+    (["--resume", "r1", "--env", "miniwob/click-button"], "takes the environment from the run; drop --env/--url"),
+    (["--resume", "nope"], "no run 'nope' in"),
+    ([], "give --env NAME or --url URL (or --resume RUN_ID"),
+])
+def test_cli_resume_bad_input(tmp_path, capsys, argv, message):
+    from collabui.cli import main
+
+    assert main(["run", *argv, "--checkpoint-db", str(tmp_path / "db")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
 # -- the command line in a subprocess, real Chromium -----------------------------------------
 
 def _worker(args: list[str], env: dict[str, str], **kwargs) -> subprocess.Popen:

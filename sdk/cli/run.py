@@ -185,6 +185,8 @@ def _open_run(args: argparse.Namespace) -> tuple[argparse.Namespace, Any, str]:
         raise ConfigError("give --env NAME or --url URL (or --resume RUN_ID to go on with a stopped run)")
     if args.resume and (args.env or args.url):
         raise ConfigError("--resume RUN_ID takes the environment from the run; drop --env/--url")
+    if args.resume:
+        _refuse_ignored_flags(args)
     store = EpisodeStore(args.checkpoint_db or default_checkpoint_path())
     if not args.resume:  # saved once the run starts (bad flags leave nothing behind)
         return args, store, _episode_id(args.env or redact_url(args.url))
@@ -199,6 +201,19 @@ def _open_run(args: argparse.Namespace) -> tuple[argparse.Namespace, Any, str]:
     merged.secrets = args.secrets or spec.get("secrets")
     merged.command = "run"
     return merged, store, args.resume
+
+
+def _refuse_ignored_flags(args: argparse.Namespace) -> None:
+    """``--resume`` runs with the stored flags: any other one given would be silently ignored."""
+    sub = argparse.ArgumentParser(prog="collabui").add_subparsers(dest="command")
+    add_commands(sub)
+    run = sub.choices["run"]
+    defaults = vars(run.parse_args(["--resume", args.resume]))
+    given = [k for k, v in vars(args).items() if k not in (*_RESUME_FLAGS, "command") and defaults.get(k) != v]
+    if given:
+        names = [next(a.option_strings[0] for a in run._actions if a.dest == k) for k in sorted(given)]
+        raise ConfigError(f"--resume RUN_ID runs with the run's own flags; drop {', '.join(names)} "
+                          "(only --approve, --secret, --quiet and --checkpoint-db may be given again)")
 
 
 def _episode_plan(store: Any, run_id: str, k: int, episodes: int, resuming: bool) -> tuple[str, str | None, bool]:
