@@ -429,7 +429,11 @@ class CollabAgentTeam:
     # -- episodes ----------------------------------------------------------------------------
 
     def run(self, task: str | None, device, **kwargs: Any):
-        """Run an episode on ``device`` to its end or ``max_steps``; see ``collabui.episode``."""
+        """Run an episode on ``device`` to its end or ``max_steps``; see ``collabui.episode``.
+
+        ``approve=`` is the approval policy before flagged actions (``collabui.approval``);
+        ``checkpoint=PATH`` saves every superstep and ``resume=EPISODE_ID`` (task None) goes on
+        with a stopped episode (``collabui.durable``)."""
         from collabui.episode import run_episode
 
         return run_episode(self, task, device, **kwargs)
