@@ -173,7 +173,7 @@ def render_trajectory(rep: Replayer, task_name: str, seed: int, found: SearchRes
 
 def read_steps(path: str | Path) -> list[dict[str, Any]]:
     """The examples of a ``steps.jsonl`` (a torn last line, from a killed run, is skipped)."""
-    from collabui.training._jsonl import iter_jsonl
+    from collabui._jsonl import iter_jsonl
 
     return [row for _, row in iter_jsonl(Path(path), error=ConfigError, torn_tail_ok=True,
                                          fix="delete the broken line, or the file to start over")]
@@ -208,7 +208,7 @@ def _done_episodes(out: Path) -> list[dict[str, Any]]:
     path = out / "episodes.jsonl"
     if not path.is_file():
         return []
-    from collabui.training._jsonl import iter_jsonl
+    from collabui._jsonl import iter_jsonl
 
     return [r for _, r in iter_jsonl(path, error=ConfigError, torn_tail_ok=True, fix="delete the broken line")]
 

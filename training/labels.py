@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from collabui._jsonl import iter_jsonl
 from collabui.errors import ConfigError, TraceError
 from collabui.trace import Trace, read_trace
-from collabui.training._jsonl import iter_jsonl
 from collabui.training.critic import REWARD_THRESHOLD, Critic, ParseStats, StepContext
 
 __all__ = [

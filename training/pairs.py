@@ -23,10 +23,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collabui._jsonl import iter_jsonl
 from collabui._literal import Unreadable, balanced_end
 from collabui.errors import ConfigError, TraceError
 from collabui.trace import read_trace
-from collabui.training._jsonl import iter_jsonl
 from collabui.training.adversary import Adversary
 from collabui.training.critic import StepContext
 from collabui.training.labels import PathLike, expand_trace_paths, load_labels

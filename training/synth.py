@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collabui._jsonl import iter_jsonl
 from collabui.actions import Action, get_action_space
 from collabui.errors import ConfigError
 from collabui.models.base import ChatModel, ChatRequest
 from collabui.prompts import build_messages, render_observation
-from collabui.training._jsonl import iter_jsonl
 from collabui.training._synth_page import make_variant, parse_tree, render
 from collabui.training._synth_text import (
     ELEMENT_QUESTIONS,

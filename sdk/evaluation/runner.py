@@ -138,7 +138,7 @@ def read_manifest(path: Path) -> dict[str, dict[str, Any]]:
     Raises:
         TraceError: a line other than the last is not JSON.
     """
-    from collabui.training._jsonl import iter_jsonl  # the project's one JSONL reader
+    from collabui._jsonl import iter_jsonl
 
     if not path.exists():
         return {}

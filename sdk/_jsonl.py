@@ -1,4 +1,4 @@
-"""Reading the JSONL files of the training stack (labels, pairs, SFT data, rollout logs)."""
+"""Reading the project's JSONL files (labels, pairs, SFT data, rollout and evaluation logs)."""
 
 from __future__ import annotations
 
