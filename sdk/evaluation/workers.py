@@ -14,7 +14,8 @@ Backends, one handle interface (``run(spec)`` awaitable, ``close()``):
   (forking a driver that runs threads, e.g. torch's, is unsafe);
 * Ray (``ray=ADDRESS``): one actor per worker on the cluster at ADDRESS (``host:port`` of a
   ``ray start --head``, ``auto``, ``ray://host:port``; ``local`` starts a private one-node
-  cluster for this run), spread over the nodes. Ray's own settings apply: with Ray >= 2.5x a
+  cluster for this run), each holding one logical CPU (``ray start --num-cpus`` sets how many
+  a node takes), spread over the nodes. Ray's own settings apply: with Ray >= 2.5x a
   private cluster turns token authentication on and saves a token in ``~/.ray`` unless
   ``RAY_AUTH_MODE=disabled``; every node and this process must agree on ``RAY_AUTH_MODE``.
 
@@ -212,8 +213,9 @@ def _check_reachable(address: str) -> None:
                           "`ray start --head --port PORT` there, or pass --ray local") from None
 
 
-def _connect_ray(address: str) -> bool:
-    """Connect this process to the cluster; True when this call started the connection."""
+def _connect_ray(address: str, workers: int) -> bool:
+    """Connect this process to the cluster; True when this call started the connection. A
+    private (``local``) cluster gets at least one logical CPU per worker."""
     ray = _import_ray(address)
     if ray.is_initialized():
         return False  # the caller's own session: use it and leave it open
@@ -221,8 +223,10 @@ def _connect_ray(address: str) -> bool:
     from ray.exceptions import AuthenticationError
 
     try:
-        ray.init(address=None if address == "local" else address, log_to_driver=False,
-                 configure_logging=False)
+        if address == "local":
+            ray.init(num_cpus=max(os.cpu_count() or 1, workers), log_to_driver=False, configure_logging=False)
+        else:
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
     except AuthenticationError:
         raise ConfigError(f"the Ray cluster at {address} refused this process's token; set RAY_AUTH_MODE "
                           "(and the token, for token mode) the same on every node and here") from None
@@ -233,12 +237,17 @@ def _connect_ray(address: str) -> bool:
     return True
 
 
-def _ray_actors(setup: WorkerSetup, n: int) -> list[_RayHandle]:
+def _ray_actors(setup: WorkerSetup, n: int, address: str) -> list[_RayHandle]:
     import ray
 
-    # Default actor resources (1 CPU to be placed, none held while running): N browser workers
-    # fit on a small cluster; SPREAD puts them on as many nodes as it can.
-    remote = ray.remote(EpisodeWorker).options(scheduling_strategy="SPREAD", max_restarts=0)
+    # One logical CPU held per worker: the nodes' --num-cpus say how many browsers each takes,
+    # and the workers really spread (actors holding nothing all landed on one node). A worker
+    # that can never be placed would hold its episode forever, hence the check.
+    total = ray.cluster_resources().get("CPU", 0)
+    if total < n:
+        raise ConfigError(f"{n} Ray workers need {n} CPUs on the cluster at {address} (one each), it has "
+                          f"{total:g}; lower --workers or start the nodes with a larger --num-cpus")
+    remote = ray.remote(EpisodeWorker).options(num_cpus=1, scheduling_strategy="SPREAD", max_restarts=0)
     return [_RayHandle(remote.remote(setup)) for _ in range(n)]
 
 
@@ -276,8 +285,8 @@ class WorkerPool:
         if self.ray is None:
             self.handles = [_ProcessHandle(self.setup) for _ in range(count)]
         else:
-            self._owns_ray = _connect_ray(self.ray)
-            self.handles = list(_ray_actors(self.setup, count))
+            self._owns_ray = _connect_ray(self.ray, count)
+            self.handles = list(_ray_actors(self.setup, count, self.ray))
         return self.handles
 
     def close(self) -> None:

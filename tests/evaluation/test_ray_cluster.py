@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from collabui.errors import ConfigError
 from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
 from tests.evaluation.test_workers import outcomes
 
@@ -91,6 +92,7 @@ def two_node_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
                 nodes.append(subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
                                               stdin=subprocess.DEVNULL))
             _wait_for(log, "Ray runtime started", nodes[-1], timeout=120)
+        _wait_for_cpus(f"127.0.0.1:{port}", 2, timeout=60)
         yield Cluster(f"127.0.0.1:{port}", tag)
     finally:
         for node in reversed(nodes):  # `ray start --block` stops its own Ray processes on SIGTERM
@@ -100,6 +102,22 @@ def two_node_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
         left = _kill_tagged(tag)
         shutil.rmtree(temp, ignore_errors=True)
     assert left == [], f"processes of the Ray cluster outlived it: {left}"
+
+
+def _wait_for_cpus(address: str, cpus: int, timeout: float) -> None:
+    """Until the cluster's resource view holds both nodes: a node that has printed "started"
+    may not be schedulable yet, and SPREAD then puts every actor on the head."""
+    import ray
+
+    ray.init(address=address, log_to_driver=False, configure_logging=False)
+    try:
+        deadline = time.monotonic() + timeout
+        while ray.cluster_resources().get("CPU", 0) < cpus or sum(n["Alive"] for n in ray.nodes()) < 2:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the cluster has {ray.cluster_resources()} after {timeout} s, not {cpus} CPUs")
+            time.sleep(0.5)
+    finally:
+        ray.shutdown()
 
 
 def _kill_tagged(tag: str) -> list[int]:
@@ -129,3 +147,6 @@ def test_an_evaluation_across_two_ray_nodes_equals_the_one_process_run(two_node_
     browsers = [pid for pid in tagged_processes(two_node_cluster.tag)
                 if "chrom" in Path(f"/proc/{pid}/comm").read_text(errors="replace")]
     assert browsers == []
+    with pytest.raises(ConfigError, match=r"3 Ray workers need 3 CPUs on the cluster at .* it has 2; lower --workers"):
+        evaluate_miniwob(MiniWoBEvalConfig(**config, workers=3, ray=two_node_cluster.address),
+                         tmp_path / "too-many", progress=False)
