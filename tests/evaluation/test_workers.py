@@ -22,7 +22,7 @@ from collabui.errors import ConfigError, DeviceError
 from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
 from collabui.evaluation.workers import EpisodeWorker, WorkerPool, WorkerSetup
 from collabui.trace import read_trace
-from tests.evaluation.worker_kit import broken_env, fake_env
+from tests.evaluation.worker_kit import broken_env, fake_env, real_or_broken_env
 from tests.processes import chromium_descendants
 
 #: What must not depend on the worker that ran an episode.
@@ -208,3 +208,12 @@ def test_workers_send_their_model_calls_to_one_shared_server(tmp_path):
     assert results["overall"]["success_rate"]["value"] == 1.0
     assert len({r["worker"]["pid"] for r in records}) == 2  # two workers, each a client of the server
     assert len(_ClickB.calls) == sum(r["proposals"] for r in records) == 4 * 2  # every call, none from here
+
+
+@pytest.mark.browser
+def test_a_failing_worker_leaves_no_chromium_of_the_others(tmp_path):
+    before = chromium_descendants()
+    config = MiniWoBEvalConfig(tasks="click-button,click-test", episodes=1, model="lexical", max_steps=2, workers=2)
+    with pytest.raises(DeviceError, match="cannot open miniwob/click-test"):
+        evaluate_miniwob(config, tmp_path, env_factory=real_or_broken_env, progress=False)
+    assert chromium_descendants() - before == set()  # the live worker closed its browser too
