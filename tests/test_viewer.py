@@ -165,6 +165,25 @@ def test_default_output_and_command(tmp_path, capsys):
     assert f"wrote {out}" in capsys.readouterr().out
 
 
+def test_open_hands_the_page_to_the_browser(tmp_path):
+    """--open goes through webbrowser, which runs $BROWSER first: a script that records its
+    argument stands in for a real browser."""
+    import os
+    import subprocess
+    import sys
+
+    trace = synthetic_run(tmp_path)
+    record = tmp_path / "opened.txt"
+    browser = tmp_path / "fake-browser"
+    browser.write_text(f'#!/bin/sh\nprintf "%s" "$1" > {record}\n')
+    browser.chmod(0o755)
+    env = {**os.environ, "BROWSER": str(browser)}
+    done = subprocess.run([sys.executable, "-m", "collabui.cli", "view", str(trace), "--open"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert record.read_text() == trace.with_suffix(".html").resolve().as_uri()
+
+
 @pytest.mark.parametrize("make, match", [
     (lambda p: p / "missing.jsonl", "no trace or run folder at"),
     (lambda p: (p / "notes.jsonl").write_text('{"a": 1}\n') and p / "notes.jsonl", "is not a collabui trace"),
