@@ -11,6 +11,7 @@ to inject markup, and the command's errors.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import struct
 import zlib
@@ -144,6 +145,58 @@ def test_synthetic_step_content(tmp_path):
     assert "critic <b>verified</b>" in html and html.count('class="heat"') == 4
     assert "Preference pairs (1)" in html
     assert "no screenshot recorded" in html  # step 1 has none, and says so
+
+
+def web_trace(folder: Path, *, image: tuple[int, int], area: list[int] | None,
+              box: list[int] | None) -> Path:
+    """A one-step web trace: 1 agent clicked element B (``box`` in CSS pixels, None as in traces
+    recorded before boxes) on a screenshot of ``image`` pixels showing ``area`` of the page."""
+    (folder / "web-0").mkdir(parents=True)
+    (folder / "web-0" / "step_0000.png").write_bytes(_png(*image))
+    node = {"tag": "button", "id": "B", "parts": ["OK"], "dom": 0, **({"box": box} if box else {})}
+    tree = {"tag": "", "id": None, "parts": [{"tag": "div", "id": None, "parts": ["Press OK"]}, node]}
+    topo = {"kind": "independent", "n_agents": 1, "edges": []}
+    click = {"action": "click", "element_id": "B"}
+    extra = {"tree": tree, **({"screenshot_area": area} if area else {})}
+    header = {"type": "episode", "schema": "collabui.trace", "version": 1, "episode_id": "web-0",
+              "env": "miniwob/click-button", "task": "Press OK", "model": "scripted", "action_space": "web",
+              "team": {"n_agents": 1, "rounds": 1}, "topology": topo}
+    step = {"type": "step", "t": 0, "observation": {"text": "< <div| Press OK> <button[B]| OK> >", "extra": extra},
+            "history": [], "topology": topo, "proposals": [[_prop(0, 0, click, [], "OK is B.")]],
+            "vote": {"action": click, "counts": [["click('B')", 1]], "votes": 1, "total": 1, "parsed": 1},
+            "executed": click, "reward": 1.0, "done": True, "screenshot": "web-0/step_0000.png"}
+    for rec in (header, step):
+        validate_record(rec)
+    path = folder / "web-0.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (header, step)), "utf-8")
+    return path
+
+
+def _target_box(html: str) -> tuple[float, float, float, float] | None:
+    found = re.search(r'<rect class="target-box" x="([\d.]+)" y="([\d.]+)" width="([\d.]+)" '
+                      r'height="([\d.]+)"', html)
+    return tuple(float(v) for v in found.groups()) if found else None  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("image, area, box, rect", [
+    ((160, 210), [0, 0, 160, 210], [2, 52, 31, 21], (2, 52, 31, 21)),  # MiniWoB++ at 1x
+    ((80, 105), [0, 0, 160, 210], [2, 52, 31, 21], (1, 26, 15.5, 10.5)),  # a downscaled capture
+    ((320, 420), [0, 0, 160, 210], [2, 52, 31, 21], (4, 104, 62, 42)),  # device scale 2
+    ((100, 100), [50, 50, 100, 100], [40, 60, 30, 20], (0, 10, 20, 20)),  # area offset, cut at its edge
+])
+def test_web_element_outlined_scaled_to_the_screenshot(tmp_path, image, area, box, rect):
+    html = render_view(web_trace(tmp_path, image=image, area=area, box=box))
+    assert _target_box(html) == rect
+
+
+@pytest.mark.parametrize("area, box, why", [
+    (None, [2, 52, 31, 21], "does not record which part of the page the screenshot shows"),
+    ([0, 0, 160, 210], None, "element B has no recorded box"),
+    ([0, 0, 160, 210], [2, 300, 31, 21], "element B lies outside the screenshot"),
+])
+def test_web_element_not_outlined_says_why(tmp_path, area, box, why):
+    html = render_view(web_trace(tmp_path, image=(160, 210), area=area, box=box))
+    assert _target_box(html) is None and why in html
 
 
 def test_model_output_cannot_inject_markup(tmp_path):

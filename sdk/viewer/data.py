@@ -277,36 +277,90 @@ def screenshot_uri(trace: Trace, ref: Any) -> tuple[str | None, tuple[int, int] 
     return "data:image/png;base64," + base64.b64encode(data).decode("ascii"), size, None
 
 
+Rect = tuple[float, float, float, float]
+
+
 def element_box(trace: Trace, step: Mapping[str, Any],
-                image: tuple[int, int] | None) -> tuple[tuple[float, float, float, float] | None, str]:
+                image: tuple[int, int] | None) -> tuple[Rect | None, str]:
     """The executed action's element as ``(left, top, right, bottom)`` in screenshot pixels,
-    or None and why not. Only phone traces (``android``) carry bounds in screenshot pixels;
-    web observations record no element positions and mobile MiniWoB++ ones no pixel scale, so
-    nothing is outlined there rather than guessed."""
+    or None and why not.
+
+    Web traces: the element's ``box`` in the observation's tree (CSS pixels of the viewport),
+    scaled by the screenshot's pixel size over ``extra["screenshot_area"]``, the viewport part
+    it shows. Mobile MiniWoB++: the element's bounds (CSS pixels), scaled the same way. Phones
+    (``android``): the bounds, already screen pixels. Traces recorded before boxes and areas
+    were kept say so; nothing is guessed.
+    """
     executed = step.get("executed")
-    if not isinstance(executed, Mapping) or executed.get("index") is None:
-        what = "the executed action names no element" if not isinstance(executed, Mapping) or \
-            not ({"element_id", "index"} & set(executed)) else "element positions are not recorded in web traces"
-        return None, what
+    if not isinstance(executed, Mapping) or (executed.get("element_id") is None and executed.get("index") is None):
+        return None, "the executed action names no element"
     if image is None:
         return None, "no screenshot to outline the element on"
+    observation = step.get("observation") or {}
+    extra = observation.get("extra") or {}
+    if executed.get("element_id") is not None:
+        name = f"element {executed['element_id']}"
+        rect, why = _web_rect(extra.get("tree"), str(executed["element_id"]))
+    else:
+        name = f"element {executed['index']}"
+        rect, why = _indexed_rect(str(observation.get("text") or ""), int(executed["index"]))
+    if rect is None:
+        return None, f"{name} {why}"
+    if str(trace.header.get("env") or "").startswith("android"):
+        area: Any = [0, 0, image[0], image[1]]  # phone bounds are screen pixels, as the screenshot
+    else:
+        area = extra.get("screenshot_area")
+    if not (isinstance(area, list) and len(area) == 4 and area[2] > 0 and area[3] > 0):
+        return None, (f"{name} has a box in page pixels, but the trace does not record which part of "
+                      "the page the screenshot shows (recorded before screenshot_area); not outlined")
+    return _on_image(rect, area, image, name)
+
+
+def _web_rect(tree: Any, element_id: str) -> tuple[Rect | None, str]:
+    node = _find_node(tree, element_id)
+    if node is None:
+        return None, "is not in the observation's element tree"
+    box = node.get("box")
+    if not (isinstance(box, list) and len(box) == 4):
+        return None, "has no recorded box (traces recorded before element boxes); not outlined"
+    x, y, w, h = (float(v) for v in box)
+    return (x, y, x + w, y + h), ""
+
+
+def _find_node(node: Any, element_id: str) -> Mapping[str, Any] | None:
+    if not isinstance(node, Mapping):
+        return None
+    if node.get("id") == element_id:
+        return node
+    for part in node.get("parts") or []:
+        found = _find_node(part, element_id)
+        if found is not None:
+            return found
+    return None
+
+
+def _indexed_rect(text: str, index: int) -> tuple[Rect | None, str]:
     from collabui.devices.ui_elements import parse_lines
 
-    text = str((step.get("observation") or {}).get("text") or "")
     bounds = {int(str(e["index"])): e["bounds"] for e in parse_lines(text)}
-    box = bounds.get(int(executed["index"]))
+    box = bounds.get(index)
     if not box or len(box) != 4:
-        return None, f"element {executed['index']} has no bounds in the observation"
-    env = str(trace.header.get("env") or "")
-    if not env.startswith("android"):
-        # Mobile MiniWoB++ bounds are CSS pixels of a zoomed page; how they map to screenshot
-        # pixels (device scale, layout width) is not in the trace, so no box is drawn.
-        return None, (f"element {executed['index']} has bounds in page pixels, but their scale on "
-                      "the screenshot is not recorded; not outlined")
-    if box[2] > image[0] or box[3] > image[1]:
-        return None, f"element {executed['index']} lies outside the screenshot; not outlined"
-    left, top, right, bottom = (float(v) for v in box)  # Android: screen pixels, as the screenshot
-    return (left, top, right, bottom), f"element {executed['index']} outlined from its recorded bounds"
+        return None, "has no bounds in the observation"
+    left, top, right, bottom = (float(v) for v in box)
+    return (left, top, right, bottom), ""
+
+
+def _on_image(rect: Rect, area: list[Any], image: tuple[int, int], name: str) -> tuple[Rect | None, str]:
+    """``rect`` (page units) on the image that shows ``area`` = [x, y, w, h] of the page."""
+    ax, ay, aw, ah = (float(v) for v in area)
+    sx, sy = image[0] / aw, image[1] / ah
+    left, top, right, bottom = (rect[0] - ax) * sx, (rect[1] - ay) * sy, (rect[2] - ax) * sx, (rect[3] - ay) * sy
+    clipped = (max(left, 0.0), max(top, 0.0), min(right, float(image[0])), min(bottom, float(image[1])))
+    if clipped[2] <= clipped[0] or clipped[3] <= clipped[1]:
+        return None, f"{name} lies outside the screenshot (scrolled away or off the captured area); not outlined"
+    scale = "" if abs(sx - 1) < 1e-9 and abs(sy - 1) < 1e-9 else f" (scaled {sx:g} x {sy:g} to the image)"
+    cut = "" if clipped == (left, top, right, bottom) else ", cut at the screenshot's edge"
+    return clipped, f"{name} outlined from its recorded box{scale}{cut}"
 
 
 def topological_order(n: int, edges: Iterable[Iterable[int]]) -> tuple[list[int], dict[int, int]]:
