@@ -45,9 +45,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``collabui ARGV``; return the exit code (2 and one ``error:`` line on bad input)."""
-    from collabui.cli import bench, eval, run, serve, trace_viewer, train
+    """Run ``collabui ARGV``; return the exit code (2 and one ``error:`` line on bad input).
 
+    From the command line (``argv`` None) SIGINT and SIGTERM stop the command within 5 s
+    (exit 130 / 143, see :mod:`collabui.cli._stopping`); called with a list, as tests do, the
+    caller's signal handlers are left alone.
+    """
+    from collabui.cli import _stopping, bench, eval, run, serve, trace_viewer, train
+
+    if argv is None:
+        _stopping.install()
     parser = build_parser()
     # Only `train dpo|sft` take extra flags (every TRL config field); elsewhere they are errors.
     args, rest = parser.parse_known_args(argv)
@@ -61,6 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CollabUIError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # SIGTERM too (collabui.cli._stopping.Interrupted)
+        print(f"interrupted ({exc or 'SIGINT'})", file=sys.stderr)
+        if argv is None:  # every finally has run: do not wait on threads stuck in a dead driver
+            _stopping.exit_now(_stopping.exit_code(exc))
+        return _stopping.exit_code(exc)
+    except BrokenPipeError:  # `collabui envs | head -1`: the reader has all it wanted
+        return _stopping.quiet_broken_pipe()

@@ -1,0 +1,117 @@
+"""How a command stops: SIGINT / SIGTERM within a bounded time, a closed pipe quietly.
+
+SIGINT and SIGTERM both raise :class:`Interrupted` in the main thread, so the same ``finally``
+blocks run for either (each open trace gets its ``end`` record, each checkpoint its status, each
+browser ``close()``). Closing a browser whose driver is mid-operation can hang for tens of
+seconds (seen: 17 s after Ctrl-C in a MiniWoB++ step), so a watchdog started by the first signal
+kills this process's descendants (Playwright's driver, Chromium, worker processes) after
+:data:`KILL_AFTER_S` and ends the process after :data:`EXIT_AFTER_S`: a run always stops
+within 5 s, with exit 130 (SIGINT) or 143 (SIGTERM).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+
+__all__ = ["Interrupted", "install", "exit_code", "exit_now", "quiet_broken_pipe", "kill_descendants",
+           "KILL_AFTER_S", "EXIT_AFTER_S"]
+
+#: Seconds after the first signal at which the process's descendants are killed.
+KILL_AFTER_S = 2.5
+#: Seconds after the first signal at which the process exits, cleanup finished or not.
+EXIT_AFTER_S = 4.0
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived; ``signum`` says which (a KeyboardInterrupt, so code that
+    already cleans up on Ctrl-C does the same on SIGTERM)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+_first: list[int] = []  # the first signal received (one process, one command)
+
+
+def exit_code(exc: BaseException) -> int:
+    """128 + the signal number: 130 for SIGINT (also a plain KeyboardInterrupt), 143 for SIGTERM."""
+    return 128 + getattr(exc, "signum", signal.SIGINT)
+
+
+def install() -> None:
+    """Route SIGINT and SIGTERM of the main thread to :class:`Interrupted` plus the watchdog."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal handlers can only be set from the main thread (e.g. main() in a test thread)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _handler)
+
+
+def _handler(signum: int, frame: FrameType | None) -> None:
+    if _first:
+        return  # cleanup is under way: a second Ctrl-C must not cut a trace record in half
+    _first.append(signum)
+    threading.Thread(target=_watchdog, args=(128 + signum,), name="collabui-stop", daemon=True).start()
+    raise Interrupted(signum)
+
+
+def _watchdog(code: int, sleep: Callable[[float], None] = time.sleep) -> None:
+    sleep(KILL_AFTER_S)
+    kill_descendants()
+    sleep(EXIT_AFTER_S - KILL_AFTER_S)
+    print("interrupted (cleanup took too long; stopped)", file=sys.stderr, flush=True)
+    os._exit(code)
+
+
+def exit_now(code: int) -> None:
+    """End the process once a stopped command has cleaned up, skipping interpreter shutdown.
+
+    Python's shutdown joins executor threads (atexit), and one still inside a dead browser
+    driver's call hung the exit for 26 s after every ``finally`` had run; the traces and
+    checkpoints are already written by then, so nothing is lost by not waiting.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            continue  # a closed pipe: nothing more to say
+    kill_descendants()
+    os._exit(code)
+
+
+def kill_descendants() -> int:
+    """SIGKILL every descendant process of this one; return how many were killed."""
+    try:
+        import psutil  # in the web and android extras, the only ones that start processes
+    except ImportError:
+        return 0
+    try:
+        children = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return 0
+    killed = 0
+    for child in children:
+        try:
+            child.kill()
+            killed += 1
+        except psutil.Error:
+            continue  # already gone
+    psutil.wait_procs(children, timeout=0.5)
+    return killed
+
+
+def quiet_broken_pipe() -> int:
+    """After stdout's reader went away (``collabui envs | head -1``): no traceback, exit 141.
+
+    Python would otherwise complain again when it flushes stdout at exit; pointing stdout at
+    /dev/null is the fix the Python docs give (library/signal, "Note on SIGPIPE").
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 128 + signal.SIGPIPE
