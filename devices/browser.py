@@ -77,7 +77,8 @@ class BrowserConfig:
         viewport: CSS pixel size (width, height) of every tab.
         start_url: page opened by ``reset()`` unless ``options={"url": ...}`` overrides it.
         task: task text reported in ``Observation.task`` (``options={"task": ...}`` overrides).
-        screenshots: attach a PNG screenshot to every observation.
+        screenshots: attach a PNG screenshot to every observation, and in ``extra["screenshot_area"]``
+            the part of the viewport it shows (``[x, y, width, height]``, CSS pixels).
         action_timeout_s: longest wait for one element action (click, type, ...).
         navigation_timeout_s: longest wait for a page load.
         extra_args: more Chromium command-line flags.
@@ -203,7 +204,8 @@ class BrowserDevice(Device):
 
     Chromium starts on the first ``reset()`` and stops in ``close()`` (idempotent; no process is
     left behind). Recoverable action failures come back as ``last_action_error``; a crashed or
-    closed browser raises ``DeviceClosedError``.
+    closed browser raises ``DeviceClosedError``, and the next ``reset()`` starts a new browser
+    after a crash (``relaunches`` counts them).
     """
 
     action_space = WEB
@@ -223,6 +225,8 @@ class BrowserDevice(Device):
         self._page: Any = None
         self._closed = False
         self._dead: str | None = None
+        #: Times a crashed browser was started again by ``reset()``.
+        self.relaunches = 0
         self._task: str | None = self.config.task
         #: What the tabs may load (set by each reset); None until the first reset.
         self._guard: NavigationGuard | None = None
@@ -287,17 +291,18 @@ class BrowserDevice(Device):
         if self._closed:
             raise DeviceClosedError(f"{type(self).__name__} is closed; create a new device")
         if self._dead:
-            raise DeviceClosedError(f"{self._dead}; close() this device and create a new one")
+            raise DeviceClosedError(f"{self._dead}; the next reset() starts a new browser")
 
     def _raise_if_dead(self, exc: BaseException) -> None:
         message = str(exc)
         if self._dead or any(marker in message for marker in _CLOSED_MARKERS):
             self._dead = self._dead or "the browser or its page was closed"
-            raise DeviceClosedError(f"{self._dead}; close() this device and create a new one") from None
+            raise DeviceClosedError(f"{self._dead}; the next reset() starts a new browser") from None
 
     # ---- public API ------------------------------------------------------------------------
 
     def reset(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None) -> Observation:
+        self._relaunch_if_dead()
         return self._call(self._reset, seed, dict(options or {}))
 
     def observe(self) -> Observation:
@@ -307,7 +312,20 @@ class BrowserDevice(Device):
         return self._call(self._act, _require_action(action))
 
     async def areset(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None) -> Observation:
+        if self._dead:
+            await asyncio.to_thread(self._relaunch_if_dead)
         return await self._acall(self._reset, seed, dict(options or {}))
+
+    def _relaunch_if_dead(self) -> None:
+        """A new episode on a crashed browser starts a new one: the crash ended only the episode
+        it happened in (its step raised DeviceClosedError). Counted in ``relaunches``."""
+        if not self._dead or self._closed or self._runner is None:
+            return
+        with contextlib.suppress(Exception):  # the old driver may be gone too: stop what is left
+            self._runner.submit(self._shutdown()).result(10)
+        self._browser = self._context = self._page = self._pw = None
+        self._dead = None
+        self.relaunches += 1
 
     async def aobserve(self) -> Observation:
         return await self._acall(self._observe)
@@ -475,12 +493,18 @@ class BrowserDevice(Device):
         pages = self._context.pages
         titles = tuple([snap["title"] if p is page else await p.title() for p in pages])
         shot = await self._screenshot(page) if self.config.screenshots else None
+        extra = self._snapshot_extra(snap)
+        if shot is not None:
+            # Element boxes are CSS pixels of the viewport; the image may have more pixels
+            # (device scale) or fewer (a downscaled capture), so the area it shows is recorded
+            # and a reader scales by the image's own size.
+            extra["screenshot_area"] = self._screenshot_area(page, snap)
         return Observation(
             text=self._snapshot_text(snap), task=self._task, url=snap["url"], tabs=titles,
             current_tab=pages.index(page) if page in pages else 0,
             viewport=simplify.format_viewport(snap["scrollY"], snap["innerHeight"],
                                               snap["scrollHeight"]),
-            last_action_error=error, screenshot=shot, extra=self._snapshot_extra(snap))
+            last_action_error=error, screenshot=shot, extra=extra)
 
     def _walk(self) -> tuple[str, dict[str, Any]]:
         """The in-page walk (function source, argument) whose result ``_observe`` reads."""
@@ -512,6 +536,13 @@ class BrowserDevice(Device):
 
     async def _screenshot(self, page: Any) -> bytes:
         return await page.screenshot()
+
+    def _screenshot_area(self, page: Any, snap: dict[str, Any]) -> list[int]:
+        """``[x, y, width, height]``: the part of the viewport ``_screenshot`` captures, in CSS
+        pixels (``Observation.extra["screenshot_area"]``); here the whole viewport."""
+        size = page.viewport_size or {}
+        width = snap.get("innerWidth") or size.get("width") or 0
+        return [0, 0, int(width), int(snap.get("innerHeight") or size.get("height") or 0)]
 
     async def _execute(self, action: Action) -> tuple[str | None, dict[str, Any]]:
         """Run ``action``: ``(error sentence or None, info)`` (see ``_web_actions``)."""

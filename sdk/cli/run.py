@@ -261,7 +261,7 @@ def _run_episodes(args: argparse.Namespace, store: Any, run_id: str) -> int:
         team = CollabAgentTeam(model, config=config)
         view.team(team)
         view.status(f"run {run_id} (if stopped: collabui run --resume {run_id})")
-        results = []
+        results: list[tuple[int, Any]] = []
         for k in range(args.episodes):
             seed = None if config.seed is None else config.seed + k
             episode_id, resume, finished = plans[k]
@@ -274,12 +274,34 @@ def _run_episodes(args: argparse.Namespace, store: Any, run_id: str) -> int:
                              approve=args.approve, checkpoint=store, resume=resume) as events:
                 for event in events:
                     view.handle(event)
-            results.append(events.result)
-        view.summary(results)
+            results.append((k, events.result))
+        view.summary([r for _, r in results])
+        return _report_errors(view, results, getattr(device, "relaunches", 0))
     finally:
         view.close()
         device.close()
-    return 0
+
+
+def _report_errors(view: Any, results: Sequence[tuple[int, Any]], relaunches: int) -> int:
+    """Name the episodes an error ended; the exit code: 0 none, 1 some (the rest ran).
+
+    Raises:
+        DeviceError: no episode could start (unreachable ``--url``, no phone): nothing ran.
+    """
+    from collabui.errors import DeviceError
+
+    failed = [(k, r) for k, r in results if r.error and r.pending_approval is None]
+    if not failed:
+        return 0
+    if len(failed) == len(results) and all(r.n_steps == 0 for _, r in failed):
+        raise DeviceError(f"no episode could start ({len(failed)}/{len(results)} failed at the reset): "
+                          f"{failed[0][1].error}")
+    for k, result in failed:
+        view.status(f"episode {k + 1} ended by an error after {result.n_steps} steps: {result.error}")
+    if relaunches:
+        view.status(f"the browser was started again {relaunches} time(s); the other episodes ran normally")
+    view.status(f"{len(failed)}/{len(results)} episodes ended by an error (exit 1)")
+    return 1
 
 
 def run_command(args: argparse.Namespace) -> int:
