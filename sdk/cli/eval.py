@@ -96,9 +96,32 @@ def _miniwob(args: argparse.Namespace) -> int:
     from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
 
     config = config_from_args(MiniWoBEvalConfig, args, skip={"team_options"}, team_options=team_options(args))
-    evaluate_miniwob(config, args.out, plot=args.plot, command=miniwob_command(args))
+    results = evaluate_miniwob(config, args.out, plot=args.plot, command=miniwob_command(args))
     print(Path(args.out) / "summary.md")
-    return 0
+    return _report_errors(Path(args.out).expanduser(), results["counts"])
+
+
+def _report_errors(out: Path, counts: dict[str, Any]) -> int:
+    """Name the episodes an error ended (a crashed browser: only that one, the next relaunches
+    it); the exit code: 0 none, 1 some.
+
+    Raises:
+        DeviceError: every episode failed at its reset: nothing was measured.
+    """
+    from collabui.errors import DeviceError
+    from collabui.evaluation.runner import read_manifest
+
+    if not counts.get("errors"):
+        return 0
+    failed = [r for r in read_manifest(out / "episodes.jsonl").values() if r.get("error")]
+    if len(failed) == counts["episodes"] and not counts.get("steps"):
+        raise DeviceError(f"no episode could start ({len(failed)}/{counts['episodes']}): {failed[0]['error']}")
+    for record in failed:
+        print(f"episode {record['episode_id']} ended by an error after {record.get('steps', 0)} steps "
+              f"(counted as a failure): {record['error']}", file=sys.stderr)
+    print(f"{len(failed)}/{counts['episodes']} episodes ended by an error; the others ran normally (exit 1)",
+          file=sys.stderr)
+    return 1
 
 
 def _compare(args: argparse.Namespace) -> int:
