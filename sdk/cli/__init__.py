@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     (exit 130 / 143, see :mod:`collabui.cli._stopping`); called with a list, as tests do, the
     caller's signal handlers are left alone.
     """
-    from collabui.cli import _stopping, bench, eval, run, serve, trace_viewer, train
+    from collabui.cli import _stopping, bench, eval, paths, run, serve, trace_viewer, train
 
     if argv is None:
         _stopping.install()
@@ -64,6 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "serve": lambda: serve.run_command(args), "bench": lambda: bench.run_command(args),
                 "view": lambda: trace_viewer.run_command(args)}
     try:
+        paths.check_outputs(args)  # before Chromium, a model or a long run starts
         return commands.get(args.command, lambda: run.run_command(args))()
     except CollabUIError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -263,7 +263,11 @@ def _read_rows(path: Path) -> dict[int, dict[str, Any]]:
 def _check_run(out: Path, identity: dict[str, Any]) -> None:
     run_file = out / _RUN_FILE
     if run_file.exists():
-        previous = json.loads(run_file.read_text(encoding="utf-8"))
+        try:
+            previous = json.loads(run_file.read_text(encoding="utf-8"))
+        except ValueError:  # cut short by a crash or a full disk: the run's identity is unknown
+            raise ConfigError(f"{run_file} is cut short (not JSON); delete it to go on with this "
+                              "folder using these flags, or pass another --out") from None
         if previous != identity:
             raise ConfigError(f"{out} holds predictions of another run ({previous}); use a new --out "
                               "folder or delete it to start over")

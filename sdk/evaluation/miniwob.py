@@ -313,7 +313,11 @@ def _check_out_dir(out: Path, config: MiniWoBEvalConfig) -> None:
     """Refuse to mix episodes of two configurations in one folder (resume would reuse them)."""
     path, wanted = out / "run.json", _fingerprint(config)
     if path.exists():
-        found = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            found = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError:  # cut short by a crash or a full disk: the run's identity is unknown
+            raise ConfigError(f"{path} is cut short (not JSON); delete it to go on with this folder "
+                              "using these flags, or pass another --out") from None
         changed = sorted(k for k in wanted if found.get(k, _LATER_FIELDS.get(k)) != wanted[k])
         if changed:
             raise ConfigError(f"{out} holds a run with other {', '.join(changed)}; use another --out "
