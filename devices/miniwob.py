@@ -239,8 +239,11 @@ class MiniWoBEnv(BrowserDevice):
         return (self.config.shuffle_seed, self.task_name, self._seed, self._observations)
 
     async def _screenshot(self, page: Any) -> bytes:
-        width, height = TASK_AREA
-        return await page.screenshot(clip={"x": 0, "y": 0, "width": width, "height": height})
+        x, y, width, height = self._screenshot_area(page, {})
+        return await page.screenshot(clip={"x": x, "y": y, "width": width, "height": height})
+
+    def _screenshot_area(self, page: Any, snap: dict[str, Any]) -> list[int]:
+        return [0, 0, *TASK_AREA]  # the task area only: the rest of the page is blank
 
     def _state(self) -> dict[str, Any]:
         g = self._page_globals

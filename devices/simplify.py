@@ -47,7 +47,10 @@ ID_ATTRIBUTE = "data-collabui-id"
 ELEMENT_FORMATS = ("html", "text-first")
 #: A walk node: ``{"tag": str, "id": str | None, "parts": list[str | Node]}``. ``tag`` is the
 #: lower-case tag name ('' for an anonymous group of siblings), ``id`` is set exactly on
-#: interactive elements, ``parts`` are text runs and child nodes in document order.
+#: interactive elements, ``parts`` are text runs and child nodes in document order. Interactive
+#: nodes also carry ``dom`` (see :func:`flat_elements`) and ``box`` (``[x, y, width, height]``,
+#: CSS pixels relative to the viewport, rounded; the trace viewer outlines the executed element
+#: with it); no rendering reads either, so the observation text never depends on them.
 Node = dict[str, Any]
 
 _OPEN = re.compile(r"<([a-z0-9-]*)(?:\[([A-Z]+)\])?\| ?|< ")

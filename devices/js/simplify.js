@@ -3,11 +3,12 @@
 // Called as `page.evaluate(SOURCE, opts)`; SOURCE is this file (an arrow function expression).
 // opts = {skip: [css selectors], globals: [window var names], maxText: int, maxOptions: int,
 //         shuffle: bool, seed: uint32}
-// Returns {tree, count, url, title, scrollY, innerHeight, scrollHeight, globals}.
+// Returns {tree, count, url, title, scrollY, innerWidth, innerHeight, scrollHeight, globals}.
 //
 // tree: null (nothing visible) or a node {tag, id, parts}: `tag` is the lower-case tag name
 // ('' for an anonymous group), `id` the short upper-case id of an interactive element (else
-// null), `parts` its text runs (strings) and child nodes in order. Python renders it
+// null), `parts` its text runs (strings) and child nodes in order; interactive nodes also
+// carry `dom` and `box` (see toJson), which no rendering reads. Python renders it
 // (collabui.devices.simplify: `<tag[ID]| text children>`, or text-first lines); the ids are
 // written to the elements as data-collabui-id so actions find them.
 // Non-interactive wrappers without own text collapse into their child (one child) or into an
@@ -155,7 +156,7 @@
         const hint = hintOf(el);
         if (hint) parts.push(hint);
       }
-      return {tag, el, inter: true, parts};
+      return {tag, el, inter: true, parts, rect};
     }
     if (parts.length === 0) return LEAF_TAGS.has(tag) && tag !== 'IMG' ? {tag, parts} : null;
     if (!parts.some((p) => typeof p === 'string')) {
@@ -237,9 +238,13 @@
 
   // `dom`: the element's rank among interactive elements in document order, taken before any
   // shuffle. Never rendered; it lets two renderings of one page name the same element.
+  // `box`: [x, y, width, height] of its border box in CSS pixels relative to the viewport (as
+  // a screenshot sees it), rounded. Never rendered; the trace viewer outlines the executed
+  // element with it.
+  const boxOf = (r) => [Math.round(r.x), Math.round(r.y), Math.round(r.width), Math.round(r.height)];
   const toJson = (node) => isNode(node)
     ? Object.assign({tag: node.tag.toLowerCase(), id: node.id || null, parts: node.parts.map(toJson)},
-      node.inter ? {dom: node.dom} : {})
+      node.inter ? {dom: node.dom, box: boxOf(node.rect)} : {})
     : node;
 
   const root = walk(document.body || document.documentElement, false);
@@ -257,6 +262,7 @@
     url: location.href,
     title: document.title,
     scrollY: window.scrollY,
+    innerWidth: window.innerWidth,
     innerHeight: window.innerHeight,
     scrollHeight: Math.max(document.documentElement.scrollHeight,
       document.body ? document.body.scrollHeight : 0),
