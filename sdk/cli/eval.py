@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from collabui.cli.flags import add_config_flags, config_argv, config_from_args
+from collabui.cli.run import refuse_ignored_model_flags
 from collabui.config import GUIDED_HELP, MODEL_HELP, SCREENSHOTS_HELP, TeamConfig
 from collabui.redaction import redact_url
 
@@ -95,6 +96,7 @@ def miniwob_command(args: argparse.Namespace) -> str:
 def _miniwob(args: argparse.Namespace) -> int:
     from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
 
+    refuse_ignored_model_flags(args.model, guided_json=args.guided_json)
     config = config_from_args(MiniWoBEvalConfig, args, skip={"team_options"}, team_options=team_options(args))
     results = evaluate_miniwob(config, args.out, plot=args.plot, command=miniwob_command(args))
     print(Path(args.out) / "summary.md")
@@ -160,6 +162,8 @@ def _autowebbench(args: argparse.Namespace) -> int:
     from collabui.evaluation.miniwob import system_label
     from collabui.models.spec import load_model, team_adapter_names
     from collabui.team import CollabAgentTeam, _resolve_topology
+
+    refuse_ignored_model_flags(args.model, guided_json=args.guided_json)
 
     baseline = args.model.strip().split(":")[0] in _BASELINES
     n = args.n_agents or (1 if baseline else 4)

@@ -27,7 +27,8 @@ from collabui.config import (
 from collabui.errors import ConfigError
 from collabui.redaction import Secrets, redact_url
 
-__all__ = ["add_commands", "run_command", "add_page_flags", "page_options", "team_config", "ADAPTERS_HELP"]
+__all__ = ["add_commands", "run_command", "add_page_flags", "page_options", "team_config", "ADAPTERS_HELP",
+           "is_baseline", "refuse_ignored_model_flags"]
 
 ADAPTERS_HELP = "a trained team's adapter folder (agent0/, agent1/, ...) on top of --model"
 #: TeamConfig fields `run` takes no flag for (set by the library).
@@ -106,6 +107,33 @@ def page_options(args: argparse.Namespace) -> dict[str, object]:
 
         page["element_format"] = model_element_format(args.model)
     return page
+
+
+def is_baseline(model: str) -> bool:
+    """True for the ``random[:SEED]`` / ``lexical`` specs: no weights, no adapters, no decoding."""
+    return model.strip().partition(":")[0] in ("random", "lexical")
+
+
+def refuse_ignored_model_flags(model: str, *, guided_json: bool, adapter_names: Any = None) -> None:
+    """A baseline has no decoder and no adapters: ``--guided-json`` / ``--adapter-names`` would be
+    silently ignored, so they are errors (``--adapters`` is refused by ``load_model``)."""
+    if not is_baseline(model):
+        return
+    given = [flag for flag, on in (("--guided-json", guided_json), ("--adapter-names", adapter_names)) if on]
+    if given:
+        raise ConfigError(f"{' and '.join(given)} would be ignored by the {model!r} baseline (it decodes "
+                          "nothing and has no adapters); drop it, or pass a model (smollm2, hf:PATH, openai:...)")
+
+
+def _refuse_ignored_device_flags(args: argparse.Namespace) -> None:
+    """Phone-only flags on a web run would be silently ignored."""
+    if args.env == "android":
+        return
+    given = [flag for flag, value in (("--app-allowlist", args.app_allowlist), ("--serial", args.serial)) if value]
+    if given:
+        where = f"--url {redact_url(args.url)}" if args.url else f"--env {args.env}"
+        raise ConfigError(f"{' and '.join(given)} would be ignored: phones only (--env android), not "
+                          f"{where}; drop it (web pages are limited with --allow-domain)")
 
 
 def _make_device(args: argparse.Namespace, config: TeamConfig) -> Any:
@@ -244,6 +272,9 @@ def _run_episodes(args: argparse.Namespace, store: Any, run_id: str) -> int:
     if all(finished for _, _, finished in plans):
         raise ConfigError(f"run {run_id} already finished; nothing to resume")
     config = team_config(args)
+    _refuse_ignored_device_flags(args)
+    refuse_ignored_model_flags(args.model, guided_json=args.guided_json,
+                               adapter_names=config.adapters if args.adapter_folder is None else None)
     _resolve_topology(config)  # an invalid topology fails before Chromium or the model start
     secrets = read_secrets(args.secrets or ())
     view = LiveView(quiet=args.quiet)
