@@ -104,8 +104,8 @@ class _Outline(HTMLParser):
         self.items: list[str] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in {"section", "table", "svg", "img", "nav"}:
-            a = dict(attrs)
+        a = dict(attrs)
+        if tag in {"section", "table", "svg", "img", "nav"} or (tag == "div" and a.get("class") == "matrix"):
             ident = f"#{a['id']}" if a.get("id") else ""
             classes = "".join(f".{c}" for c in (a.get("class") or "").split())
             self.items.append(f"{tag}{ident}{classes}")
@@ -117,12 +117,13 @@ def outline(html: str) -> list[str]:
     return parser.items
 
 
+MATRIX = ["section.matrix-section", "div.matrix", "svg.read-gutter", "svg.read-gutter"]  # a gutter per round
 STEP0 = ["section#ep-synthetic-0-t0.step", "section.screen", "img.shot", "svg.shot-overlay", "section.task",
-         "section.observation", "section.dag", "svg.dag-svg", "section.matrix-section", "table.matrix",
+         "section.observation", "section.dag", "svg.dag-svg", *MATRIX,
          "section.vote", "table.tally", "section.outcome", "section.labels", "table.heatmap", "section.pairs",
          "table.pairs-table"]
 STEP1 = ["section#ep-synthetic-0-t1.step", "section.screen", "section.task", "section.observation",
-         "section.dag", "svg.dag-svg", "section.matrix-section", "table.matrix", "section.vote", "table.tally",
+         "section.dag", "svg.dag-svg", *MATRIX, "section.vote", "table.tally",
          "section.outcome"]
 
 
@@ -139,7 +140,7 @@ def test_synthetic_step_content(tmp_path):
     # the executed element (index 1, bounds [20,60][120,100]) outlined in screenshot pixels
     assert '<rect class="target-box" x="20.0" y="60.0" width="100.0" height="40.0"' in html
     assert "topological order: a0 &rarr; a1" in html and "3 supersteps per step" in html
-    assert html.count('<td class="cell') == 8 and html.count('class="cell winner"') == 3 + 4
+    assert len(re.findall(r'<div class="cell[ "]', html)) == 8 and html.count('class="cell winner"') == 3 + 4
     assert "&larr; a0 r1" in html and "&larr; own r0" in html  # what agent 1 read in round 1
     assert "winner <code>click(1)</code> 3/4 votes" in html
     assert "critic <b>verified</b>" in html and html.count('class="heat"') == 4
@@ -197,6 +198,69 @@ def test_web_element_outlined_scaled_to_the_screenshot(tmp_path, image, area, bo
 def test_web_element_not_outlined_says_why(tmp_path, area, box, why):
     html = render_view(web_trace(tmp_path, image=(160, 210), area=area, box=box))
     assert _target_box(html) is None and why in html
+
+
+def dag_trace(folder: Path, n: int, m: int, edges: list[list[int]]) -> Path:
+    """A one-step trace of n agents x m rounds on the DAG ``edges``, every agent clicking B."""
+    topo = {"kind": "edges", "n_agents": n, "edges": edges}
+    click = {"action": "click", "element_id": "B"}
+    rows = [[_prop(i, j, click, [a for a, b in edges if b == i], f"a{i} r{j}") for j in range(m)] for i in range(n)]
+    header = {"type": "episode", "schema": "collabui.trace", "version": 1, "episode_id": "dag-0",
+              "env": "miniwob/click-button", "task": "Press OK", "model": "scripted", "action_space": "web",
+              "team": {"n_agents": n, "rounds": m}, "topology": topo}
+    step = {"type": "step", "t": 0, "observation": {"text": "<button[B]| OK>"}, "history": [], "topology": topo,
+            "proposals": rows, "vote": {"action": click, "counts": [["click('B')", n * m]], "votes": n * m,
+                                        "total": n * m, "parsed": n * m},
+            "executed": click, "reward": 1.0, "done": True}
+    for rec in (header, step):
+        validate_record(rec)
+    path = folder / "dag-0.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (header, step)), "utf-8")
+    return path
+
+
+def _arrow(html: str, src: str, dst: str) -> str:
+    found = re.search(rf'<g class="read-arrow \w+" data-from="{src}" data-to="{dst}">.*?</g>', html)
+    assert found, (src, dst)
+    return found.group(0)
+
+
+@pytest.mark.parametrize("n, m, edges", [
+    (3, 3, [[0, 1], [0, 2], [1, 2]]),  # complete on 3
+    (4, 2, [[0, 1], [0, 2], [0, 3]]),  # star
+    (3, 1, []),  # independent, one round: nothing read
+    (2, 2, [[1, 0]]),  # a reader above its predecessor
+])
+def test_read_arrows_one_per_edge_and_round_and_own_link(tmp_path, n, m, edges):
+    html = render_view(dag_trace(tmp_path, n, m, edges))
+    assert html.count('<g class="read-arrow peer"') == len(edges) * m
+    assert html.count('<g class="read-arrow own"') == n * (m - 1)
+    assert html.count('<svg class="read-gutter"') == m
+    for a, b in edges:
+        for j in range(m):
+            _arrow(html, f"{a}:{j}", f"{b}:{j}")
+    for i in range(n):
+        for j in range(1, m):
+            _arrow(html, f"{i}:{j - 1}", f"{i}:{j}")
+
+
+def test_read_arrow_geometry(tmp_path):
+    """Rows are equal in height: row i spans [i/n, (i+1)/n] of the gutter. A peer arrow leaves
+    the predecessor's row at 65% and enters the reader's at 65%, ending at the gutter's right
+    edge (the reader's cell); an own arrow crosses the gutter at 35% of the row."""
+    html = render_view(dag_trace(tmp_path, 3, 3, [[0, 1], [0, 2], [1, 2]]))
+    peer = _arrow(html, "0:1", "2:1")
+    lines = re.findall(r'<line x1="([\d.]+)" y1="([\d.]+)%" x2="([\d.]+)" y2="([\d.]+)%"', peer)
+    assert len(lines) == 3 and lines[0][1] == "21.67" and lines[-1][3] == "88.33"
+    width = re.search(r'<svg class="read-gutter"[^>]* width="(\d+)"[^>]*data-round="1"', html).group(1)
+    assert lines[-1][2] == width and lines[0][0] == width  # from the cell edge back to the cell edge
+    assert 'marker-end=' in peer.split("<line")[-1]  # the arrowhead on the last segment only
+    own = _arrow(html, "2:1", "2:2")
+    assert re.search(r'<line x1="0" y1="78.33%" x2="\d+" y2="78.33%" marker-end=', own)
+    # the two shorter arrows (span 1) take lanes nearer the cells than the span-2 one
+    xs = {key: float(re.findall(r'x2="([\d.]+)"', _arrow(html, *key))[0]) for key in
+          [("0:1", "1:1"), ("1:1", "2:1"), ("0:1", "2:1")]}
+    assert xs[("0:1", "2:1")] < min(xs[("0:1", "1:1")], xs[("1:1", "2:1")])
 
 
 def test_model_output_cannot_inject_markup(tmp_path):
@@ -309,6 +373,18 @@ def _save_screenshot(page, tmp_path: Path, name: str) -> None:
     shutil.copy(shot, ARTIFACTS / name)
 
 
+def _arrow_tips(page, step_id: str) -> list[list]:
+    """Per read arrow of the step: from, to, its tip (end of its last line) and the reader's cell
+    left edge, top and bottom, as laid out."""
+    return page.evaluate("""(id) => [...document.querySelectorAll('#' + id + ' .read-arrow')].map(g => {
+        const lines = g.querySelectorAll('line'), tip = lines[lines.length - 1];
+        const [a, r] = g.dataset.to.split(':');
+        const cell = document.getElementById(id + '-a' + a + '-r' + r).getBoundingClientRect();
+        const svg = tip.ownerSVGElement.getBoundingClientRect();
+        return [g.dataset.from, g.dataset.to, svg.left + tip.x2.baseVal.value, svg.top + tip.y2.baseVal.value,
+                cell.left, cell.top, cell.bottom]; })""", step_id)
+
+
 def _visible_step(page) -> str:
     return page.evaluate("""() => [...document.querySelectorAll('section.step')]
         .filter(s => s.offsetParent !== null).map(s => s.id).join(',')""")
@@ -322,12 +398,15 @@ def test_recorded_trace_in_chromium(recorded_run, chromium, tmp_path):
     first = _visible_step(page)
     assert first.endswith("-t0")
     step = page.locator(f"#{first}")
-    assert step.locator("table.matrix td.cell").count() == 4  # n x m
-    assert step.locator("table.matrix").get_attribute("data-n") == "2"
+    assert step.locator(".matrix .cell").count() == 4  # n x m
+    assert step.locator("div.matrix").get_attribute("data-n") == "2"
+    # chain 0 -> 1, 2 rounds: 2 peer arrows and 2 own-previous ones, each ending on its reader's cell
+    assert step.locator(".read-arrow.peer").count() == 2 and step.locator(".read-arrow.own").count() == 2
+    for src, dst, tip_x, tip_y, left, top, bottom in _arrow_tips(page, first):
+        assert abs(tip_x - left) <= 2 and top < tip_y < bottom, (src, dst)
     assert step.locator("section.vote .vote-winner").inner_text().startswith("winner ")
     assert step.locator("img.shot").get_attribute("src").startswith("data:image/png;base64,")
-    assert "element positions are not recorded in web traces" in step.inner_text() or \
-        "names no element" in step.inner_text()  # web traces carry no element bounds; nothing invented
+    assert "outlined from its recorded box" in step.inner_text() or "names no element" in step.inner_text()
     assert step.locator("svg.dag-svg line.dag-edge").count() == 1  # chain 0 -> 1
     assert step.locator("table.heatmap td.heat").count() == 4  # the outcome critic's matrix
     page.keyboard.press("ArrowRight")
@@ -363,6 +442,54 @@ def test_recorded_run_folder_in_chromium(recorded_run, chromium, tmp_path):
     _save_screenshot(page, tmp_path, "viewer-run.png")
     assert problems == []
     page.close()
+
+
+@pytest.mark.browser
+def test_web_outline_lands_on_the_executed_element(chromium, tmp_path):
+    """A real MiniWoB++ episode (the lexical baseline clicks a button): the recorded box covers
+    the button's face on the screenshot, and the page draws the outline there, scaled to the
+    image as displayed."""
+    from PIL import Image
+
+    from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
+
+    config = MiniWoBEvalConfig(tasks="click-button", episodes=1, model="lexical", max_steps=1,
+                               team_options={"screenshots": True})
+    evaluate_miniwob(config, tmp_path / "run", progress=False)
+    trace = next((tmp_path / "run" / "traces").glob("*.jsonl"))
+    step = json.loads(trace.read_text().splitlines()[1])
+    extra = step["observation"]["extra"]
+    assert extra["screenshot_area"] == [0, 0, 160, 210]
+    node = next(e for e in _nodes(extra["tree"]) if e.get("id") == step["executed"]["element_id"])
+    assert node["tag"] == "button" and all(isinstance(v, int) for v in node["box"])
+    assert all("box" in e for e in _nodes(extra["tree"]) if e.get("id"))  # every interactive node
+    x, y, w, h = node["box"]
+    image = Image.open(trace.parent / step["screenshot"]).convert("RGB")
+    face = [image.getpixel((u, v)) for u in range(x + 3, x + w - 3) for v in range(y + 3, y + h - 3)]
+    gray = sum(1 for p in face if all(225 <= c <= 245 for c in p))  # Chromium's button face, not the page
+    assert gray > len(face) / 2
+    page, problems = _open(chromium, write_view(trace, tmp_path / "web.html"))
+    got = page.evaluate("""() => {
+        const img = document.querySelector('section.step.current img.shot');
+        const r = img.getBoundingClientRect(), box = document.querySelector('section.step.current rect.target-box')
+            .getBoundingClientRect();
+        const s = img.clientWidth / img.naturalWidth;
+        return [(box.left - r.left - img.clientLeft) / s, (box.top - r.top - img.clientTop) / s,
+                box.width / s, box.height / s, s]; }""")
+    assert got[4] > 1.2  # the image is shown enlarged (min-width), so the scale matters
+    assert all(abs(g - e) <= 1.5 for g, e in zip(got[:4], [x, y, w, h], strict=True)), (got, node["box"])
+    page.locator("section.step.current section.screen").screenshot(path=str(tmp_path / "outline.png"))
+    ARTIFACTS.mkdir(exist_ok=True)
+    shutil.copy(tmp_path / "outline.png", ARTIFACTS / "viewer-web-outline.png")
+    assert problems == []
+    page.close()
+
+
+def _nodes(node):
+    if isinstance(node, dict):
+        yield node
+        for part in node["parts"]:
+            yield from _nodes(part)
 
 
 @pytest.mark.browser

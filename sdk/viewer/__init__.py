@@ -2,7 +2,7 @@
 
 One self-contained page per trace or run folder: per step the screenshot the agents saw, the
 task, the observation, the step's message DAG, the n x m matrix of thoughts and actions coloured
-by action with markers for what each agent read, the vote, reward and done, and, when found, the
+by action with arrows for what each agent read, the vote, reward and done, and, when found, the
 critic's reward matrix and the preference pairs built from it. A run folder also gets success per
 task with 95% Wilson intervals and a link per episode. No server and no network: CSS, JS, SVG and
 screenshots are inlined. Model output is untrusted and always escaped.

@@ -25,7 +25,7 @@ from collabui.viewer.data import (
     screenshot_uri,
     topological_order,
 )
-from collabui.viewer.svg import dag_svg, screenshot_svg
+from collabui.viewer.svg import dag_svg, gutter_width, read_gutter_svg, screenshot_svg
 
 __all__ = ["render_page", "PALETTE"]
 
@@ -96,26 +96,36 @@ def _cell(step_id: str, prop: Mapping[str, Any], space: str | None, colours: dic
               else f'<span class="cell-action unparsable-note">unparsable: {_e(prop.get("parse_error"))}</span>')
     thought = prop.get("thought")
     data_reads = " ".join(f"{a}:{r}" for a, r, _ in reads)
-    return (f'<td class="{" ".join(classes)}" id="{step_id}-a{i}-r{j}" data-agent="{i}" data-round="{j}" '
-            f'data-reads="{data_reads}" style="background:{colour}">{action}'
-            f'<div class="cell-thought">{_e(thought) if thought else "<i>no thought</i>"}</div>'
+    return (f'<div class="{" ".join(classes)}" id="{step_id}-a{i}-r{j}" data-agent="{i}" data-round="{j}" '
+            f'data-reads="{data_reads}" style="grid-row:{i + 2};grid-column:{2 * j + 3};background:{colour}">'
+            f'{action}<div class="cell-thought">{_e(thought) if thought else "<i>no thought</i>"}</div>'
             f'<div class="cell-reads">{marks or "<span class=read-none>reads nothing</span>"}</div>'
-            f'<details class="cell-raw"><summary>raw</summary><pre>{_e(prop.get("raw"))}</pre></details></td>')
+            f'<details class="cell-raw"><summary>raw</summary><pre>{_e(prop.get("raw"))}</pre></details></div>')
 
 
 def _matrix(step_id: str, step: Mapping[str, Any], space: str | None, colours: dict[str, str],
             vote_key: str | None, edges: Sequence[Sequence[int]]) -> str:
+    """The n x m matrix as a CSS grid: agents' rows (all of one height, so arrows can be placed
+    by percentage), each round's column preceded by a gutter holding the arrows into it."""
     rows = step.get("proposals") or []
-    m = max((len(r) for r in rows), default=0)
-    head = "".join(f"<th>round {j}</th>" for j in range(m))
-    body = "".join(f'<tr><th class="agent">agent {int(row[0].get("agent", k)) if row else k}</th>'
-                   + "".join(_cell(step_id, p, space, colours, vote_key, edges) for p in row) + "</tr>"
-                   for k, row in enumerate(rows))
-    return (f'<section class="matrix-section"><h4>Action matrix ({len(rows)} agents x {m} rounds)</h4>'
-            f'<table class="matrix" data-n="{len(rows)}" data-m="{m}"><thead><tr><th>agent \\ round</th>'
-            f"{head}</tr></thead><tbody>{body}</tbody></table>"
-            '<p class="hint">&larr; marks what each agent read: its DAG predecessors in the same round '
-            "and its own previous round (hover a cell to outline them).</p></section>")
+    n, m = len(rows), max((len(r) for r in rows), default=0)
+    reads = [(a, r, int(p.get("agent", 0)), int(p.get("round", 0)), kind)
+             for row in rows for p in row for a, r, kind in _reads(p, edges)]
+    columns = " ".join(f"{gutter_width(reads, j)}px minmax(150px, 320px)" for j in range(m))
+    grid = f"grid-template-columns:max-content {columns};grid-template-rows:auto repeat({max(n, 1)}, 1fr)"
+    heads = "".join(f'<div class="round-head" style="grid-row:1;grid-column:{2 * j + 3}">round {j}</div>'
+                    for j in range(m))
+    agents = "".join(f'<div class="agent" style="grid-row:{k + 2};grid-column:1">agent '
+                     f'{int(row[0].get("agent", k)) if row else k}</div>' for k, row in enumerate(rows))
+    cells = "".join(_cell(step_id, p, space, colours, vote_key, edges) for row in rows for p in row)
+    gutters = "".join(f'<div class="gutter" style="grid-row:2 / span {max(n, 1)};grid-column:{2 * j + 2}">'
+                      f'{read_gutter_svg(reads, j, max(n, 1), f"{step_id}-head{j}")}</div>' for j in range(m))
+    return (f'<section class="matrix-section"><h4>Action matrix ({n} agents x {m} rounds)</h4>'
+            f'<div class="matrix-scroll"><div class="matrix" data-n="{n}" data-m="{m}" style="{grid}">'
+            f'<div class="corner" style="grid-row:1;grid-column:1">agent \\ round</div>{heads}{agents}{gutters}'
+            f"{cells}</div></div>"
+            '<p class="hint">Arrows show what each agent read: solid, its DAG predecessors in the same '
+            "round; dashed, its own previous round (hover a cell to outline them).</p></section>")
 
 
 def _vote(step: Mapping[str, Any], space: str | None, colours: dict[str, str], call_key: dict[str, str]) -> str:

@@ -11,7 +11,7 @@ from html import escape
 
 from collabui.viewer.data import topological_order
 
-__all__ = ["dag_svg", "screenshot_svg"]
+__all__ = ["dag_svg", "gutter_width", "read_gutter_svg", "screenshot_svg"]
 
 _R = 16  # node radius
 _DX, _DY, _PAD = 90, 48, 24
@@ -76,3 +76,55 @@ def screenshot_svg(uri: str, size: tuple[int, int] | None,
             f'width="{max(right - left, 1):.1f}" height="{max(bottom - top, 1):.1f}" fill="none" '
             f'stroke="#e00" stroke-width="{max(w / 160, 1.5):.1f}"><title>{escape(label)}</title></rect></svg>')
     return f'<div class="shot-wrap">{img}{rect}</div>'
+
+
+# -- arrows for what each agent read, in the gutters of the n x m matrix ------------------------
+
+_LANE = 8  # px between the vertical runs of two peer arrows in one gutter
+Read = tuple[int, int, int, int, str]  # (from agent, from round, to agent, to round, "peer" | "own")
+
+
+def gutter_width(reads: Sequence[Read], j: int) -> int:
+    """Width in px of the gutter left of round ``j``: one lane per peer arrow into that round."""
+    lanes = sum(1 for *_, r, kind in reads if r == j and kind == "peer")
+    return 10 + _LANE * (lanes + 1) if (lanes or j > 0) else 8
+
+
+def _pct(row: float, n: int) -> str:
+    return f"{100 * row / n:.2f}%"
+
+
+def _arrow(lines: Sequence[tuple[float | str, ...]], read: Read, head: str) -> str:
+    a, ra, b, rb, kind = read
+    segs = "".join(f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}"'
+                   + (f' marker-end="url(#{head})"' if k == len(lines) - 1 else "") + "/>"
+                   for k, (x1, y1, x2, y2) in enumerate(lines))
+    what = f"agent {b} round {rb} read its own round {ra}" if kind == "own" else \
+        f"agent {b} read agent {a} in round {rb}"
+    return (f'<g class="read-arrow {kind}" data-from="{a}:{ra}" data-to="{b}:{rb}"><title>{what}</title>'
+            f"{segs}</g>")
+
+
+def read_gutter_svg(reads: Sequence[Read], j: int, n: int, head: str) -> str:
+    """The arrows into round ``j`` of an n-row matrix, drawn in the gutter left of its column.
+
+    The matrix's rows are of equal height, so a row sits at a fixed percentage of the gutter's
+    height; x is in px. An own-previous arrow crosses the gutter at 35% of the row (from round
+    j-1's cell on the left to round j's on the right); a peer arrow leaves the predecessor's cell
+    at 65% of its row, runs down (or up) in its own lane and enters the reader's cell at 65% of
+    the reader's row. Shorter peer arrows take the lanes nearest the cells, so runs nest.
+    """
+    width = gutter_width(reads, j)
+    peers = sorted((r for r in reads if r[3] == j and r[4] == "peer"), key=lambda r: (abs(r[2] - r[0]), r[0], r[2]))
+    parts = [f'<svg class="read-gutter" xmlns="http://www.w3.org/2000/svg" width="{width}" height="100%" '
+             f'data-round="{j}" aria-hidden="true"><defs><marker id="{head}" viewBox="0 0 10 10" refX="9" '
+             'refY="5" markerWidth="6" markerHeight="6" orient="auto"><path d="M0,0 L10,5 L0,10 z"/></marker></defs>']
+    for read in (r for r in reads if r[3] == j and r[4] == "own"):
+        y = _pct(read[2] + 0.35, n)
+        parts.append(_arrow([(0, y, width, y)], read, head))
+    for lane, read in enumerate(peers):
+        x = width - 8 - _LANE * lane
+        y1, y2 = _pct(read[0] + 0.65, n), _pct(read[2] + 0.65, n)
+        parts.append(_arrow([(width, y1, x, y1), (x, y1, x, y2), (x, y2, width, y2)], read, head))
+    parts.append("</svg>")
+    return "".join(parts)

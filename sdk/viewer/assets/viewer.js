@@ -67,19 +67,22 @@
   });
 
   // Hovering a matrix cell outlines the cells it read (predecessors this round, own last round).
-  document.querySelectorAll("td.cell").forEach(function (cell) {
+  // Its incoming arrows are drawn bold meanwhile.
+  document.querySelectorAll(".matrix .cell").forEach(function (cell) {
     var base = cell.id.replace(/-a\d+-r\d+$/, "");
     var targets = (cell.getAttribute("data-reads") || "").split(" ").filter(Boolean).map(function (ar) {
       var p = ar.split(":");
       return document.getElementById(base + "-a" + p[0] + "-r" + p[1]);
     }).filter(Boolean);
-    cell.addEventListener("mouseenter", function () {
-      cell.classList.add("reader");
-      targets.forEach(function (t) { t.classList.add("read-target"); });
-    });
-    cell.addEventListener("mouseleave", function () {
-      cell.classList.remove("reader");
-      targets.forEach(function (t) { t.classList.remove("read-target"); });
-    });
+    var to = cell.getAttribute("data-agent") + ":" + cell.getAttribute("data-round");
+    var arrows = Array.prototype.filter.call(cell.closest(".matrix").querySelectorAll(".read-arrow"),
+      function (g) { return g.getAttribute("data-to") === to; });
+    function mark(on) {
+      cell.classList.toggle("reader", on);
+      targets.forEach(function (t) { t.classList.toggle("read-target", on); });
+      arrows.forEach(function (g) { g.classList.toggle("active", on); });
+    }
+    cell.addEventListener("mouseenter", function () { mark(true); });
+    cell.addEventListener("mouseleave", function () { mark(false); });
   });
 }());
