@@ -190,6 +190,19 @@ def test_web_element_outlined_scaled_to_the_screenshot(tmp_path, image, area, bo
     assert _target_box(html) == rect
 
 
+def test_mobile_miniwob_bounds_scaled_to_the_screenshot(tmp_path):
+    """Mobile MiniWoB++ bounds are CSS pixels; its screenshots are at the phone's device scale
+    (Pixel 7: 2.625, so the 160 x 210 task area is 420 x 551 pixels)."""
+    trace = synthetic_run(tmp_path)
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    lines[0]["env"] = "miniwob-mobile/click-button"
+    lines[1]["observation"]["extra"] = {"screenshot_area": [0, 0, 160, 210]}
+    trace.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    (trace.parent / "synthetic-0" / "step_0000.png").write_bytes(_png(420, 551))
+    left, top, width, height = _target_box(render_view(trace))  # element 1: [20,60][120,100]
+    assert (left, width) == (52.5, 262.5) and abs(top - 60 * 551 / 210) < 0.06 and abs(height - 40 * 551 / 210) < 0.06
+
+
 @pytest.mark.parametrize("area, box, why", [
     (None, [2, 52, 31, 21], "does not record which part of the page the screenshot shows"),
     ([0, 0, 160, 210], None, "element B has no recorded box"),
@@ -404,6 +417,10 @@ def test_recorded_trace_in_chromium(recorded_run, chromium, tmp_path):
     assert step.locator(".read-arrow.peer").count() == 2 and step.locator(".read-arrow.own").count() == 2
     for src, dst, tip_x, tip_y, left, top, bottom in _arrow_tips(page, first):
         assert abs(tip_x - left) <= 2 and top < tip_y < bottom, (src, dst)
+    page.hover(f"#{first}-a1-r1")  # agent 1, round 1 read agent 0's round 1 and its own round 0
+    assert sorted(page.evaluate(f"[...document.querySelectorAll('#{first} .read-arrow.active')]"
+                                ".map(g => g.dataset.from)")) == ["0:1", "1:0"]
+    page.mouse.move(0, 0)
     assert step.locator("section.vote .vote-winner").inner_text().startswith("winner ")
     assert step.locator("img.shot").get_attribute("src").startswith("data:image/png;base64,")
     assert "outlined from its recorded box" in step.inner_text() or "names no element" in step.inner_text()
