@@ -11,7 +11,12 @@ import pytest
 
 from collabui.actions import Unknown, web
 from collabui.devices import BrowserConfig, BrowserDevice, make_env
-from collabui.devices.simplify import format_viewport, parse_elements
+from collabui.devices.simplify import (
+    format_viewport,
+    parse_elements,
+    render_html,
+    render_text_first,
+)
 from collabui.errors import (
     ActionError,
     BrowserNotFoundError,
@@ -134,6 +139,47 @@ def test_recoverable_failures_never_raise(device, site):
     unknown = device.act(Unknown(raw="???", reason="no JSON object found"))
     assert unknown.observation.last_action_error == "no action was executed: no JSON object found"
     assert not unknown.done
+
+
+async def _measured_boxes(device) -> dict[str, list[float]]:
+    page = device._current_page()
+    out = {}
+    for element in await page.query_selector_all("[data-collabui-id]"):
+        box = await element.bounding_box()
+        out[await element.get_attribute("data-collabui-id")] = [box[k] for k in ("x", "y", "width", "height")]
+    return out
+
+
+def _nodes(node):
+    if isinstance(node, dict):
+        yield node
+        for part in node["parts"]:
+            yield from _nodes(part)
+
+
+def _without(node, keys):
+    if not isinstance(node, dict):
+        return node
+    return {k: _without(v, keys) if k != "parts" else [_without(p, keys) for p in v]
+            for k, v in node.items() if k not in keys}
+
+
+@pytest.mark.browser
+def test_interactive_nodes_carry_their_box(device, site):
+    """Each interactive node records its border box ([x, y, w, h], CSS px of the viewport,
+    rounded) as Playwright measures the element; other nodes carry none; the text renders the
+    same from the tree without the extra keys."""
+    obs = _open(device, site)
+    nodes = list(_nodes(obs.extra["tree"]))
+    recorded = {n["id"]: n["box"] for n in nodes if n["id"]}
+    measured = device._call(_measured_boxes, device)
+    assert recorded.keys() == measured.keys() and len(recorded) > 5
+    for element_id, box in recorded.items():
+        assert all(isinstance(v, int) for v in box)
+        assert all(abs(a - b) <= 0.51 for a, b in zip(box, measured[element_id], strict=True)), element_id
+    assert all("box" not in n for n in nodes if not n["id"])
+    bare = _without(obs.extra["tree"], {"box", "dom"})
+    assert obs.text == render_html(bare) and render_text_first(obs.extra["tree"]) == render_text_first(bare)
 
 
 async def _crash(device):
