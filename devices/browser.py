@@ -303,7 +303,15 @@ class BrowserDevice(Device):
 
     def reset(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None) -> Observation:
         self._relaunch_if_dead()
-        return self._call(self._reset, seed, dict(options or {}))
+        try:
+            return self._call(self._reset, seed, dict(options or {}))
+        except DeviceClosedError:
+            if not self._dead:
+                raise  # closed on purpose
+            # Killed just before this reset: the crash was noticed here, not before. No step
+            # ran yet, so this episode can still start on a new browser.
+            self._relaunch_if_dead()
+            return self._call(self._reset, seed, dict(options or {}))
 
     def observe(self) -> Observation:
         return self._call(self._observe)
@@ -314,16 +322,22 @@ class BrowserDevice(Device):
     async def areset(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None) -> Observation:
         if self._dead:
             await asyncio.to_thread(self._relaunch_if_dead)
-        return await self._acall(self._reset, seed, dict(options or {}))
+        try:
+            return await self._acall(self._reset, seed, dict(options or {}))
+        except DeviceClosedError:
+            if not self._dead:
+                raise  # closed on purpose
+            await asyncio.to_thread(self._relaunch_if_dead)  # killed just before: see reset()
+            return await self._acall(self._reset, seed, dict(options or {}))
 
     def _relaunch_if_dead(self) -> None:
         """A new episode on a crashed browser starts a new one: the crash ended only the episode
         it happened in (its step raised DeviceClosedError). Counted in ``relaunches``."""
         if not self._dead or self._closed or self._runner is None:
             return
-        with contextlib.suppress(Exception):  # the old driver may be gone too: stop what is left
-            self._runner.submit(self._shutdown()).result(10)
-        self._browser = self._context = self._page = self._pw = None
+        with contextlib.suppress(Exception):  # what is left of the old browser
+            self._runner.submit(self._drop_browser()).result(10)
+        self._browser = self._context = self._page = None
         self._dead = None
         self.relaunches += 1
 
@@ -357,11 +371,21 @@ class BrowserDevice(Device):
         from playwright.async_api import async_playwright
 
         c = self.config
+        options = {"executable_path": self._executable, "headless": c.headless,
+                   "args": [*CHROMIUM_ARGS, *c.extra_args], "timeout": c.navigation_timeout_s * 1000}
+        if self._pw is not None:  # kept from a crashed browser (see _drop_browser)
+            try:
+                self._browser = await self._pw.chromium.launch(**options)
+            except Exception:  # its driver died with the browser: start both anew
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self._pw.stop(), 5)
+                self._pw = None
+        if self._browser is not None:
+            self._browser.on("disconnected", lambda _b: self._mark_dead("the browser process exited"))
+            return
         self._pw = await async_playwright().start()
         try:
-            self._browser = await self._pw.chromium.launch(
-                executable_path=self._executable, headless=c.headless,
-                args=[*CHROMIUM_ARGS, *c.extra_args], timeout=c.navigation_timeout_s * 1000)
+            self._browser = await self._pw.chromium.launch(**options)
         except PlaywrightError as exc:
             await self._pw.stop()
             self._pw = None
@@ -403,6 +427,15 @@ class BrowserDevice(Device):
     def _mark_dead(self, reason: str) -> None:
         if not self._closed:
             self._dead = self._dead or reason
+
+    async def _drop_browser(self) -> None:
+        """Forget a crashed browser but keep Playwright's driver: a relaunch then costs one
+        Chromium start (``_launch`` starts a new driver too if this one died)."""
+        browser, self._browser = self._browser, None
+        # close() on a browser whose process is gone waits for an answer that never comes.
+        if browser is not None and browser.is_connected():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(browser.close(), 5)
 
     async def _shutdown(self) -> None:
         try:
