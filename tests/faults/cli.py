@@ -50,6 +50,7 @@ class Child:
     @classmethod
     def start(cls, args: list[str], log: Path) -> Child:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("w") as fh:
             proc = subprocess.Popen([sys.executable, "-m", "collabui.cli", *args], stdout=fh,
                                     stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
