@@ -96,7 +96,7 @@ def miniwob_command(args: argparse.Namespace) -> str:
 def _miniwob(args: argparse.Namespace) -> int:
     from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
 
-    refuse_ignored_model_flags(args.model, guided_json=args.guided_json)
+    refuse_ignored_model_flags(args.model, guided_json=args.guided_json, adapters=args.adapters)
     config = config_from_args(MiniWoBEvalConfig, args, skip={"team_options"}, team_options=team_options(args))
     results = evaluate_miniwob(config, args.out, plot=args.plot, command=miniwob_command(args))
     print(Path(args.out) / "summary.md")
@@ -163,7 +163,7 @@ def _autowebbench(args: argparse.Namespace) -> int:
     from collabui.models.spec import load_model, team_adapter_names
     from collabui.team import CollabAgentTeam, _resolve_topology
 
-    refuse_ignored_model_flags(args.model, guided_json=args.guided_json)
+    refuse_ignored_model_flags(args.model, guided_json=args.guided_json, adapters=args.adapters)
 
     baseline = args.model.strip().split(":")[0] in _BASELINES
     n = args.n_agents or (1 if baseline else 4)

@@ -114,12 +114,15 @@ def is_baseline(model: str) -> bool:
     return model.strip().partition(":")[0] in ("random", "lexical")
 
 
-def refuse_ignored_model_flags(model: str, *, guided_json: bool, adapter_names: Any = None) -> None:
-    """A baseline has no decoder and no adapters: ``--guided-json`` / ``--adapter-names`` would be
-    silently ignored, so they are errors (``--adapters`` is refused by ``load_model``)."""
+def refuse_ignored_model_flags(model: str, *, guided_json: bool, adapter_names: Any = None,
+                               adapters: Any = None) -> None:
+    """A baseline has no decoder and no adapters: ``--guided-json``, ``--adapters`` and
+    ``--adapter-names`` would be silently ignored, so they are errors (checked before the
+    adapter folder is read, so the error names the real problem)."""
     if not is_baseline(model):
         return
-    given = [flag for flag, on in (("--guided-json", guided_json), ("--adapter-names", adapter_names)) if on]
+    given = [flag for flag, on in (("--guided-json", guided_json), ("--adapters", adapters),
+                                   ("--adapter-names", adapter_names)) if on]
     if given:
         raise ConfigError(f"{' and '.join(given)} would be ignored by the {model!r} baseline (it decodes "
                           "nothing and has no adapters); drop it, or pass a model (smollm2, hf:PATH, openai:...)")
@@ -271,10 +274,10 @@ def _run_episodes(args: argparse.Namespace, store: Any, run_id: str) -> int:
     plans = [_episode_plan(store, run_id, k, args.episodes, args.resume is not None) for k in range(args.episodes)]
     if all(finished for _, _, finished in plans):
         raise ConfigError(f"run {run_id} already finished; nothing to resume")
-    config = team_config(args)
     _refuse_ignored_device_flags(args)
-    refuse_ignored_model_flags(args.model, guided_json=args.guided_json,
-                               adapter_names=config.adapters if args.adapter_folder is None else None)
+    refuse_ignored_model_flags(args.model, guided_json=args.guided_json, adapter_names=args.adapters,
+                               adapters=args.adapter_folder)
+    config = team_config(args)
     _resolve_topology(config)  # an invalid topology fails before Chromium or the model start
     secrets = read_secrets(args.secrets or ())
     view = LiveView(quiet=args.quiet)
