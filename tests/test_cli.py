@@ -140,6 +140,6 @@ def test_adapters_is_a_trained_teams_folder(tmp_path, capsys):
     assert named.adapters == ("a", None, "b")
     for argv, message in (([*base, "--adapters", str(tmp_path), "--adapter-names", "a,b,c"], "not both"),
                           ([*base, "--adapters", str(tmp_path / "missing")], "no such folder"),
-                          ([*base, "--adapters", str(tmp_path), "--model", "lexical"], "needs a base model")):
+                          ([*base, "--adapters", str(tmp_path), "--model", "lexical"], "would be ignored by the 'lexical' baseline")):
         code, _, err = _run(capsys, *argv)
         assert code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
