@@ -53,11 +53,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     from collabui.cli import _stopping, bench, eval, paths, run, serve, trace_viewer, train
 
-    if argv is None:
-        _stopping.install()
     parser = build_parser()
     # Only `train dpo|sft` take extra flags (every TRL config field); elsewhere they are errors.
     args, rest = parser.parse_known_args(argv)
+    if argv is None:  # the bounded stop is for runs; training may be saving adapters on Ctrl-C
+        _stopping.install(watchdog=args.command in ("run", "eval"))
     if rest and not train.takes_extra_flags(args):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     commands = {"train": lambda: train.run_command(args, rest), "eval": lambda: eval.run_command(args),

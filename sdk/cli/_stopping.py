@@ -45,19 +45,27 @@ def exit_code(exc: BaseException) -> int:
     return 128 + getattr(exc, "signum", signal.SIGINT)
 
 
-def install() -> None:
-    """Route SIGINT and SIGTERM of the main thread to :class:`Interrupted` plus the watchdog."""
+def install(*, watchdog: bool = True) -> None:
+    """Route SIGINT and SIGTERM of the main thread to :class:`Interrupted`, with the watchdog
+    (``watchdog=False``: no time bound, for commands whose cleanup may take long, e.g. saving
+    adapters). SIGINT is set explicitly: a shell without job control starts background jobs
+    with SIGINT ignored, and Ctrl-C / ``kill -INT`` would otherwise be swallowed."""
     if threading.current_thread() is not threading.main_thread():
         return  # signal handlers can only be set from the main thread (e.g. main() in a test thread)
+    _watchdog_on[:] = [watchdog]
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _handler)
 
 
+_watchdog_on: list[bool] = [True]
+
+
 def _handler(signum: int, frame: FrameType | None) -> None:
-    if _first:
-        return  # cleanup is under way: a second Ctrl-C must not cut a trace record in half
+    if _first and _watchdog_on[0]:
+        return  # cleanup is under way and bounded: a second Ctrl-C must not cut a trace record
     _first.append(signum)
-    threading.Thread(target=_watchdog, args=(128 + signum,), name="collabui-stop", daemon=True).start()
+    if _watchdog_on[0] and len(_first) == 1:
+        threading.Thread(target=_watchdog, args=(128 + signum,), name="collabui-stop", daemon=True).start()
     raise Interrupted(signum)
 
 
