@@ -170,9 +170,11 @@ class _JsonlRecorder(EpisodeRecorder):
     def __init__(self, path: Path, *, append_at: int | None = None, only_header: bool = False) -> None:
         self.path = path
         self._lock = threading.Lock()
-        if append_at is None:
-            self._fh = path.open("xb", buffering=0)
-        else:  # a resumed episode: cut what follows the kept records, then append
+        self._closed = False
+        # A new trace's file appears with its first record (_create): a signal or kill between
+        # the episode's start and that record leaves no file rather than a 0-byte one.
+        self._fh: Any = None
+        if append_at is not None:  # a resumed episode: cut what follows the kept records, then append
             self._fh = path.open("r+b", buffering=0)
             self._fh.truncate(append_at)
             self._fh.seek(append_at)
@@ -182,13 +184,29 @@ class _JsonlRecorder(EpisodeRecorder):
     def write(self, record: Mapping[str, Any]) -> None:
         data = encode_record(record)
         with self._lock:
-            if self._fh.closed:
+            if self._closed:
                 raise TraceError(f"trace {self.path} is closed; start a new episode to record more")
-            if record.get("type") == "episode" and self._size:
+            if self._fh is None:
+                self._create(data)
+            elif record.get("type") == "episode" and self._size:
                 self._replace_header(data)
             else:
                 self._append(data)
             self._only_header = record.get("type") == "episode"
+
+    def _create(self, data: bytes) -> None:
+        """The file, holding exactly its first record: written aside, then renamed into place."""
+        if self.path.exists():
+            raise TraceError(f"trace {self.path} already exists; use another trace dir or episode id")
+        part = self.path.with_name(self.path.name + ".part")
+        try:
+            part.write_bytes(data)
+            os.replace(part, self.path)
+        except OSError as exc:
+            part.unlink(missing_ok=True)
+            raise TraceError(f"cannot write trace {self.path}: {exc.strerror}") from None
+        self._fh = self.path.open("ab", buffering=0)
+        self._size = len(data)
 
     def _append(self, data: bytes) -> None:
         try:
@@ -233,7 +251,8 @@ class _JsonlRecorder(EpisodeRecorder):
 
     def close(self) -> None:
         with self._lock:
-            if not self._fh.closed:
+            self._closed = True
+            if self._fh is not None and not self._fh.closed:
                 self._fh.close()
 
     @property

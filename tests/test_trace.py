@@ -70,9 +70,28 @@ def test_unknown_schema_version_says_what_to_do(tmp_path):
 
 
 def test_existing_trace_is_never_overwritten(tmp_path):
-    JsonlTraceStore(tmp_path).start("e1").close()
+    first = JsonlTraceStore(tmp_path).start("e1")
+    first.write(HEADER)
+    first.close()
     with pytest.raises(TraceError, match="already exists"):
         JsonlTraceStore(tmp_path).start("e1")
+    # Two recorders started before either wrote: the second to write finds the file there.
+    a, b = JsonlTraceStore(tmp_path).start("e2"), JsonlTraceStore(tmp_path).start("e2")
+    a.write(HEADER)
+    with pytest.raises(TraceError, match="already exists"):
+        b.write(HEADER)
+
+
+def test_a_trace_appears_whole_with_its_first_record(tmp_path):
+    # A signal between an episode's start and its header must not leave a 0-byte trace.
+    rec = JsonlTraceStore(tmp_path).start("e1")
+    assert not (tmp_path / "e1.jsonl").exists()
+    rec.close()
+    assert list(tmp_path.iterdir()) == []
+    rec = JsonlTraceStore(tmp_path).start("e1")
+    rec.write(HEADER)
+    assert read_trace(tmp_path / "e1.jsonl").header["episode_id"] == HEADER["episode_id"]
+    assert not list(tmp_path.glob("*.part"))
 
 
 def test_memory_store_validates():

@@ -454,7 +454,8 @@ def test_recorded_run_folder_in_chromium(recorded_run, chromium, tmp_path):
         visible.append(page.evaluate("document.body.dataset.currentStep"))
     assert len(set(visible)) == 4  # each press moved to another step (across episodes too)
     page.locator("ol.episode-list a").nth(3).click()
-    assert page.evaluate("document.body.dataset.currentStep").endswith("-t0")
+    # The page follows the link's hash change on its own turn of the event loop: wait for it.
+    page.wait_for_function("document.body.dataset.currentStep.endsWith('-t0')", timeout=5000)
     assert page.locator("section.pairs").count() >= 1 and page.locator("section.labels").count() >= 4
     _save_screenshot(page, tmp_path, "viewer-run.png")
     assert problems == []
