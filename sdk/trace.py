@@ -195,9 +195,14 @@ class _JsonlRecorder(EpisodeRecorder):
             self._only_header = record.get("type") == "episode"
 
     def _create(self, data: bytes) -> None:
-        """The file, holding exactly its first record: written aside, then renamed into place."""
+        """The file, holding exactly its first record."""
         if self.path.exists():
             raise TraceError(f"trace {self.path} already exists; use another trace dir or episode id")
+        self._write_whole(data)
+
+    def _write_whole(self, data: bytes) -> None:
+        """Make the file hold exactly ``data`` (written aside, then renamed over the trace, so a
+        kill at any moment leaves it as it was or whole), then append after it."""
         part = self.path.with_name(self.path.name + ".part")
         try:
             part.write_bytes(data)
@@ -205,6 +210,8 @@ class _JsonlRecorder(EpisodeRecorder):
         except OSError as exc:
             part.unlink(missing_ok=True)
             raise TraceError(f"cannot write trace {self.path}: {exc.strerror}") from None
+        if self._fh is not None:
+            self._fh.close()
         self._fh = self.path.open("ab", buffering=0)
         self._size = len(data)
 
@@ -231,16 +238,7 @@ class _JsonlRecorder(EpisodeRecorder):
         the trace, so a kill at any moment leaves the old header or the new one."""
         if not self._only_header:
             raise TraceError(f"trace {self.path} already has steps; its header cannot change")
-        part = self.path.with_name(self.path.name + ".part")
-        try:
-            part.write_bytes(data)
-            os.replace(part, self.path)
-        except OSError as exc:
-            part.unlink(missing_ok=True)
-            raise TraceError(f"cannot write trace {self.path}: {exc.strerror}") from None
-        self._fh.close()
-        self._fh = self.path.open("ab", buffering=0)
-        self._size = len(data)
+        self._write_whole(data)
 
     def add_screenshot(self, t: int, png: bytes) -> str:
         folder = self.path.with_suffix("")
