@@ -59,3 +59,60 @@ def test_negative_counts_are_refused_with_the_flag_named(capsys):
     with pytest.raises(SystemExit):
         recipe._args(["--validate", "-2"])
     assert "--validate must be >= 0, got -2" in capsys.readouterr().err
+
+
+def _pair(k: int, agent: int) -> dict:
+    right, wrong = "ABC"[k % 3], "ABC"[(k + 1) % 3]
+    answer = 'Action: {{"action": "click", "element_id": "{}"}}'
+    return {"prompt": [{"role": "user", "content": f"Task: Click button {right}.\n"
+                        "< <button[A]| a> <button[B]| b> <button[C]| c> >"}],
+            "chosen": [{"role": "assistant", "content": answer.format(right)}],
+            "rejected": [{"role": "assistant", "content": answer.format(wrong)}],
+            "agent": agent, "episode_id": f"ep{k}", "t": 0, "round": 0, "score": 1.0,
+            "rejected_source": "own", "chosen_source": "verified"}
+
+
+@pytest.mark.slow
+def test_onpolicy_dpo_trains_one_shared_adapter_on_the_rounds_pairs(tmp_path, monkeypatch, tiny_model_dir):
+    """The glue of stage 2c: the round's own-mistake pairs (whatever agent made them) train one
+    adapter, agent0, on top of the round's merged SFT model; the pair count lands in round.json;
+    no pair, no adapter."""
+    from datasets import Dataset
+    from safetensors.torch import load_file
+
+    import collabui.models.embedded as embedded
+    import collabui.training.mistake_pairs as mistake_pairs
+    from collabui.training.sft import AgentSFTConfig, train_sft
+
+    recipe = _recipe()
+    monkeypatch.setattr(embedded, "embedded_model_dir", lambda: tiny_model_dir)
+    sft_rows = [{"prompt": p["prompt"], "completion": p["chosen"]} for p in map(_pair, range(4), [0] * 4)]
+    round_sft = tmp_path / "onpolicy" / "sft"
+    train_sft(Dataset.from_list(sft_rows), base_model=tiny_model_dir, out_dir=round_sft, progress=False,
+              config=AgentSFTConfig(output_dir=str(tmp_path / "trl"), max_steps=1, lora_r=4,
+                                    per_device_train_batch_size=2, lora_target_modules=["q_proj"]))
+    (tmp_path / "onpolicy" / "round.json").write_text(json.dumps({"visited_rows": 4}))
+    pairs = [_pair(k, agent=2) for k in range(4)]
+    seen = {}
+
+    def fake_pairs(traces, labels, critic):
+        seen.update(traces=traces, labels=labels, critic=critic)
+        return Dataset.from_list(pairs)
+
+    monkeypatch.setattr(mistake_pairs, "build_mistake_pairs", fake_pairs)
+    args = recipe._args(["--onpolicy-episodes", "1"])
+    adapter = recipe.onpolicy_dpo(args, round_sft, tmp_path / "onpolicy")
+    assert adapter == tmp_path / "onpolicy" / "dpo" / "agent0"
+    assert seen == {"traces": tmp_path / "onpolicy" / "rollouts" / "traces",
+                    "labels": tmp_path / "onpolicy" / "labels.jsonl", "critic": "verified"}
+    assert sorted(p.name for p in (tmp_path / "onpolicy" / "dpo").iterdir() if p.name.startswith("agent")) == ["agent0"]
+    lora_b = [v for k, v in load_file(str(adapter / "adapter_model.safetensors")).items() if "lora_B" in k]
+    assert lora_b and any(float(v.abs().max()) > 0 for v in lora_b)  # it trained (B starts at 0)
+    assert (round_sft / "merged").is_dir()  # the reference: the round's SFT model, merged
+    assert json.loads((tmp_path / "onpolicy" / "round.json").read_text()) == {"visited_rows": 4, "dpo_pairs": 4}
+    monkeypatch.setattr(mistake_pairs, "build_mistake_pairs", lambda *a, **k: Dataset.from_list(pairs).select([]))
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "round.json").write_text("{}")
+    assert recipe.onpolicy_dpo(args, round_sft, tmp_path / "empty") is None
+    assert json.loads((tmp_path / "empty" / "round.json").read_text()) == {"dpo_pairs": 0}
+    assert not (tmp_path / "empty" / "dpo").exists()
