@@ -44,7 +44,7 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out", default="runs/recipe")
     ap.add_argument("--demo-minutes", type=float, default=10.0, help="search time budget")
     ap.add_argument("--demo-workers", type=int, default=4, help="browsers searching at once")
-    ap.add_argument("--sft-examples", type=int, default=1000, help="SFT rows drawn from the data")
+    ap.add_argument("--sft-examples", type=int, default=2000, help="SFT rows drawn from the data")
     ap.add_argument("--sft-epochs", type=float, default=1.0)
     ap.add_argument("--no-balance", action="store_true",
                     help="draw SFT rows at random (default: round-robin over training tasks)")
