@@ -124,6 +124,7 @@ class _Outer:
     team: _Inner = field(default_factory=lambda: _Inner(max_steps=3),
                          metadata={"help": "the team", "skip_flags": ("owned",)})
     verbose: bool = field(default=False, metadata={"help": "say more"})
+    owned: str | None = field(default=None, metadata={"help": "the outer field named like a skipped inner one"})
 
 
 def _outer_parser(**kw) -> argparse.ArgumentParser:
@@ -136,7 +137,7 @@ def test_a_nested_config_gets_its_fields_flags_under_their_usual_names() -> None
     parser = _outer_parser(helps={"team.n_agents": "agents (nested)"})
     text = " ".join(parser.format_help().split())
     assert "--agents AGENTS agents (nested) (default 4)" in text and "--max-steps" in text
-    assert "--owned" not in text and "--team" not in text  # skip_flags, and no flag for the field itself
+    assert "set by the outer config" not in text and "--team" not in text  # skip_flags: the outer --owned only
     args = parser.parse_args(["--agents", "2", "--temps", "0.1,0.2"])
     config = config_from_args(_Outer, args)
     # defaults of the nested flags come from the outer field's default instance (max_steps 3)
@@ -164,4 +165,6 @@ def test_replace_given_applies_only_typed_flags() -> None:
     assert replace_given(stored, args) == _Outer(tasks="click-button", team=_Inner(n_agents=2, max_steps=3),
                                                  verbose=True)
     assert replace_given(stored, parser.parse_args([])) == stored
+    assert replace_given(stored, parser.parse_args(["--owned", "x"])) == _Outer(
+        tasks="click-button", team=_Inner(n_agents=2, max_steps=7), owned="x")  # team.owned untouched
     assert given_flags(_outer_parser().parse_args(["--verbose"])) == frozenset()  # record=False: nothing noted

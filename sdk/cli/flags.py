@@ -322,7 +322,9 @@ def replace_given(config: Any, args: argparse.Namespace) -> Any:
     for f in dataclasses.fields(config):
         sub = _nested_class(hints[f.name]) if f.init else None
         if sub is not None:
-            inner = {g.name: getattr(args, g.name) for g in dataclasses.fields(sub) if g.name in given}
+            # Only the nested fields with flags: an outer flag of the same name (--adapters, a
+            # folder) is not the nested field's (served adapter names).
+            inner = {g.name: getattr(args, g.name) for g in _nested_fields(f, sub, ()) if g.name in given}
             current = getattr(config, f.name)
             if inner:
                 changes[f.name] = dataclasses.replace(current, **inner) if current is not None else sub(**inner)
