@@ -41,3 +41,39 @@ def test_old_and_bad_team_dicts():
         TeamConfig.from_dict({"n_agents": 0})
     with pytest.raises(ConfigError, match="JSON object"):
         TeamConfig.from_dict(["n_agents"])
+
+
+def test_eval_config_round_trips_with_its_team():
+    from collabui.evaluation.miniwob import MiniWoBEvalConfig
+
+    config = MiniWoBEvalConfig(tasks="click-button,focus-text", episodes=2, model="lexical", shuffle_elements=True,
+                               team=TeamConfig(n_agents=2, rounds=1, temperatures=(0.0, 0.5), seed=4))
+    data = _json(config.to_dict())
+    assert data["team"]["temperatures"] == [0.0, 0.5] and data["element_format"] == "html"
+    assert MiniWoBEvalConfig.from_dict(data) == config
+    baseline = MiniWoBEvalConfig(model="random")  # the default team, resolved, is what is stored
+    assert MiniWoBEvalConfig.from_dict(_json(baseline.to_dict())).team.n_agents == 1
+    with pytest.raises(ConfigError, match=r"no field\(s\) \['n_agents'\]"):
+        MiniWoBEvalConfig.from_dict({**data, "n_agents": 2})
+
+
+def test_marl_config_round_trips_and_reads_the_old_flat_form():
+    from collabui.training.marl import MARLConfig
+
+    config = MARLConfig(train_tasks=("click-button",), eval_tasks=("focus-text",), dpo={"max_steps": 2},
+                        team=TeamConfig(n_agents=2, rounds=1, seed=9, max_steps=2, prompt_style="compact"))
+    data = _json(config.to_dict())
+    assert data["train_tasks"] == ["click-button"] and data["team"]["seed"] == 9
+    back = MARLConfig.from_dict(data)
+    assert back == config and back.train_tasks == ("click-button",)
+    # state.json of runs started before the team was nested held its fields flat
+    old = {k: v for k, v in data.items() if k != "team"}
+    old.update(n_agents=2, rounds=1, seed=9, max_steps=2, max_new_tokens=64, prompt_style="compact", topology="random")
+    assert MARLConfig.from_dict(old) == config
+
+
+def test_bench_settings_round_trip():
+    from collabui.bench import BenchSettings
+
+    settings = BenchSettings(backend="local", team=TeamConfig(n_agents=2, rounds=2, topology="chain"), browsers=3)
+    assert BenchSettings.from_dict(_json(settings.to_dict())) == settings
