@@ -27,13 +27,13 @@ import statistics
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from collabui.bench_report import BackendTimes, format_report, report_dict
-from collabui.config import TeamConfig
+from collabui.config import TeamConfig, config_from_dict, config_to_dict
 from collabui.errors import ConfigError
 from collabui.models.base import ChatModel, ChatRequest, ChatResult
 from collabui.models.spec import local_base
@@ -52,37 +52,53 @@ Counter = Callable[[], int | None]
 UniqueCounter = Callable[[Sequence[ChatRequest]], int | None]
 
 
-@dataclass(frozen=True)
+def _bench_team() -> TeamConfig:
+    """A short answer budget (48 tokens) and 3-step rollouts keep the runs comparable and short."""
+    return TeamConfig(max_new_tokens=48, max_steps=3)
+
+
+#: Team fields the bench sets itself (greedy temperatures, the web action space, no adapters,
+#: no screenshots) or that change no timing it reports (the batch timer).
+_TEAM_FIELDS_SET_HERE = ("temperatures", "adapters", "action_space", "batch_fallback_s", "screenshots")
+
+
+@dataclass(frozen=True, kw_only=True)
 class BenchSettings:
-    """What ``collabui bench`` runs (see the module docstring)."""
+    """What ``collabui bench`` runs (see the module docstring). ``team`` is the timed team
+    (``--agents``, ``--rounds``, ``--topology``, ``--seed``: also the page's seed,
+    ``--max-new-tokens``, ``--max-steps``); every phase decodes it greedily."""
 
     backend: str = field(default="both", metadata={"help": "which backends to time",
                                                   "choices": ("local", "vllm", "both")})
     model: str = field(default="smollm2", metadata={"help": "model spec of a local base model: smollm2 | hf:PATH"})
-    agents: int = field(default=4, metadata={"help": "agents n"})
-    rounds: int = field(default=3, metadata={"help": "rounds m"})
-    topology: str = field(default="random", metadata={"help": "message DAG"})
+    team: TeamConfig = field(default_factory=_bench_team, metadata={
+        "help": "the team timed (decoded greedily)", "skip_flags": _TEAM_FIELDS_SET_HERE})
     env: str = field(default="miniwob/click-link", metadata={"help": "MiniWoB++ environment of the observation"})
-    seed: int = field(default=0, metadata={"help": "seed of the page and of the DAG"})
-    max_new_tokens: int = field(default=48, metadata={"help": "generation budget per agent call (greedy)"})
     single_repeats: int = field(default=3, metadata={"help": "single-agent calls timed (their median)"})
     browsers: int = field(default=2, metadata={
         "help": "K browsers sharing the vLLM server in the rollout measurement",
         "aliases": ("--episodes-per-hour-browsers",)})
     episodes: int = field(default=4, metadata={"help": "rollout episodes on vLLM (0: skip)"})
-    max_steps: int = field(default=3, metadata={"help": "steps per rollout episode"})
     enforce_eager: bool = field(default=False, metadata={"help": "start vLLM without graph compilation"})
     out: str | None = field(default=None, metadata={"help": "also write the results as JSON here"})
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.team, TeamConfig):
+            raise ConfigError(f"team must be a TeamConfig, got {type(self.team).__name__}")
+
     def team_config(self, **overrides: Any) -> TeamConfig:
-        """The greedy team configuration every phase uses."""
-        fields = {"n_agents": self.agents, "rounds": self.rounds, "topology": self.topology,
-                  "seed": self.seed, "temperatures": (0.0,) * self.agents,
-                  "max_new_tokens": self.max_new_tokens, "max_steps": self.max_steps}
-        fields.update(overrides)
-        if "n_agents" in overrides:
-            fields["temperatures"] = (0.0,) * fields["n_agents"]
-        return TeamConfig(**fields)
+        """The team every phase uses, greedy (temperature 0 for every agent), with ``overrides``."""
+        n = overrides.get("n_agents", self.team.n_agents)
+        return dataclasses.replace(self.team, **{"temperatures": (0.0,) * n, **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (the team as its own dict); :meth:`from_dict` gives back an equal config."""
+        return config_to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BenchSettings:
+        """The settings of :meth:`to_dict` (ConfigError on unknown fields or invalid values)."""
+        return config_from_dict(cls, data)
 
 
 class RecordingModel(ChatModel):
@@ -209,7 +225,7 @@ def _rollout(settings: BenchSettings) -> Callable[[Any], tuple[int, float]] | No
     prefix, _, task = settings.env.partition("/")
 
     def run(team: Any) -> tuple[int, float]:
-        specs = [EpisodeSpec(task, settings.seed + k, f"bench-{k}") for k in range(settings.episodes)]
+        specs = [EpisodeSpec(task, int(settings.team.seed or 0) + k, f"bench-{k}") for k in range(settings.episodes)]
         pool = EnvPool(prefix)
         with tempfile.TemporaryDirectory(prefix="collabui-bench-") as tmp:
             started = time.perf_counter()
@@ -314,21 +330,22 @@ def run_bench(settings: BenchSettings, *, observation: tuple[str, Any] | None = 
     """
     if settings.backend not in ("local", "vllm", "both"):
         raise ConfigError(f"--backend must be local, vllm or both, got {settings.backend!r}")
-    if settings.agents < 1 or settings.rounds < 1 or settings.browsers < 1:
-        raise ConfigError("--agents, --rounds and --browsers must be >= 1")
+    if settings.browsers < 1:  # the team's own checks cover --agents and --rounds
+        raise ConfigError("--browsers must be >= 1")
     local_base(settings.model)  # a local base model, before the browser starts
     runners = backends or {"local": _bench_local, "vllm": _bench_vllm}
     names = ["local", "vllm"] if settings.backend == "both" else [settings.backend]
-    task, obs = observation or _observation(settings.env, settings.seed)
+    team = settings.team
+    task, obs = observation or _observation(settings.env, team.seed)
     results = {}
     for name in names:
         print(f"[{name}] measuring ...", flush=True)
         results[name] = runners[name](settings, task, obs)
-    header = (f"collabui bench: {settings.env} seed {settings.seed}, model {settings.model}, "
-              f"{settings.agents} agents x {settings.rounds} rounds, topology {settings.topology}, "
-              f"greedy, max_new_tokens {settings.max_new_tokens}")
+    header = (f"collabui bench: {settings.env} seed {team.seed}, model {settings.model}, "
+              f"{team.n_agents} agents x {team.rounds} rounds, topology {team.topology}, "
+              f"greedy, max_new_tokens {team.max_new_tokens}")
     print(format_report(results, header), flush=True)
-    record = report_dict(results, dataclasses.asdict(settings))
+    record = report_dict(results, settings.to_dict())
     if settings.out:
         Path(settings.out).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return record

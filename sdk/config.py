@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -10,8 +14,9 @@ from collabui.devices.simplify import ELEMENT_FORMATS
 from collabui.errors import ConfigError
 from collabui.prompts import PROMPT_STYLES
 
-__all__ = ["TeamConfig", "DEFAULT_TEMPERATURES", "PROMPT_STYLE_CHOICES", "ELEMENT_FORMAT_CHOICES",
-           "MODEL_HELP", "GUIDED_HELP", "ELEMENT_FORMAT_HELP", "SHUFFLE_HELP", "SCREENSHOTS_HELP"]
+__all__ = ["TeamConfig", "config_to_dict", "config_from_dict", "pin_action_space", "DEFAULT_TEMPERATURES",
+           "PROMPT_STYLE_CHOICES", "ELEMENT_FORMAT_CHOICES", "MODEL_HELP", "GUIDED_HELP", "ELEMENT_FORMAT_HELP",
+           "SHUFFLE_HELP", "SCREENSHOTS_HELP"]
 
 #: What ``prompt_style`` accepts: a style, or ``auto`` (the model's own, else ``react``).
 PROMPT_STYLE_CHOICES = ("auto", *PROMPT_STYLES)
@@ -128,10 +133,100 @@ class TeamConfig:
         return self.adapters[i] if self.adapters else None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form for traces (the topology as its name or its own dict)."""
+        """JSON form of the fields as set (None stays None, a Topology object becomes its own
+        dict): :meth:`from_dict` gives back an equal config. Traces record :meth:`trace_dict`."""
+        return config_to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TeamConfig:
+        """The config of :meth:`to_dict` (lists back to tuples, a topology dict back to its
+        Topology). Raises ConfigError on unknown fields or invalid values."""
+        return config_from_dict(cls, data)
+
+    def trace_dict(self) -> dict[str, Any]:
+        """JSON form for traces: the effective per-agent temperatures and adapters (defaults
+        applied), the topology as its name or its own dict."""
         data = asdict(self)
         topo = self.topology
         data["topology"] = topo if isinstance(topo, str) else topo.to_dict()
         data["temperatures"] = [self.agent_temperature(i) for i in range(self.n_agents)]
         data["adapters"] = [self.agent_adapter(i) for i in range(self.n_agents)]
         return data
+
+
+def pin_action_space(team: TeamConfig, action_space: str, reason: str) -> TeamConfig:
+    """``team`` with the action space an environment dictates (configs whose env decides it:
+    ``mobile`` of an evaluation, ``env`` of a MARL run). The default ``web`` is replaced; another
+    explicit value would silently be ignored, so it is refused with ``reason`` (the fix)."""
+    if team.action_space == action_space:
+        return team
+    if team.action_space != "web":
+        raise ConfigError(f"team.action_space {team.action_space!r} contradicts {reason}")
+    return dataclasses.replace(team, action_space=action_space)
+
+
+# -- JSON form of config dataclasses -----------------------------------------------------------
+
+
+def _json_value(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return value.to_dict() if hasattr(value, "to_dict") else config_to_dict(value)
+    if isinstance(value, tuple | list):
+        return [_json_value(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if not isinstance(value, str | int | float | bool | type(None)) and callable(getattr(value, "to_dict", None)):
+        return value.to_dict()  # a Topology object
+    return value
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """The fields of a config dataclass as JSON values: nested configs as their dicts, tuples as
+    lists, objects with ``to_dict`` (a Topology) as their dict. :func:`config_from_dict` reverses it."""
+    return {f.name: _json_value(getattr(config, f.name)) for f in dataclasses.fields(config) if f.init}
+
+
+def _from_json(tp: Any, value: Any) -> Any:
+    """``value`` read back as type ``tp``: nested configs rebuilt, lists of tuple fields as tuples."""
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(tp) if a is not type(None)]
+        nested = [a for a in options if dataclasses.is_dataclass(a)]
+        if nested and isinstance(value, Mapping):
+            return _from_json(nested[0], value)
+        return _from_json(options[0], value) if len(options) == 1 else value
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp) and isinstance(value, Mapping):
+        reader = getattr(tp, "from_dict", None)
+        return reader(value) if callable(reader) else config_from_dict(tp, value)
+    if origin is tuple and isinstance(value, list):
+        args = typing.get_args(tp)
+        return tuple(_from_json(args[0] if args else Any, v) for v in value)
+    if tp is Any and isinstance(value, Mapping) and "kind" in value and "edges" in value:
+        from collabui.topologies import Topology  # the JSON form of a Topology object
+
+        return Topology.from_dict(value)
+    return value
+
+
+def config_from_dict(cls: type, data: Mapping[str, Any]) -> Any:
+    """A config dataclass ``cls`` from its :func:`config_to_dict` form. Fields missing from
+    ``data`` take their defaults (a config saved before a field existed still loads).
+
+    Raises:
+        ConfigError: ``data`` is not a mapping, names fields ``cls`` does not have, or holds
+            invalid values (the config's own checks).
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"a {cls.__name__} is stored as a JSON object, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"{cls.__name__} has no field(s) {unknown}; was it saved by a newer "
+                          "collabui? Remove them or upgrade")
+    try:
+        return cls(**{name: _from_json(hints[name], value) for name, value in data.items()})
+    except TypeError as exc:  # a value of the wrong shape (a list where a mapping belongs, ...)
+        raise ConfigError(f"stored {cls.__name__} is invalid: {exc}") from None

@@ -363,7 +363,7 @@ def open_session(team: Any, device: Any, *, approve: ApprovalPolicy | None,
 
 def _team_spec(team: Any) -> dict[str, Any]:
     """The team's configuration as stored (JSON round trip: tuples become lists)."""
-    return json.loads(json.dumps(team.config.to_dict()))
+    return json.loads(json.dumps(team.config.trace_dict()))
 
 
 def _restore(session: EpisodeSession, team: Any, episode_id: str) -> dict[str, Any]:

@@ -191,7 +191,7 @@ class _Run:
             "seed": self.seed,
             "model": redact_url(",".join(sorted({m.name for m in self.team.models}))),
             "action_space": self.team.space.name,
-            "team": self.team.config.to_dict(),
+            "team": self.team.config.trace_dict(),
             "topology": self.team.topology.to_dict(),
         }
         describe = getattr(self.device, "describe", None)

@@ -10,6 +10,7 @@ import pytest
 from collabui.bench import BenchSettings, SequentialModel, measure_backend, run_bench
 from collabui.bench_report import BackendTimes
 from collabui.cli import build_parser, main
+from collabui.config import TeamConfig
 from collabui.errors import ConfigError
 from collabui.models import ChatRequest
 from collabui.models.fake import ScriptedChatModel
@@ -20,7 +21,7 @@ SCREEN = "[1] link Home\n[2] link About\n[3] button Go"
 
 def test_measure_backend_on_scripted_model() -> None:
     model = ScriptedChatModel(lambda req: ANSWER)
-    settings = BenchSettings(agents=4, rounds=3, topology="chain", single_repeats=2)
+    settings = BenchSettings(team=TeamConfig(n_agents=4, rounds=3, topology="chain"), single_repeats=2)
     calls = []
     r = measure_backend(model, "Click Home.", SCREEN, settings, backend="fake", reset=lambda: calls.append(1))
     assert r.calls == 12
@@ -36,7 +37,7 @@ def test_measure_backend_on_scripted_model() -> None:
 
 def test_unique_tokens_count_the_team_step_only_not_the_rollout() -> None:
     model = ScriptedChatModel(lambda req: ANSWER)
-    settings = BenchSettings(agents=2, rounds=2, topology="chain", single_repeats=1)
+    settings = BenchSettings(team=TeamConfig(n_agents=2, rounds=2, topology="chain"), single_repeats=1)
     seen: list[int] = []
 
     def rollout(team):  # the rollout's requests go through the team's (recording) model
@@ -70,7 +71,7 @@ def test_tiny_local_model_counts_prompt_tokens(tiny_model_dir: Path) -> None:
     from collabui.models.local import LocalModel
 
     model = LocalModel(tiny_model_dir, device="cpu")
-    settings = BenchSettings(agents=2, rounds=2, topology="chain", max_new_tokens=4, single_repeats=1)
+    settings = BenchSettings(team=TeamConfig(n_agents=2, rounds=2, topology="chain", max_new_tokens=4), single_repeats=1)
     r = measure_backend(model, "Click Home.", SCREEN, settings, backend="local",
                         computed=lambda: model.stats.prompt_tokens_computed,
                         unique=model.unique_prompt_tokens, reset=model.clear_prefix_cache)
@@ -96,14 +97,21 @@ def test_run_bench_prints_table_and_writes_json(tmp_path: Path, capsys: pytest.C
     assert "[MISSED] local: prompt tokens computed / unique: 2.00" in text
     assert "[   met] vllm team step speed-up over naive local team: 3.33" in text
     assert json.loads(out.read_text()) == json.loads(json.dumps(record))
-    assert record["settings"]["agents"] == 4
+    assert record["settings"]["team"]["n_agents"] == 4
+    assert BenchSettings.from_dict(record["settings"]) == BenchSettings(backend="both", out=str(out))
 
 
 def test_bench_cli_options_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    from collabui.cli.flags import config_from_args
+
     args = build_parser().parse_args(["bench", "--backend", "vllm", "--episodes-per-hour-browsers", "3",
-                                      "--agents", "2", "--out", "x.json"])
-    assert (args.command, args.backend, args.browsers, args.agents, args.out) == ("bench", "vllm", 3, 2, "x.json")
-    with pytest.raises(ConfigError, match="--agents"):
-        run_bench(BenchSettings(agents=0), observation=("t", SCREEN), backends={})
+                                      "--agents", "2", "--rounds", "1", "--seed", "5", "--out", "x.json"])
+    assert (args.command, args.backend, args.browsers, args.n_agents, args.out) == ("bench", "vllm", 3, 2, "x.json")
+    settings = config_from_args(BenchSettings, args)
+    # the team's flags land in the team; the others keep the bench's defaults (48 tokens, 3 steps)
+    assert settings.team == TeamConfig(n_agents=2, rounds=1, seed=5, max_new_tokens=48, max_steps=3)
+    assert settings.team_config().temperatures == (0.0, 0.0)
+    with pytest.raises(ConfigError, match="n_agents must be an integer >= 1"):
+        BenchSettings(team=TeamConfig(n_agents=0))
     assert main(["bench", "--browsers", "0"]) == 2
     assert "must be >= 1" in capsys.readouterr().err

@@ -10,7 +10,14 @@ from typing import Literal
 
 import pytest
 
-from collabui.cli.flags import add_config_flags, config_argv, config_from_args
+from collabui.cli.flags import (
+    add_config_flags,
+    config_argv,
+    config_from_args,
+    given_flags,
+    nested_values,
+    replace_given,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,3 +108,63 @@ def test_the_cli_starts_without_heavy_libraries() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Inner:
+    n_agents: int = field(default=4, metadata={"help": "agents n"})
+    max_steps: int = field(default=10, metadata={"help": "steps"})
+    temps: tuple[float, ...] | None = field(default=None, metadata={"help": "temperatures"})
+    owned: str = field(default="web", metadata={"help": "set by the outer config"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Outer:
+    tasks: str = field(default="easy", metadata={"help": "tasks"})
+    team: _Inner = field(default_factory=lambda: _Inner(max_steps=3),
+                         metadata={"help": "the team", "skip_flags": ("owned",)})
+    verbose: bool = field(default=False, metadata={"help": "say more"})
+    owned: str | None = field(default=None, metadata={"help": "the outer field named like a skipped inner one"})
+
+
+def _outer_parser(**kw) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="outer", exit_on_error=False)
+    add_config_flags(parser, _Outer, **kw)
+    return parser
+
+
+def test_a_nested_config_gets_its_fields_flags_under_their_usual_names() -> None:
+    parser = _outer_parser(helps={"team.n_agents": "agents (nested)"})
+    text = " ".join(parser.format_help().split())
+    assert "--agents AGENTS agents (nested) (default 4)" in text and "--max-steps" in text
+    assert "set by the outer config" not in text and "--team" not in text  # skip_flags: the outer --owned only
+    args = parser.parse_args(["--agents", "2", "--temps", "0.1,0.2"])
+    config = config_from_args(_Outer, args)
+    # defaults of the nested flags come from the outer field's default instance (max_steps 3)
+    assert config == _Outer(team=_Inner(n_agents=2, max_steps=3, temps=(0.1, 0.2)))
+    assert config_from_args(_Outer, parser.parse_args([])) == _Outer()
+    argv = config_argv(_Outer, {"tasks": "easy", "team": config.team}, always={"tasks", "team.max_steps"})
+    assert argv == ["--tasks", "easy", "--agents", "2", "--max-steps", "3", "--temps", "0.1,0.2"]
+    assert config_from_args(_Outer, parser.parse_args(argv)) == config
+
+
+def test_nested_skip_defaults_and_one_meaning_per_flag() -> None:
+    parser = _outer_parser(skip={"team.temps"}, defaults={"team.n_agents": None})
+    args = parser.parse_args([])
+    assert args.n_agents is None and not hasattr(args, "temps")
+    assert nested_values(_Outer, "team", args, skip={"team.temps"}) == {"max_steps": 3}
+    with pytest.raises(argparse.ArgumentError, match="conflicting option string: --agents"):
+        add_config_flags(parser, _Toy, only={"n_agents"})  # --agents already means the team's
+
+
+def test_replace_given_applies_only_typed_flags() -> None:
+    stored = _Outer(tasks="click-button", team=_Inner(n_agents=2, max_steps=7))
+    parser = _outer_parser(record=True)
+    args = parser.parse_args(["--max-steps", "3", "--verbose"])  # 3 is the default: typed all the same
+    assert given_flags(args) == {"max_steps", "verbose"}
+    assert replace_given(stored, args) == _Outer(tasks="click-button", team=_Inner(n_agents=2, max_steps=3),
+                                                 verbose=True)
+    assert replace_given(stored, parser.parse_args([])) == stored
+    assert replace_given(stored, parser.parse_args(["--owned", "x"])) == _Outer(
+        tasks="click-button", team=_Inner(n_agents=2, max_steps=7), owned="x")  # team.owned untouched
+    assert given_flags(_outer_parser().parse_args(["--verbose"])) == frozenset()  # record=False: nothing noted

@@ -342,11 +342,12 @@ def test_bad_labels_file_is_one_line(tmp_path, capsys):
 def recorded_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real `eval miniwob` run folder (2 tasks x 2 episodes, 2 agents x 2 rounds, screenshots),
     labelled by the outcome critic, with rule-adversary preference pairs."""
+    from collabui.config import TeamConfig
     from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
 
     folder = tmp_path_factory.mktemp("run")
-    config = MiniWoBEvalConfig(tasks="click-button,click-link", episodes=2, model="random:1", n_agents=2,
-                               rounds=2, topology="chain", max_steps=2, team_options={"screenshots": True})
+    config = MiniWoBEvalConfig(tasks="click-button,click-link", episodes=2, model="random:1",
+                               team=TeamConfig(n_agents=2, rounds=2, topology="chain", max_steps=2, screenshots=True))
     evaluate_miniwob(config, folder, progress=False)
     traces = str(folder / "traces")
     assert main(["train", "label", "--traces", traces, "--critic", "outcome",
@@ -469,10 +470,10 @@ def test_web_outline_lands_on_the_executed_element(chromium, tmp_path):
     image as displayed."""
     from PIL import Image
 
-    from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
+    from collabui.evaluation.miniwob import MiniWoBEvalConfig, default_team, evaluate_miniwob
 
-    config = MiniWoBEvalConfig(tasks="click-button", episodes=1, model="lexical", max_steps=1,
-                               team_options={"screenshots": True})
+    config = MiniWoBEvalConfig(tasks="click-button", episodes=1, model="lexical",
+                               team=default_team("lexical", max_steps=1, screenshots=True))
     evaluate_miniwob(config, tmp_path / "run", progress=False)
     trace = next((tmp_path / "run" / "traces").glob("*.jsonl"))
     step = json.loads(trace.read_text().splitlines()[1])

@@ -31,6 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from collabui.errors import ConfigError
+from collabui.training.marl_config import (
+    RESUMABLE_CHANGES,
+    MARLConfig,
+    flat_fields,
+    nest_team_fields,
+)
 from collabui.training.marl_report import IterationReport, MARLReport, plot_marl_report
 from collabui.training.rollout import (
     EnvFactory,
@@ -51,119 +57,6 @@ __all__ = ["MARLConfig", "run_marl", "evaluate_model", "resolve_base_model", "it
 
 STATE_FILE = "state.json"
 _STATE_VERSION = 1
-_ENVS = {"miniwob": "web", "miniwob-mobile": "mobile"}
-#: Fields that may change between runs into the same folder.
-_RESUMABLE_CHANGES = ("iterations", "out_dir", "workers", "ray")  # where episodes run changes no outcome
-
-
-def _tasks(value: Any, name: str) -> tuple[str, ...]:
-    items = value.split(",") if isinstance(value, str) else list(value)
-    tasks = tuple(str(t).strip() for t in items if str(t).strip())
-    if not tasks:
-        raise ConfigError(f"{name} is empty; give MiniWoB++ task names such as click-button,click-link")
-    return tasks
-
-
-@dataclass(frozen=True, kw_only=True)
-class MARLConfig:
-    """One iterative MARL run. The ``collabui train marl`` flags are generated from these fields."""
-
-    model: str = field(default="smollm2", metadata={"help": "base model: smollm2 | hf:PATH"})
-    env: str = field(default="miniwob", metadata={"help": "environment family: miniwob or miniwob-mobile"})
-    train_tasks: tuple[str, ...] = field(default=("click-button", "click-link"),
-                                         metadata={"help": "comma-separated training tasks"})
-    eval_tasks: tuple[str, ...] = field(default=("focus-text",),
-                                        metadata={"help": "comma-separated held-out evaluation tasks"})
-    episodes_per_task: int = field(default=2, metadata={"help": "training episodes per task and iteration"})
-    eval_episodes_per_task: int = field(default=2, metadata={"help": "evaluation episodes per held-out task"})
-    iterations: int = field(default=2, metadata={"help": "MARL iterations (may grow on a rerun)"})
-    n_agents: int = field(default=4, metadata={"help": "number of agents n"})
-    rounds: int = field(default=3, metadata={"help": "conversation rounds m per step"})
-    max_steps: int = field(default=3, metadata={"help": "environment steps per episode"})
-    max_new_tokens: int = field(default=64, metadata={"help": "generation budget per agent call"})
-    prompt_style: str = field(default="react", metadata={"help": "agents' prompt: react | compact "
-                                                                 "(shorter, faster on a CPU)"})
-    topology: str = field(default="random", metadata={"help": "message DAG (random is resampled by the edge update)"})
-    critic: str = field(default="outcome", metadata={"help": "outcome | reference | oracle (MiniWoB++ task rules) | verified (MiniWoB++ replay) | llm:<model spec>"})
-    adversary: str = field(default="rule", metadata={
-        "help": "where rejected answers come from: rule | llm:<model spec> (invented mistakes) | own "
-        "(the agents' own wrong proposals, chosen = a verified-right answer; pair with --critic verified)"})
-    edge_update: bool = field(default=True, metadata={"help": "resample the DAG every iteration "
-                                                              "(--no-edge-update: the ablation)"})
-    seed: int = field(default=0, metadata={"help": "seed of DAGs, episodes, sampling and DPO"})
-    workers: int = field(default=1, metadata={
-        "metavar": "N", "help": "rollout and evaluation worker processes, each loading the base model with "
-                                "the current adapters and its own browser; 1: this process"})
-    ray: str | None = field(default=None, metadata={
-        "metavar": "ADDRESS", "help": "run the workers as Ray actors on this cluster (host:port, auto, local); "
-                                      "needs the ray extra"})
-    out_dir: str = field(default="runs/marl", metadata={"help": "run folder (resumed when it exists)"})
-    dpo: Mapping[str, Any] = field(default_factory=dict, metadata={
-        "help": "AgentDPOConfig (TRL DPOConfig) overrides, e.g. max_steps=5 (repeatable KEY=VALUE)"})
-
-    def __post_init__(self) -> None:
-        for name in ("episodes_per_task", "eval_episodes_per_task", "iterations", "n_agents", "rounds",
-                     "max_steps", "max_new_tokens", "workers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
-        if self.env not in _ENVS:
-            raise ConfigError(f"env must be one of {sorted(_ENVS)}, got {self.env!r}")
-        train, held_out = _tasks(self.train_tasks, "train_tasks"), _tasks(self.eval_tasks, "eval_tasks")
-        overlap = sorted(set(train) & set(held_out))
-        if overlap:
-            raise ConfigError(f"eval task(s) {overlap} are also training tasks; held-out tasks must differ")
-        from collabui.config import PROMPT_STYLE_CHOICES
-
-        if self.prompt_style not in PROMPT_STYLE_CHOICES:
-            raise ConfigError(f"prompt_style must be one of {list(PROMPT_STYLE_CHOICES)}, got {self.prompt_style!r}")
-        object.__setattr__(self, "train_tasks", train)
-        object.__setattr__(self, "eval_tasks", held_out)
-        _check_spec(self.critic, ("outcome", "reference", "oracle", "verified"), "critic")
-        _check_spec(self.adversary, ("rule", "own"), "adversary")
-        if self.model != "smollm2" and not (self.model.startswith("hf:") and len(self.model) > 3):
-            raise ConfigError(f"training needs a local base model: use smollm2 or hf:PATH, not {self.model!r}")
-        if not isinstance(self.dpo, Mapping) or not all(isinstance(k, str) for k in self.dpo):
-            raise ConfigError("dpo must map AgentDPOConfig field names to values, e.g. {'max_steps': 5}")
-        if "output_dir" in self.dpo:
-            raise ConfigError("dpo must not set output_dir: run_marl puts TRL's folder in out_dir/iter{k}/trl")
-        object.__setattr__(self, "dpo", dict(self.dpo))
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ConfigError(f"seed must be an integer, got {self.seed!r}")
-
-    @property
-    def action_space(self) -> str:
-        """``web`` for miniwob, ``mobile`` for miniwob-mobile."""
-        return _ENVS[self.env]
-
-    def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["train_tasks"], data["eval_tasks"] = list(self.train_tasks), list(self.eval_tasks)
-        return data
-
-    def dpo_config(self, output_dir: str | Path) -> Any:
-        """The ``AgentDPOConfig`` of one iteration (``seed`` defaults to this config's seed).
-
-        Raises:
-            ConfigError: an override is not a DPOConfig field or has an invalid value.
-        """
-        from collabui.training.dpo import AgentDPOConfig
-
-        try:
-            return AgentDPOConfig(**{"seed": self.seed, **self.dpo, "output_dir": str(output_dir)})
-        except TypeError as exc:
-            raise ConfigError(f"bad DPO option in {self.dpo} ({exc}); use fields of TRL's DPOConfig") from None
-        except ValueError as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ConfigError(f"bad DPO option in {self.dpo}: {first}") from None
-
-
-def _check_spec(spec: str, names: Sequence[str], what: str) -> None:
-    if spec in names or (spec.startswith("llm:") and spec[4:].strip()):
-        return
-    raise ConfigError(f"unknown {what} {spec!r}; use one of {', '.join(names)} or llm:<model spec>")
-
-
 def resolve_base_model(spec: str) -> Path:
     """The base model folder of ``smollm2`` or ``hf:PATH``.
 
@@ -185,11 +78,13 @@ def iteration_topologies(config: MARLConfig) -> list[Any]:
     resampled from the previous with a seed derived from (seed, k); without, all are equal."""
     from collabui.topologies import make_topology
 
-    topo = make_topology(config.topology, config.n_agents, seed=config.seed)
+    team = config.team
+    topo = team.topology if not isinstance(team.topology, str) else \
+        make_topology(team.topology, team.n_agents, seed=team.seed)
     out = [topo]
     for k in range(config.iterations):
         if config.edge_update:
-            topo = topo.resample(derive_seed(config.seed, "edge-update", k))
+            topo = topo.resample(derive_seed(team.seed, "edge-update", k))
         out.append(topo)
     return out
 
@@ -216,13 +111,14 @@ class _State:
             data = json.loads(path.read_text(encoding="utf-8"))
             # Fields added after a run started take their defaults (a new option never
             # invalidates an old run folder).
-            old = {**json.loads(json.dumps(MARLConfig().to_dict())), **data["config"]}
+            old = {**flat_fields(MARLConfig().to_dict()), **flat_fields(nest_team_fields(data["config"]))}
             data["stages"]  # noqa: B018 - presence check
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             raise ConfigError(f"{path} is unreadable; delete it (or the folder) to start over") from None
         new = json.loads(json.dumps(config.to_dict()))  # compare in JSON form (tuples -> lists)
-        changed = sorted(k for k in set(old) | set(new)
-                         if k not in _RESUMABLE_CHANGES and old.get(k) != new.get(k))
+        flat_new = flat_fields(new)
+        changed = sorted(k for k in set(old) | set(flat_new)
+                         if k not in RESUMABLE_CHANGES and old.get(k) != flat_new.get(k))
         if changed:
             diff = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:4])
             raise ConfigError(f"{out} holds a MARL run with another config ({diff}); use another "
@@ -284,7 +180,7 @@ class _Run:
         folder = self.out / f"iter{k}" / "adapters"
         if k < 0:
             return {}
-        return {f"agent{i}": folder / f"agent{i}" for i in range(self.config.n_agents)
+        return {f"agent{i}": folder / f"agent{i}" for i in range(self.config.team.n_agents)
                 if (folder / f"agent{i}" / "adapter_config.json").is_file()}
 
     def evaluate(self, where: Path, topology: Any, adapters: dict[str, Path], tag: str) -> dict[str, Any]:
@@ -296,8 +192,10 @@ class _Run:
         self.stage(f"iter{k}/edge_update", lambda: topo.to_dict())
 
         def rollout() -> dict[str, Any]:
-            specs = episode_specs(c.train_tasks, c.episodes_per_task, tag=f"iter{k}", seed_parts=(c.seed, "train", k))
-            records = _rollouts(c, self.models, self.envs, self.adapters(k - 1), topo, derive_seed(c.seed, "team", k),
+            specs = episode_specs(c.train_tasks, c.episodes_per_task, tag=f"iter{k}",
+                                  seed_parts=(c.team.seed, "train", k))
+            records = _rollouts(c, self.models, self.envs, self.adapters(k - 1), topo,
+                                derive_seed(c.team.seed, "team", k),
                                 specs, trace_dir=it / "traces", manifest=it / "rollouts.jsonl",
                                 label=f"iter{k} rollout", progress=self.progress)
             return summarize(records)
@@ -327,7 +225,7 @@ class _Run:
         tmp = save_pairs(ds, it / ".pairs.jsonl.tmp")
         os.replace(tmp, it / "pairs.jsonl")
         stats = pair_stats(ds)
-        stats["per_agent"] = {str(a): stats["per_agent"].get(a, 0) for a in range(self.config.n_agents)}
+        stats["per_agent"] = {str(a): stats["per_agent"].get(a, 0) for a in range(self.config.team.n_agents)}
         return stats
 
     def dpo(self, k: int, it: Path) -> dict[str, Any]:
@@ -336,7 +234,7 @@ class _Run:
 
         report = train_agents_dpo(
             load_pairs(it / "pairs.jsonl"), base_model=self.base_dir, out_dir=it / "adapters",
-            config=self.config.dpo_config(it / "trl"), agents=list(range(self.config.n_agents)),
+            config=self.config.dpo_config(it / "trl"), agents=list(range(self.config.team.n_agents)),
             init_adapters_dir=self.out / f"iter{k - 1}" / "adapters" if k > 0 else None,
             resume=True, progress=self.progress)
         keys = ("agent", "adapter", "status", "n_pairs", "n_used", "n_dropped", "n_prompt_too_long",
@@ -377,19 +275,17 @@ class _Run:
 def _team(c: MARLConfig, model: Any, topology: Any, adapters: Mapping[str, Path], seed: int) -> Any:
     from collabui.team import CollabAgentTeam
 
-    names = tuple(f"agent{i}" if f"agent{i}" in adapters else None for i in range(c.n_agents))
-    return CollabAgentTeam(model, n_agents=c.n_agents, rounds=c.rounds, topology=topology, seed=seed,
-                           max_steps=c.max_steps, max_new_tokens=c.max_new_tokens,
-                           action_space=c.action_space, prompt_style=c.prompt_style,
-                           adapters=names if any(names) else None)
+    names = tuple(f"agent{i}" if f"agent{i}" in adapters else None for i in range(c.team.n_agents))
+    return CollabAgentTeam(model, config=dataclasses.replace(c.team, topology=topology, seed=seed,
+                                                             adapters=names if any(names) else None))
 
 
 def _evaluate(c: MARLConfig, models: TeamModels, adapters: Mapping[str, Path], topology: Any, envs: EnvPool,
               where: Path, tag: str, progress: bool) -> dict[str, Any]:
     # Identical episodes and sampling seeds before and after every iteration (and for
     # evaluate_model): the success rates differ only by the weights, the adapters and the DAG.
-    specs = episode_specs(c.eval_tasks, c.eval_episodes_per_task, tag=tag, seed_parts=(c.seed, "eval"))
-    records = _rollouts(c, models, envs, adapters, topology, derive_seed(c.seed, "eval-team"), specs,
+    specs = episode_specs(c.eval_tasks, c.eval_episodes_per_task, tag=tag, seed_parts=(c.team.seed, "eval"))
+    records = _rollouts(c, models, envs, adapters, topology, derive_seed(c.team.seed, "eval-team"), specs,
                         trace_dir=where / "eval_traces", manifest=where / "eval.jsonl", label=f"{tag} eval",
                         progress=progress)
     return summarize(records)
@@ -459,7 +355,7 @@ def _make_critic(config: MARLConfig) -> Any:
 def _make_adversary(config: MARLConfig) -> Any:
     from collabui.training.adversary import LLMAdversary, RuleAdversary
 
-    rule = RuleAdversary(seed=config.seed)
+    rule = RuleAdversary(seed=config.team.seed)
     if config.adversary == "own":
         return None  # pairs come from the agents' own mistakes (mistake_pairs), no adversary
     if config.adversary == "rule":

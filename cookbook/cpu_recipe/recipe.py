@@ -235,13 +235,15 @@ def bundle(args: argparse.Namespace, sft_dir: Path, out: Path, dpo_dir: Path | N
 def critic_check(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     """The verified critic's coverage and its agreement with the rule oracle, on random-policy
     rollouts (2 agents: right and wrong entries) of the oracle's tasks, all training tasks."""
+    from collabui.config import TeamConfig
     from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
     from collabui.training.critic import make_critic
     from collabui.training.critic_check import compare_critics
     from collabui.training.oracles import ORACLE_TASKS
 
-    config = MiniWoBEvalConfig(tasks=",".join(ORACLE_TASKS), episodes=args.critic_episodes, seed=args.eval_seed + 1,
-                               model="random", n_agents=2, rounds=1, max_steps=3, concurrency=2)
+    config = MiniWoBEvalConfig(tasks=",".join(ORACLE_TASKS), episodes=args.critic_episodes, model="random",
+                               concurrency=2,
+                               team=TeamConfig(n_agents=2, rounds=1, max_steps=3, seed=args.eval_seed + 1))
     evaluate_miniwob(config, out / "rollouts", command="recipe.py critic check")
     verified = make_critic("verified")
     try:
@@ -251,17 +253,19 @@ def critic_check(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 
 
 def systems(args: argparse.Namespace, trained: Path) -> dict[str, dict[str, Any]]:
-    """The evaluated systems: eval config fields per row of results.json."""
+    """The evaluated systems: eval config fields per row of results.json (``team``: the
+    TeamConfig fields of the row; the baselines' default to a single agent)."""
     rows: dict[str, dict[str, Any]] = {
         "random": {"model": "random", "episodes": args.baseline_episodes},
         "lexical": {"model": "lexical", "episodes": args.baseline_episodes},
         # 128 tokens: a grounded answer copies the target's line (long email or link texts) before the action.
-        "trained_single": {"model": f"trained:{trained}", "n_agents": 1, "rounds": 1, "max_new_tokens": 128},
-        "base_single": {"model": "smollm2", "n_agents": 1, "rounds": 1, "prompt_style": "react"},
+        "trained_single": {"model": f"trained:{trained}", "team": {"n_agents": 1, "rounds": 1, "max_new_tokens": 128}},
+        "base_single": {"model": "smollm2", "team": {"n_agents": 1, "rounds": 1, "prompt_style": "react"}},
     }
     if args.team:
-        rows["base_team"] = {"model": "smollm2", "n_agents": 4, "rounds": 3, "prompt_style": "react"}
-        rows["trained_team"] = {"model": f"trained:{trained}", "n_agents": 4, "rounds": 3, "max_new_tokens": 128}
+        rows["base_team"] = {"model": "smollm2", "team": {"n_agents": 4, "rounds": 3, "prompt_style": "react"}}
+        rows["trained_team"] = {"model": f"trained:{trained}",
+                                "team": {"n_agents": 4, "rounds": 3, "max_new_tokens": 128}}
         # Same team, pages in their own order and ids: a position habit would show as a gap.
         rows["trained_team_unshuffled"] = {**rows["trained_team"], "shuffle_elements": False}
     return rows
@@ -275,11 +279,12 @@ def evaluate(args: argparse.Namespace, name: str, fields: dict[str, Any], out: P
 
 def eval_config(args: argparse.Namespace, fields: dict[str, Any]) -> Any:
     """The held-out evaluation of one row: shuffled pages unless the row says otherwise."""
-    from collabui.evaluation.miniwob import MiniWoBEvalConfig
+    from collabui.evaluation.miniwob import MiniWoBEvalConfig, default_team
 
     fields = {"episodes": args.episodes, "shuffle_elements": True, **fields}
-    return MiniWoBEvalConfig(tasks=",".join(HELDOUT_TASKS), seed=args.eval_seed, max_steps=args.max_steps,
-                             element_format=_format(args, fields["model"]), concurrency=2, **fields)
+    team = default_team(fields["model"], seed=args.eval_seed, max_steps=args.max_steps, **fields.pop("team", {}))
+    return MiniWoBEvalConfig(tasks=",".join(HELDOUT_TASKS), element_format=_format(args, fields["model"]),
+                             concurrency=2, team=team, **fields)
 
 
 def validate(args: argparse.Namespace, trained: Path, out: Path) -> dict[str, Any]:
@@ -294,11 +299,13 @@ def validate(args: argparse.Namespace, trained: Path, out: Path) -> dict[str, An
 def _on_training_tasks(args: argparse.Namespace, trained: Path, *, seed: int, episodes: int) -> Any:
     """The trained model as a single agent on every training task, shuffled pages in the format
     it learned (validation and on-policy rollouts; the seed ranges differ)."""
+    from collabui.config import TeamConfig
     from collabui.evaluation.miniwob import MiniWoBEvalConfig
 
-    return MiniWoBEvalConfig(tasks=",".join(TRAIN_TASKS), seed=seed, episodes=episodes, max_steps=args.max_steps,
-                             shuffle_elements=True, element_format=args.element_format, concurrency=2,
-                             model=f"trained:{trained}", n_agents=1, rounds=1, max_new_tokens=96)
+    return MiniWoBEvalConfig(tasks=",".join(TRAIN_TASKS), episodes=episodes, shuffle_elements=True,
+                             element_format=args.element_format, concurrency=2, model=f"trained:{trained}",
+                             team=TeamConfig(n_agents=1, rounds=1, max_new_tokens=96, seed=seed,
+                                             max_steps=args.max_steps))
 
 
 def _format(args: argparse.Namespace, model: str) -> str:

@@ -16,7 +16,10 @@ def add_commands(sub: Any) -> None:
     from collabui.bench import BenchSettings
 
     parser = sub.add_parser("bench", help="time a team step against its bound and the naive way (local, vLLM)")
-    add_config_flags(parser, BenchSettings)
+    add_config_flags(parser, BenchSettings, helps={
+        "team.seed": "seed of the page and of the DAG",
+        "team.max_new_tokens": "generation budget per agent call (greedy)",
+        "team.max_steps": "steps per rollout episode"})
 
 
 def run_command(args: argparse.Namespace) -> int:

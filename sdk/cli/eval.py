@@ -1,6 +1,7 @@
 """``collabui eval``: evaluation harnesses and reports.
 
-``collabui eval miniwob``       success rates on MiniWoB++ tasks (flags from MiniWoBEvalConfig)
+``collabui eval miniwob``       success rates on MiniWoB++ tasks (flags from MiniWoBEvalConfig and
+                                its team's TeamConfig); ``--from RUN_DIR`` repeats a stored run
 ``collabui eval autowebbench``  step success on AutoWebBench records (team flags from TeamConfig)
 ``collabui eval compare A B``   per-metric deltas between two results files
 """
@@ -14,18 +15,33 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from collabui.cli.flags import add_config_flags, config_argv, config_from_args
+from collabui.cli.flags import (
+    add_config_flags,
+    config_argv,
+    config_from_args,
+    nested_values,
+    replace_given,
+)
 from collabui.cli.run import refuse_ignored_model_flags
 from collabui.config import GUIDED_HELP, MODEL_HELP, SCREENSHOTS_HELP, TeamConfig
-from collabui.redaction import redact_url
+from collabui.redaction import PASSWORD_MASK, redact_url
 
-__all__ = ["add_commands", "run_command", "miniwob_command", "team_options"]
+__all__ = ["add_commands", "run_command", "miniwob_command", "miniwob_config"]
 
-#: TeamConfig fields `eval miniwob` passes through as team_options (the others are its own).
-TEAM_OPTIONS = ("temperatures", "max_observation_chars", "screenshots")
 #: Flags written in every recorded command line, even at their defaults.
-_ALWAYS = ("tasks", "episodes", "seed", "model", "topology", "max_steps", "concurrency")
+_ALWAYS = ("tasks", "episodes", "model", "concurrency", "team.n_agents", "team.rounds", "team.topology",
+           "team.seed", "team.max_steps")
 _BASELINES = ("random", "lexical")
+#: `eval miniwob` defaults that differ from the configs': screenshots on; the team's shape
+#: left to the model (1x1 for random/lexical, else 4x3) unless given.
+_MINIWOB_DEFAULTS = {"team.screenshots": True, "team.n_agents": None, "team.rounds": None}
+_MINIWOB_HELPS = {
+    "team.n_agents": "agents n (default 4; 1 for random/lexical)",
+    "team.rounds": "rounds m (default 3; 1 for random/lexical)",
+    "team.seed": "seed of the episodes' pages, of the DAG and of sampling",
+    "team.prompt_style": "agents' prompt; auto: the style a trained team was trained for, react for other models",
+    "team.screenshots": SCREENSHOTS_HELP,
+}
 
 
 def add_commands(sub: Any) -> None:
@@ -36,10 +52,12 @@ def add_commands(sub: Any) -> None:
     ev = sub.add_parser("eval", help="evaluate a team or a baseline; compare results")
     esub = ev.add_subparsers(dest="eval_command", required=True)
     p = esub.add_parser("miniwob", help="success rate per MiniWoB++ task and overall (95%% Wilson CIs)")
-    add_config_flags(p, MiniWoBEvalConfig, skip={"team_options"})
-    add_config_flags(p, TeamConfig, only=TEAM_OPTIONS, defaults={"screenshots": True},
-                     helps={"screenshots": SCREENSHOTS_HELP})
-    p.add_argument("--out", required=True, help="run folder: results.json, summary.md, traces/, episodes.jsonl")
+    add_config_flags(p, MiniWoBEvalConfig, defaults=_MINIWOB_DEFAULTS, helps=_MINIWOB_HELPS, record=True)
+    p.add_argument("--from", dest="from_dir", metavar="RUN_DIR", default=None,
+                   help="repeat the evaluation stored in this run folder (its run.json); flags given "
+                   "with it change those settings; --out defaults to RUN_DIR (finished episodes are kept)")
+    p.add_argument("--out", default=None, help="run folder: results.json, summary.md, traces/, episodes.jsonl "
+                   "(required unless --from)")
     p.add_argument("--plot", action="store_true", help="also write plot.png (needs matplotlib)")
 
     c = esub.add_parser("compare", help="print B - A for every metric two results files share")
@@ -74,33 +92,46 @@ def run_command(args: argparse.Namespace) -> int:
     return {"miniwob": _miniwob, "compare": _compare, "autowebbench": _autowebbench}[args.eval_command](args)
 
 
-def team_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The pass-through TeamConfig flags the user set (those left at their defaults are omitted)."""
-    defaults = TeamConfig()
-    return {name: getattr(args, name) for name in TEAM_OPTIONS
-            if getattr(args, name) is not None and getattr(args, name) != getattr(defaults, name)}
+def miniwob_config(args: argparse.Namespace) -> Any:
+    """The MiniWoBEvalConfig of parsed ``eval miniwob`` flags: the stored config of ``--from``
+    with the flags typed applied, else the flags (an untyped ``--agents``/``--rounds`` is the
+    model's default shape)."""
+    from collabui.errors import ConfigError
+    from collabui.evaluation.miniwob import MiniWoBEvalConfig, default_team, load_run_config
+
+    if args.from_dir is None:
+        team = default_team(args.model, **nested_values(MiniWoBEvalConfig, "team", args))
+        return config_from_args(MiniWoBEvalConfig, args, team=team)
+    config = replace_given(load_run_config(args.from_dir), args)
+    if PASSWORD_MASK in config.model:
+        raise ConfigError(f"the run in {args.from_dir} used a model spec with credentials, stored masked "
+                          f"({config.model}); pass --model again with them")
+    return config
 
 
-def miniwob_command(args: argparse.Namespace) -> str:
-    """The command line with every effective value, so results say how to reproduce them."""
+def miniwob_command(config: Any, out: str, *, plot: bool = False) -> str:
+    """The command line that runs ``config`` into ``out`` (every setting that differs from the
+    command's defaults, and the main ones always), so results say how to reproduce them."""
     from collabui.evaluation.miniwob import MiniWoBEvalConfig
 
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(MiniWoBEvalConfig) if hasattr(args, f.name)}
-    parts = ["collabui", "eval", "miniwob", *config_argv(MiniWoBEvalConfig, values, always=_ALWAYS),
-             *config_argv(TeamConfig, team_options(args)), "--out", args.out]
-    if not getattr(args, "screenshots", True):  # off is the library default, but not the command's
-        parts.append("--no-screenshots")
-    return redact_url(shlex.join(parts + (["--plot"] if args.plot else [])))
+    values = {f.name: getattr(config, f.name) for f in dataclasses.fields(MiniWoBEvalConfig)}
+    parts = ["collabui", "eval", "miniwob", *config_argv(MiniWoBEvalConfig, values, always=_ALWAYS,
+                                                        defaults=_MINIWOB_DEFAULTS), "--out", out]
+    return redact_url(shlex.join(parts + (["--plot"] if plot else [])))
 
 
 def _miniwob(args: argparse.Namespace) -> int:
-    from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
+    from collabui.errors import ConfigError
+    from collabui.evaluation.miniwob import evaluate_miniwob
 
-    refuse_ignored_model_flags(args.model, guided_json=args.guided_json, adapters=args.adapters)
-    config = config_from_args(MiniWoBEvalConfig, args, skip={"team_options"}, team_options=team_options(args))
-    results = evaluate_miniwob(config, args.out, plot=args.plot, command=miniwob_command(args))
-    print(Path(args.out) / "summary.md")
-    return _report_errors(Path(args.out).expanduser(), results["counts"])
+    out = args.out or args.from_dir
+    if out is None:
+        raise ConfigError("give --out RUN_DIR (where the run goes), or --from RUN_DIR to repeat a stored run")
+    config = miniwob_config(args)
+    refuse_ignored_model_flags(config.model, guided_json=config.guided_json, adapters=config.adapters)
+    results = evaluate_miniwob(config, out, plot=args.plot, command=miniwob_command(config, out, plot=args.plot))
+    print(Path(out) / "summary.md")
+    return _report_errors(Path(out).expanduser(), results["counts"])
 
 
 def _report_errors(out: Path, counts: dict[str, Any]) -> int:

@@ -31,6 +31,9 @@ __all__ = ["add_commands", "run_command", "takes_extra_flags", "parse_dpo_option
 
 _MARL_RENAME = {"episodes_per_task": "episodes", "eval_episodes_per_task": "eval_episodes"}
 _BASE_HELP = "model spec of the local base model: smollm2 | hf:PATH (default smollm2)"
+#: What the team's flags mean in a MARL run (the same settings, said for training).
+_MARL_HELPS = {"team.seed": "seed of DAGs, episodes, sampling and DPO",
+               "team.topology": "message DAG (random is resampled by the edge update)"}
 
 
 def add_commands(sub: Any) -> None:
@@ -86,7 +89,7 @@ def add_commands(sub: Any) -> None:
     synth.add_argument("--seed", type=int, default=0, help="seed of the pages (default 0)")
     marl = tsub.add_parser("marl", help="iterative MARL: rollouts, critic, pairs, per-agent DPO, eval",
                            epilog="Resumes when --out holds an unfinished run with the same options.")
-    add_config_flags(marl, MARLConfig, skip={"dpo"}, rename=_MARL_RENAME)
+    add_config_flags(marl, MARLConfig, skip={"dpo"}, rename=_MARL_RENAME, helps=_MARL_HELPS)
     marl.add_argument("--dpo", action="append", default=[], metavar="KEY=VALUE",
                       help=MARLConfig.__dataclass_fields__["dpo"].metadata["help"])
     marl.add_argument("--quiet", action="store_true", help="no progress lines on stderr")

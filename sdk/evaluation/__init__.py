@@ -15,7 +15,8 @@ _EXPORTS = {
     "EpisodeSpec": "runner", "EnvPool": "runner", "derive_seed": "runner", "episode_specs": "runner",
     "read_manifest": "runner", "run_episodes": "runner", "arun_episodes": "runner", "summarize": "runner",
     "EASY_TASKS": "miniwob", "SUITES": "miniwob", "MiniWoBEvalConfig": "miniwob",
-    "resolve_tasks": "miniwob", "evaluate_miniwob": "miniwob",
+    "resolve_tasks": "miniwob", "evaluate_miniwob": "miniwob", "default_team": "miniwob",
+    "load_run_config": "miniwob_folder",
     "load_results": "report", "write_markdown": "report", "render_markdown": "report",
     "plot_results": "report", "compare": "report", "render_compare": "report", "write_compare": "report",
 }

@@ -3,7 +3,9 @@
 Layout of ``out_dir``::
 
     run.json          what the episodes depend on (model, adapters, team shape, seed, env,
-                      max steps): a rerun with another configuration is refused
+                      max steps): a rerun with another configuration is refused; under
+                      "config" the whole MiniWoBEvalConfig (team included), which
+                      load_run_config reads back (`collabui eval miniwob --from RUN_DIR`)
     episodes.jsonl    the manifest: one line per finished episode (see ``runner``)
     traces/           one JSONL trace per episode
     results.json      the common results JSON (``schema: collabui.eval``)
@@ -13,7 +15,8 @@ Seeds: episode ``e`` of task ``t`` uses ``derive_seed("miniwob", seed, t, e)`` f
 builds its team with that seed too (so sampled agents and the random baseline draw differently
 in every episode), while the message DAG is drawn once from ``seed`` and shared by all
 episodes: the system under test is one team, not a new one per episode. Tasks and episodes may
-grow on a rerun (new episodes run, finished ones are reused).
+grow on a rerun (new episodes run, finished ones are reused). ``seed`` is the team's
+(``config.team.seed``): one seed for the pages, the DAG and the sampling.
 """
 
 from __future__ import annotations
@@ -35,10 +38,14 @@ from collabui.config import (
     ELEMENT_FORMAT_HELP,
     GUIDED_HELP,
     MODEL_HELP,
-    PROMPT_STYLE_CHOICES,
     SHUFFLE_HELP,
+    TeamConfig,
+    config_from_dict,
+    config_to_dict,
+    pin_action_space,
 )
 from collabui.errors import ConfigError, EnvNotFoundError
+from collabui.evaluation.miniwob_folder import check_out_dir, load_run_config, topology_name
 from collabui.evaluation.runner import (
     EnvFactory,
     EnvPool,
@@ -52,7 +59,8 @@ from collabui.models.base import ChatModel
 from collabui.models.spec import load_model, team_adapter_names
 from collabui.redaction import redact_url
 
-__all__ = ["EASY_TASKS", "SUITES", "MiniWoBEvalConfig", "resolve_tasks", "evaluate_miniwob", "system_label"]
+__all__ = ["EASY_TASKS", "SUITES", "MiniWoBEvalConfig", "default_team", "load_run_config", "resolve_tasks",
+           "evaluate_miniwob", "system_label"]
 
 #: The ``easy`` suite: tasks a text-only agent can finish in one to three DOM actions, with the
 #: target named in the instruction and shown in the element list (no canvas, drag, hover,
@@ -104,32 +112,51 @@ def resolve_tasks(spec: str | Sequence[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def default_team(model: str, **fields: Any) -> TeamConfig:
+    """The team an evaluation of ``model`` runs unless told otherwise: a single agent (1x1) for
+    the ``random`` and ``lexical`` baselines, else TeamConfig's defaults (the paper's 4x3).
+    ``fields`` set any TeamConfig field (``n_agents``/``rounds`` given win over the defaults)."""
+    if model.strip().split(":")[0] in _BASELINES:
+        fields = {"n_agents": 1, "rounds": 1, **fields}
+    return TeamConfig(**fields)
+
+
+#: TeamConfig fields the evaluation sets itself: the action space (from ``mobile``) and the
+#: batch timer have no flag; ``adapters`` names served adapters (``--adapters`` is a folder).
+_TEAM_FIELDS_SET_HERE = ("adapters", "action_space", "batch_fallback_s")
+
+
 @dataclass(frozen=True, kw_only=True)
 class MiniWoBEvalConfig:
-    """One MiniWoB++ evaluation. ``n_agents``/``rounds`` None: 1x1 for the ``random`` and
-    ``lexical`` baselines, else the paper's 4x3.
+    """One MiniWoB++ evaluation: the tasks, the model and the team (a :class:`TeamConfig`).
 
-    ``guided_json`` constrains every answer to the action space's JSON answer schema (vLLM
-    structured outputs on ``openai:`` servers, llguidance locally). ``element_format``
+    Example:
+        >>> MiniWoBEvalConfig(tasks="click-button", model="lexical").team.n_agents  # a baseline: 1x1
+        1
+        >>> MiniWoBEvalConfig(tasks="easy", team=TeamConfig(n_agents=2, rounds=1, max_steps=5)).team.max_steps
+        5
+
+    ``team`` None is :func:`default_team` of ``model``: 1x1 for the ``random`` and ``lexical``
+    baselines, else the paper's 4x3. ``team.seed`` seeds the pages, the DAG and the sampling
+    (an integer); ``team.action_space`` follows ``mobile``; ``team.screenshots`` reaches the
+    devices. ``guided_json`` constrains every answer to the action space's JSON answer schema
+    (vLLM structured outputs on ``openai:`` servers, llguidance locally). ``element_format``
     (``html`` | ``text-first`` | ``auto``: the one a trained bundle learned, else ``html``;
     resolved on construction) and ``shuffle_elements`` set how the web pages are shown (see
-    :class:`~collabui.devices.browser.BrowserConfig`); the mobile tasks have their own list. ``team_options`` sets any
-    other :class:`~collabui.config.TeamConfig` field (``temperatures``, ``vote``,
-    ``max_observation_chars``...), as ``collabui run`` flags do.
+    :class:`~collabui.devices.browser.BrowserConfig`); the mobile tasks have their own list.
     """
 
     tasks: str = field(default="easy", metadata={
         "help": "a suite (easy, all) or comma-separated task names"})
     episodes: int = field(default=3, metadata={"help": "episodes per task"})
-    seed: int = field(default=0, metadata={"help": "seed of the episodes and of the DAG"})
     model: str = field(default="smollm2", metadata={"help": MODEL_HELP})
     adapters: str | None = field(default=None, metadata={
         "help": "a trained team's adapter folder (agent0/, agent1/, ...) on top of --model"})
-    n_agents: int | None = field(default=None, metadata={"help": "agents n (default 4; 1 for random/lexical)"})
-    rounds: int | None = field(default=None, metadata={"help": "rounds m (default 3; 1 for random/lexical)"})
-    topology: str = field(default="random", metadata={"help": "message DAG"})
+    # None given means the model's default team; __post_init__ replaces it, so a built config
+    # always holds a TeamConfig (hence the annotation without None).
+    team: TeamConfig = field(default=None, metadata={  # type: ignore[assignment]
+        "help": "the team (None: 1x1 for random/lexical, else 4x3)", "skip_flags": _TEAM_FIELDS_SET_HERE})
     mobile: bool = field(default=False, metadata={"help": "the phone-shaped tasks (miniwob-mobile/<task>)"})
-    max_steps: int = field(default=10, metadata={"help": "environment steps per episode"})
     concurrency: int = field(default=1, metadata={"help": "episodes (browsers) at once in this process, on one model"})
     workers: int = field(default=1, metadata={
         "metavar": "N", "help": "worker processes, each with its own model (or client of one --model server) and browser; "
@@ -137,29 +164,35 @@ class MiniWoBEvalConfig:
     ray: str | None = field(default=None, metadata={
         "help": "run the workers as Ray actors on this cluster: host:port of `ray start --head`, auto, "
                 "or local (a private one-node cluster); needs the ray extra", "metavar": "ADDRESS"})
-    prompt_style: str = field(default="auto", metadata={
-        "help": "agents' prompt; auto: the style a trained team was trained for, react for other models",
-        "choices": PROMPT_STYLE_CHOICES})
-    max_new_tokens: int = field(default=64, metadata={"help": "generation budget per agent call"})
     guided_json: bool = field(default=False, metadata={"help": GUIDED_HELP})
     element_format: str = field(default="auto", metadata={"help": ELEMENT_FORMAT_HELP,
                                                           "choices": ELEMENT_FORMAT_CHOICES})
     shuffle_elements: bool = field(default=False, metadata={"help": SHUFFLE_HELP})
-    team_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.prompt_style not in PROMPT_STYLE_CHOICES:
-            raise ConfigError(f"prompt_style must be one of {list(PROMPT_STYLE_CHOICES)}, got {self.prompt_style!r}")
-        _check_team_options(self.team_options, *self.team_shape())
+        self._check_team()
         self._check_page_options()
-        for name in ("episodes", "max_steps", "concurrency", "workers", "n_agents", "rounds", "max_new_tokens"):
+        for name in ("episodes", "concurrency", "workers"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
         if self.uses_workers and self.concurrency > 1:
             raise ConfigError("concurrency and workers/ray do not combine: --concurrency K runs K browsers "
                               "in this process on one model, --workers N runs N processes with a model "
                               "each; pick one")
+
+    def _check_team(self) -> None:
+        team = default_team(self.model) if self.team is None else self.team
+        if not isinstance(team, TeamConfig):
+            raise ConfigError(f"team must be a TeamConfig (or None for the model's default team), "
+                              f"got {type(team).__name__}; e.g. team=TeamConfig(n_agents=1, rounds=1)")
+        if isinstance(team.seed, bool) or not isinstance(team.seed, int):
+            raise ConfigError(f"team.seed must be an integer (it seeds the pages of the episodes), got {team.seed!r}")
+        if self.adapters is not None and team.adapters is not None:
+            raise ConfigError("adapters (a folder) and team.adapters (served adapter names) both name the "
+                              "agents' adapters; give one")
+        which = "mobile=True: the phone tasks" if self.mobile else "mobile=False: the web tasks (set mobile=True for phones)"
+        object.__setattr__(self, "team", pin_action_space(team, self.action_space, which))
 
     def _check_page_options(self) -> None:
         from collabui.devices.simplify import ELEMENT_FORMATS
@@ -178,9 +211,18 @@ class MiniWoBEvalConfig:
             raise ConfigError("element_format and shuffle_elements apply to web pages; the mobile "
                               "tasks show their own element list (drop --mobile or those flags)")
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (the team as its own dict); :meth:`from_dict` gives back an equal config."""
+        return config_to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MiniWoBEvalConfig:
+        """The config of :meth:`to_dict` (ConfigError on unknown fields or invalid values)."""
+        return config_from_dict(cls, data)
+
     def env_options(self) -> dict[str, Any]:
         """Keyword arguments for ``make_env`` of every episode's device."""
-        options: dict[str, Any] = {"screenshots": bool(self.team_options.get("screenshots"))}
+        options: dict[str, Any] = {"screenshots": self.team.screenshots}
         if not self.mobile:
             options.update(element_format=self.element_format, shuffle_elements=self.shuffle_elements)
         return options
@@ -194,11 +236,6 @@ class MiniWoBEvalConfig:
     def is_baseline(self) -> bool:
         return self.model.strip().split(":")[0] in _BASELINES
 
-    def team_shape(self) -> tuple[int, int]:
-        """(n_agents, rounds) with the defaults applied."""
-        default = (1, 1) if self.is_baseline else (4, 3)
-        return (self.n_agents or default[0], self.rounds or default[1])
-
     @property
     def env(self) -> str:
         return "miniwob-mobile" if self.mobile else "miniwob"
@@ -206,22 +243,6 @@ class MiniWoBEvalConfig:
     @property
     def action_space(self) -> str:
         return "mobile" if self.mobile else "web"
-
-
-#: TeamConfig fields the evaluation sets itself (its own fields, the episode seed, the device).
-_OWN_TEAM_FIELDS = frozenset({"n_agents", "rounds", "topology", "seed", "adapters", "max_steps", "action_space",
-                              "prompt_style", "max_new_tokens"})
-
-
-def _check_team_options(options: Mapping[str, Any], n_agents: int, rounds: int) -> None:
-    from collabui.config import TeamConfig
-
-    known = {f.name for f in dataclasses.fields(TeamConfig)} - _OWN_TEAM_FIELDS
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise ConfigError(f"team_options {unknown} are not TeamConfig fields this evaluation takes; "
-                          f"use {sorted(known)} (the others are MiniWoBEvalConfig fields)")
-    TeamConfig(n_agents=n_agents, rounds=rounds, **options)  # checked before a browser or model starts
 
 
 def system_label(model: str, n_agents: int, rounds: int, topology: str, adapters: str | None, *,
@@ -263,67 +284,28 @@ def _load_model(config: MiniWoBEvalConfig) -> ChatModel:
 
 def _worker_teams(config: MiniWoBEvalConfig, model: ChatModel | None) -> _EpisodeTeams:
     """A worker's team (runs in the worker): its own model, or its copy of a given one."""
-    adapter_names = team_adapter_names(config.adapters, config.team_shape()[0]) if model is None else None
+    adapter_names = team_adapter_names(config.adapters, config.team.n_agents) if model is None else None
     return _EpisodeTeams(model if model is not None else _load_model(config),
                          _team_config(config, adapter_names))
 
 
-def _team_config(config: MiniWoBEvalConfig, adapter_names: tuple[str | None, ...] | None) -> Any:
-    from collabui.config import TeamConfig
+def _team_config(config: MiniWoBEvalConfig, adapter_names: tuple[str | None, ...] | None) -> TeamConfig:
+    """The evaluated team with its DAG drawn once (every episode shares it) and the adapter
+    names of ``--adapters``' folder."""
     from collabui.topologies import make_topology
 
-    n, m = config.team_shape()
-    topology = make_topology(config.topology, n, seed=config.seed)  # one DAG for every episode
-    return TeamConfig(n_agents=n, rounds=m, topology=topology, seed=config.seed,
-                      adapters=adapter_names, max_steps=config.max_steps,
-                      action_space=config.action_space, prompt_style=config.prompt_style,
-                      max_new_tokens=config.max_new_tokens, **config.team_options)
+    team = config.team
+    topology = team.topology
+    if isinstance(topology, str):
+        topology = make_topology(topology, team.n_agents, seed=team.seed)
+    return dataclasses.replace(team, topology=topology,
+                               adapters=adapter_names if adapter_names is not None else team.adapters)
 
 
 def _episode_counts(result: Any) -> dict[str, int]:
     """Per-episode counts kept in the manifest (so a resumed run still reports them)."""
     proposals = [p for step in result.steps for row in step.team_step.proposals for p in row]
     return {"proposals": len(proposals), "unparsable": sum(p.parse_error is not None for p in proposals)}
-
-
-def _fingerprint(config: MiniWoBEvalConfig) -> dict[str, Any]:
-    from collabui.models.spec import model_fingerprint
-
-    n, m = config.team_shape()
-    return {"model": redact_url(config.model), "model_weights": model_fingerprint(config.model), "adapters": config.adapters, "n_agents": n, "rounds": m,
-            "topology": config.topology, "seed": config.seed, "env": config.env,
-            "max_steps": config.max_steps, "prompt_style": config.prompt_style,
-            "max_new_tokens": config.max_new_tokens, "guided_json": config.guided_json,
-            "element_format": config.element_format, "shuffle_elements": config.shuffle_elements,
-            # Screenshots change no outcome: a folder resumes with them on or off.
-            "team_options": _jsonable({k: v for k, v in config.team_options.items() if k != "screenshots"})}
-
-
-def _jsonable(options: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in sorted(options.items())}
-
-
-#: Fingerprint fields added later: a run.json without them was made with these values.
-_LATER_FIELDS: dict[str, Any] = {"model_weights": None, "prompt_style": "react", "max_new_tokens": 64, "guided_json": False,
-                                 "element_format": "html", "shuffle_elements": False,
-                                 "team_options": {}}
-
-
-def _check_out_dir(out: Path, config: MiniWoBEvalConfig) -> None:
-    """Refuse to mix episodes of two configurations in one folder (resume would reuse them)."""
-    path, wanted = out / "run.json", _fingerprint(config)
-    if path.exists():
-        try:
-            found = json.loads(path.read_text(encoding="utf-8"))
-        except ValueError:  # cut short by a crash or a full disk: the run's identity is unknown
-            raise ConfigError(f"{path} is cut short (not JSON); delete it to go on with this folder "
-                              "using these flags, or pass another --out") from None
-        changed = sorted(k for k in wanted if found.get(k, _LATER_FIELDS.get(k)) != wanted[k])
-        if changed:
-            raise ConfigError(f"{out} holds a run with other {', '.join(changed)}; use another --out "
-                              "or delete that folder")
-    out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(wanted, indent=2) + "\n", encoding="utf-8")
 
 
 def _say(message: str) -> None:
@@ -349,13 +331,14 @@ def evaluate_miniwob(config: MiniWoBEvalConfig, out_dir: str | Path, *, model: C
     """
     tasks = resolve_tasks(config.tasks)
     out = Path(out_dir).expanduser()
-    _check_out_dir(out, config)
+    check_out_dir(out, config)
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
-    n, m = config.team_shape()
-    specs = episode_specs(tasks, config.episodes, tag=config.env, seed_parts=("miniwob", config.seed))
-    _say(f"eval miniwob: {len(tasks)} tasks x {config.episodes} episodes, "
-         f"{system_label(config.model, n, m, config.topology, config.adapters, guided=config.guided_json)}, "
+    team = config.team
+    specs = episode_specs(tasks, config.episodes, tag=config.env, seed_parts=("miniwob", team.seed))
+    label = system_label(config.model, team.n_agents, team.rounds, topology_name(team), config.adapters,
+                         guided=config.guided_json)
+    _say(f"eval miniwob: {len(tasks)} tasks x {config.episodes} episodes, {label}, "
          f"{_parallelism(config)}, out {out}")
     run = _run_on_workers if config.uses_workers else _run_here
     records = run(config, specs, out, model=model, env_factory=env_factory, progress=progress)
@@ -378,7 +361,7 @@ def _run_here(config: MiniWoBEvalConfig, specs: Sequence[EpisodeSpec], out: Path
               env_factory: EnvFactory | None, progress: bool) -> list[dict[str, Any]]:
     """The episodes in this process: one model, ``concurrency`` browsers."""
     own_model = model is None
-    adapter_names = team_adapter_names(config.adapters, config.team_shape()[0]) if own_model else None
+    adapter_names = team_adapter_names(config.adapters, config.team.n_agents) if own_model else None
     if model is None:
         model = _load_model(config)
     envs = EnvPool(config.env, env_factory, options=config.env_options())  # sibling pools share them
@@ -401,7 +384,7 @@ def _run_on_workers(config: MiniWoBEvalConfig, specs: Sequence[EpisodeSpec], out
     from collabui.evaluation.workers import WorkerPool, WorkerSetup
 
     if model is None:  # a bad adapter folder fails here, before any worker starts
-        team_adapter_names(config.adapters, config.team_shape()[0])
+        team_adapter_names(config.adapters, config.team.n_agents)
     setup = WorkerSetup(team=functools.partial(_worker_teams, config, model), env=config.env,
                         env_options=config.env_options(), env_factory=env_factory, extra=_episode_counts)
     with WorkerPool(setup, config.workers, ray=config.ray) as workers:
@@ -412,7 +395,8 @@ def _run_on_workers(config: MiniWoBEvalConfig, specs: Sequence[EpisodeSpec], out
 def build_results(config: MiniWoBEvalConfig, tasks: Sequence[str], records: Sequence[dict[str, Any]], *,
                   started: str, seconds: float, command: str | None) -> dict[str, Any]:
     """The common results JSON from manifest records (pure: no files, no browsers)."""
-    n, m = config.team_shape()
+    team = config.team
+    n, m, topology = team.n_agents, team.rounds, topology_name(team)
 
     def entry(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         metrics = {"success_rate": rate_entry(sum(bool(r["success"]) for r in rows), len(rows))}
@@ -426,13 +410,12 @@ def build_results(config: MiniWoBEvalConfig, tasks: Sequence[str], records: Sequ
     return {
         "schema": "collabui.eval", "version": 1, "harness": "miniwob",
         "system": {"model": redact_url(config.model), "adapters": config.adapters, "n_agents": n, "rounds": m,
-                   "topology": config.topology, "prompt_style": config.prompt_style,
-                   "max_new_tokens": config.max_new_tokens, "guided_json": config.guided_json,
-                   "team_options": _jsonable(config.team_options),
-                   "label": system_label(config.model, n, m, config.topology, config.adapters,
-                                         guided=config.guided_json)},
+                   "topology": topology, "prompt_style": team.prompt_style,
+                   "max_new_tokens": team.max_new_tokens, "guided_json": config.guided_json,
+                   "team": team.to_dict(),
+                   "label": system_label(config.model, n, m, topology, config.adapters, guided=config.guided_json)},
         "data": {"env": config.env, "tasks_spec": config.tasks, "tasks": list(tasks),
-                 "episodes": config.episodes, "seed": config.seed, "max_steps": config.max_steps,
+                 "episodes": config.episodes, "seed": team.seed, "max_steps": team.max_steps,
                  "element_format": config.element_format, "shuffle_elements": config.shuffle_elements},
         "overall": entry(records),
         "breakdown": {"per_task": per_task},

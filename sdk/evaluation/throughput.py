@@ -44,12 +44,12 @@ def measure_throughput(counts: Sequence[int], *, model: str = "lexical", tasks: 
                        episodes: int = 2, max_steps: int = 10, seed: int = 0, ray: str | None = None,
                        env_factory: Any = None) -> list[ThroughputRow]:
     """Run the evaluation once per worker count (each in a fresh folder) and time it."""
-    from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
+    from collabui.evaluation.miniwob import MiniWoBEvalConfig, default_team, evaluate_miniwob
 
     rows = []
     for workers in counts:
-        config = MiniWoBEvalConfig(model=model, tasks=tasks, episodes=episodes, max_steps=max_steps,
-                                   seed=seed, workers=workers, ray=ray)
+        config = MiniWoBEvalConfig(model=model, tasks=tasks, episodes=episodes, workers=workers, ray=ray,
+                                   team=default_team(model, max_steps=max_steps, seed=seed))
         with tempfile.TemporaryDirectory(prefix="collabui-throughput-") as out:
             started = time.perf_counter()
             results = evaluate_miniwob(config, out, env_factory=env_factory, progress=False)

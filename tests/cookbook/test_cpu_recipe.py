@@ -41,8 +41,16 @@ def test_every_system_is_a_valid_shuffled_heldout_evaluation(tmp_path):
         assert config.element_format == (args.element_format if name.startswith("trained") else "html")
     # Trained rows load the recipe's bundle, whose own prompt style the team applies (auto).
     assert rows["trained_single"]["model"] == f"trained:{tmp_path / 'merged'}"
-    assert "prompt_style" not in rows["trained_single"] and rows["base_single"]["prompt_style"] == "react"
+    assert "prompt_style" not in rows["trained_single"]["team"] and rows["base_single"]["team"]["prompt_style"] == "react"
     assert rows["random"]["episodes"] >= 25 and args.episodes * len(HELDOUT_TASKS) >= 100
+    shapes = {name: (c.team.n_agents, c.team.rounds) for name, c in
+              ((n, recipe.eval_config(args, f)) for n, f in rows.items())}
+    assert shapes["random"] == shapes["lexical"] == shapes["trained_single"] == (1, 1)  # baselines: one agent
+    assert shapes["trained_team"] == (4, 3)
+    team = recipe.eval_config(args, rows["trained_single"]).team
+    assert (team.seed, team.max_steps, team.max_new_tokens) == (args.eval_seed, args.max_steps, 128)
+    rollouts = recipe._on_training_tasks(args, tmp_path / "merged", seed=5000, episodes=2)
+    assert (rollouts.team.seed, rollouts.team.n_agents, rollouts.team.max_new_tokens) == (5000, 1, 96)
 
 
 def test_table_is_generated_from_results(tmp_path):

@@ -28,44 +28,101 @@ def test_eval_subcommands_are_registered():
     assert parser.parse_args(["eval", "compare", "a.json", "b.json"]).eval_command == "compare"
 
 
-def test_miniwob_takes_team_options_and_guided_json(tmp_path):
-    from collabui.cli.eval import miniwob_command, team_options
-    from collabui.evaluation.miniwob import MiniWoBEvalConfig
+def test_miniwob_takes_team_flags_and_guided_json(tmp_path):
+    from collabui.cli.eval import miniwob_command, miniwob_config
 
-    argv = ["eval", "miniwob", "--out", "o", "--temperatures", "0.2,0.4", "--max-observation-chars", "3000",
-            "--screenshots", "--guided-json", "--prompt-style", "compact"]
-    args = build_parser().parse_args(argv)
-    assert team_options(args) == {"temperatures": (0.2, 0.4), "max_observation_chars": 3000, "screenshots": True}
-    assert args.guided_json is True
-    command = miniwob_command(args)
-    for part in ("--temperatures 0.2,0.4", "--max-observation-chars 3000", "--screenshots", "--guided-json",
-                 "--prompt-style compact"):
+    argv = ["eval", "miniwob", "--out", "o", "--agents", "2", "--temperatures", "0.2,0.4",
+            "--max-observation-chars", "3000", "--screenshots", "--guided-json", "--prompt-style", "compact"]
+    config = miniwob_config(build_parser().parse_args(argv))
+    team = config.team
+    assert (team.n_agents, team.rounds, team.temperatures, team.max_observation_chars, team.screenshots) == \
+        (2, 3, (0.2, 0.4), 3000, True)
+    assert config.guided_json is True and team.prompt_style == "compact"
+    command = miniwob_command(config, "o")
+    for part in ("--agents 2 --rounds 3", "--temperatures 0.2,0.4", "--max-observation-chars 3000",
+                 "--guided-json", "--prompt-style compact"):
         assert part in command
-    defaults = build_parser().parse_args(["eval", "miniwob", "--out", "o"])
+    assert miniwob_config(build_parser().parse_args(command.split()[1:])) == config  # the record reproduces it
+    defaults = miniwob_config(build_parser().parse_args(["eval", "miniwob", "--out", "o"]))
     # Screenshots are on by default for eval episodes (the library's default is off).
-    assert team_options(defaults) == {"screenshots": True} and defaults.guided_json is False
-    assert "--screenshots" in miniwob_command(defaults)
-    off = build_parser().parse_args(["eval", "miniwob", "--out", "o", "--no-screenshots"])
-    assert team_options(off) == {} and miniwob_command(off).endswith("--out o --no-screenshots")
-    assert build_parser().parse_args(miniwob_command(off).split()[1:]).screenshots is False
+    assert defaults.team.screenshots is True and defaults.guided_json is False
+    assert "screenshots" not in miniwob_command(defaults, "o")
+    off = miniwob_config(build_parser().parse_args(["eval", "miniwob", "--out", "o", "--no-screenshots"]))
+    assert off.team.screenshots is False and "--no-screenshots" in miniwob_command(off, "o")
+    assert build_parser().parse_args(miniwob_command(off, "o").split()[1:]).screenshots is False
     with pytest.raises(SystemExit):  # --mobile decides the action space
         build_parser().parse_args(["eval", "miniwob", "--out", "o", "--action-space", "mobile"])
-    config = MiniWoBEvalConfig(model="smollm2", n_agents=2, team_options=team_options(args))
-    assert config.team_options["temperatures"] == (0.2, 0.4)
     with pytest.raises(ConfigError, match="temperatures has 2 values for 4 agents"):
-        MiniWoBEvalConfig(model="smollm2", team_options=team_options(args))
+        miniwob_config(build_parser().parse_args(["eval", "miniwob", "--out", "o", "--temperatures", "0.2,0.4"]))
 
 
-@pytest.mark.parametrize(("options", "match"), [
-    ({"n_agents": 2}, "not TeamConfig fields this evaluation takes"),
-    ({"vote": "x"}, "not TeamConfig fields"),
+def test_baselines_default_to_one_agent_unless_told(tmp_path):
+    from collabui.cli.eval import miniwob_config
+
+    def team(*flags):
+        t = miniwob_config(build_parser().parse_args(["eval", "miniwob", "--out", "o", *flags])).team
+        return t.n_agents, t.rounds
+
+    assert team("--model", "random:3") == (1, 1) and team("--model", "lexical", "--agents", "4") == (4, 1)
+    assert team("--model", "smollm2") == (4, 3) and team("--model", "smollm2", "--rounds", "1") == (4, 1)
+
+
+@pytest.mark.parametrize(("team", "match"), [
+    ({"seed": None}, "team.seed must be an integer"),
+    ({"action_space": "mobile"}, "contradicts mobile=False"),
     ({"max_observation_chars": 0}, "max_observation_chars"),
 ])
-def test_bad_team_options_fail_before_anything_starts(options, match):
+def test_bad_team_settings_fail_before_anything_starts(team, match):
+    from collabui.config import TeamConfig
     from collabui.evaluation.miniwob import MiniWoBEvalConfig
 
     with pytest.raises(ConfigError, match=match):
-        MiniWoBEvalConfig(model="random", team_options=options)
+        MiniWoBEvalConfig(model="random", team=TeamConfig(**team))
+
+
+def test_from_repeats_a_stored_run_and_typed_flags_override(tmp_path, monkeypatch):
+    """`--from RUN_DIR` runs the config stored in the folder; flags typed with it change only
+    their own settings (a flag typed at its default value still counts)."""
+    import collabui.evaluation.miniwob as miniwob
+    from collabui.cli.eval import miniwob_config
+    from collabui.config import TeamConfig
+    from collabui.evaluation.miniwob import MiniWoBEvalConfig, load_run_config
+    from collabui.evaluation.miniwob_folder import check_out_dir
+
+    stored = MiniWoBEvalConfig(tasks="click-button,focus-text", episodes=2, model="lexical", shuffle_elements=True,
+                               team=TeamConfig(n_agents=2, rounds=1, topology="chain", seed=7, max_steps=4,
+                                               temperatures=(0.0, 0.5), screenshots=True))
+    run = tmp_path / "run"
+    check_out_dir(run, stored)
+    assert load_run_config(run) == stored
+
+    def parsed(*flags):
+        return miniwob_config(build_parser().parse_args(["eval", "miniwob", "--from", str(run), *flags]))
+
+    assert parsed() == stored
+    changed = parsed("--max-steps", "10", "--episodes", "5", "--no-screenshots")  # 10 is the flag's default
+    assert (changed.team.max_steps, changed.episodes, changed.team.screenshots) == (10, 5, False)
+    assert changed.team.temperatures == (0.0, 0.5) and changed.tasks == stored.tasks and changed.shuffle_elements
+    with pytest.raises(ConfigError, match="temperatures has 2 values for 3 agents"):
+        parsed("--agents", "3")  # the stored per-agent temperatures must be given again
+    # end to end through main: the repeat runs the stored config into the folder (or --out)
+    seen = []
+    monkeypatch.setattr(miniwob, "evaluate_miniwob", lambda config, out, **kw: seen.append((config, str(out), kw))
+                        or {"counts": {}})
+    assert main(["eval", "miniwob", "--from", str(run), "--rounds", "2"]) == 0
+    config, out, kw = seen[-1]
+    assert out == str(run) and config.team.rounds == 2 and config.team.n_agents == 2
+    assert kw["command"].startswith("collabui eval miniwob --tasks click-button,focus-text --episodes 2 "
+                                    "--model lexical --agents 2 --rounds 2 --topology chain --seed 7")
+    assert main(["eval", "miniwob", "--from", str(run), "--out", str(tmp_path / "again")]) == 0
+    assert seen[-1][0] == stored and seen[-1][1] == str(tmp_path / "again")
+
+
+def test_from_needs_a_run_folder_and_out_or_from(tmp_path, capsys):
+    assert main(["eval", "miniwob", "--from", str(tmp_path)]) == 2
+    assert "is not an evaluation run folder" in capsys.readouterr().err
+    assert main(["eval", "miniwob", "--model", "random"]) == 2
+    assert "give --out RUN_DIR" in capsys.readouterr().err
 
 
 def test_compare_prints_deltas_and_writes_markdown(tmp_path, capsys):
@@ -105,7 +162,10 @@ def test_miniwob_end_to_end_with_a_baseline(tmp_path, capsys):
     assert results["command"].startswith("collabui eval miniwob --tasks click-button,focus-text --episodes 1")
     assert (out / "summary.md").exists() and (out / "plot.png").stat().st_size > 0
     assert len(list((out / "traces").glob("*.jsonl"))) == 2
-    assert results["system"]["team_options"] == {"screenshots": True}
+    assert results["system"]["team"]["screenshots"] is True and results["system"]["team"]["n_agents"] == 1
+    from collabui.evaluation.miniwob import load_run_config
+
+    assert load_run_config(out).team.max_steps == 2 and load_run_config(out).concurrency == 2
     assert list((out / "traces").rglob("*.png")), "--screenshots reaches the browsers"
     err = capsys.readouterr().err
     assert "[miniwob 1/2]" in err and "[miniwob 2/2]" in err and "eval miniwob: success" in err
@@ -124,16 +184,17 @@ def test_help_renders(argv, capsys):
 
 
 def test_page_flags_reach_the_config_and_the_command(capsys):
-    from collabui.cli.eval import miniwob_command
+    from collabui.cli.eval import miniwob_command, miniwob_config
     from collabui.cli.run import page_options
 
     argv = ["eval", "miniwob", "--out", "o", "--shuffle-elements", "--element-format", "text-first"]
     args = build_parser().parse_args(argv)
     assert (args.shuffle_elements, args.element_format) == (True, "text-first")
-    command = miniwob_command(args)
+    command = miniwob_command(miniwob_config(args), "o")
     assert "--element-format text-first" in command and "--shuffle-elements" in command
-    defaults = miniwob_command(build_parser().parse_args(["eval", "miniwob", "--out", "o"]))
-    assert "--element-format" not in defaults and "--shuffle-elements" not in defaults
+    # the default (auto) resolves to html for smollm2, written as such
+    defaults = miniwob_command(miniwob_config(build_parser().parse_args(["eval", "miniwob", "--out", "o"])), "o")
+    assert "--element-format html" in defaults and "--shuffle-elements" not in defaults
     with pytest.raises(SystemExit):
         build_parser().parse_args(["eval", "miniwob", "--out", "o", "--element-format", "xml"])
     assert "html" in capsys.readouterr().err  # argparse names the valid choices

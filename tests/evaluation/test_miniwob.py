@@ -11,6 +11,7 @@ import threading
 import pytest
 
 from collabui.actions.web import Click
+from collabui.config import TeamConfig
 from collabui.devices.base import Observation
 from collabui.devices.fake import FakeDevice
 from collabui.devices.miniwob import miniwob_tasks
@@ -91,9 +92,11 @@ class Flaky:
         return OK
 
 
-def _config(**kw):
-    return MiniWoBEvalConfig(**{"tasks": TASKS, "episodes": 2, "model": "scripted", "n_agents": 1,
-                                "rounds": 1, "max_steps": 2, **kw})
+def _config(team=None, **kw):
+    """A scripted single agent; ``team`` changes TeamConfig fields of it."""
+    return MiniWoBEvalConfig(**{"tasks": TASKS, "episodes": 2, "model": "scripted",
+                                "team": TeamConfig(**{"n_agents": 1, "rounds": 1, "max_steps": 2, **(team or {})}),
+                                **kw})
 
 
 @pytest.mark.parametrize("concurrency", [1, 2])
@@ -117,7 +120,7 @@ def test_results_json_in_the_common_format(tmp_path, concurrency):
 
 def test_each_episode_gets_its_own_seed_and_one_shared_dag(tmp_path):
     model = ScriptedChatModel(Flaky())
-    evaluate_miniwob(_config(n_agents=2, rounds=1, tasks="click-button", episodes=3), tmp_path,
+    evaluate_miniwob(_config(team={"n_agents": 2}, tasks="click-button", episodes=3), tmp_path,
                      model=model, env_factory=_fake_factory([]), progress=False)
     seeds = [r.seed for r in model.requests]
     assert len(seeds) == 6 and len(set(seeds)) == 6  # sampling differs across episodes and agents
@@ -166,7 +169,7 @@ def test_screenshots_on_or_off_resume_the_same_folder(tmp_path):
     evaluate_miniwob(_config(episodes=1), tmp_path, model=ScriptedChatModel(Flaky()),
                      env_factory=_fake_factory([]), progress=False)
     more = Flaky()
-    results = evaluate_miniwob(_config(episodes=2, team_options={"screenshots": True}), tmp_path,
+    results = evaluate_miniwob(_config(episodes=2, team={"screenshots": True}), tmp_path,
                                model=ScriptedChatModel(more), env_factory=_fake_factory([]), progress=False)
     assert more.count == 2 and results["overall"]["success_rate"]["n"] == 4
 
@@ -175,16 +178,25 @@ def test_other_configuration_in_the_same_folder_is_refused(tmp_path):
     evaluate_miniwob(_config(episodes=1), tmp_path, model=ScriptedChatModel(Flaky()),
                      env_factory=_fake_factory([]), progress=False)
     with pytest.raises(ConfigError, match="holds a run with other max_steps, seed; use another --out"):
-        evaluate_miniwob(_config(episodes=1, seed=5, max_steps=3), tmp_path, model=ScriptedChatModel(Flaky()),
+        evaluate_miniwob(_config(episodes=1, team={"seed": 5, "max_steps": 3}), tmp_path, model=ScriptedChatModel(Flaky()),
                          env_factory=_fake_factory([]), progress=False)
 
 
 def test_baselines_default_to_a_single_agent_and_models_to_the_paper_team():
-    assert MiniWoBEvalConfig(model="random:3").team_shape() == (1, 1)
-    assert MiniWoBEvalConfig(model="lexical", n_agents=4).team_shape() == (4, 1)
-    assert MiniWoBEvalConfig(model="smollm2").team_shape() == (4, 3)
+    from collabui.evaluation.miniwob import default_team
+
+    def shape(config):
+        return config.team.n_agents, config.team.rounds
+
+    assert shape(MiniWoBEvalConfig(model="random:3")) == (1, 1)
+    assert shape(MiniWoBEvalConfig(model="lexical", team=default_team("lexical", n_agents=4))) == (4, 1)
+    assert shape(MiniWoBEvalConfig(model="smollm2")) == (4, 3)
+    # a team given is the team run, whatever the model
+    assert shape(MiniWoBEvalConfig(model="random", team=TeamConfig(max_steps=3))) == (4, 3)
     with pytest.raises(ConfigError, match="concurrency must be an integer >= 1"):
         MiniWoBEvalConfig(concurrency=0)
+    with pytest.raises(ConfigError, match="team must be a TeamConfig"):
+        MiniWoBEvalConfig(team={"n_agents": 1})
 
 
 @pytest.mark.parametrize("concurrency", [1, 2])
@@ -302,8 +314,8 @@ def _click_named_button(request):
 @pytest.mark.browser
 def test_two_real_browsers_in_parallel_then_none_left(tmp_path, opened):
     before = chromium_descendants()
-    config = MiniWoBEvalConfig(tasks="click-button", episodes=4, model="scripted", n_agents=1, rounds=1,
-                               max_steps=2, concurrency=2)
+    config = MiniWoBEvalConfig(tasks="click-button", episodes=4, model="scripted", concurrency=2,
+                               team=TeamConfig(n_agents=1, rounds=1, max_steps=2))
     results = evaluate_miniwob(config, tmp_path, model=ScriptedChatModel(_click_named_button), progress=False)
     assert results["overall"]["success_rate"]["value"] == 1.0  # real pages, real rewards
     assert len(opened) == 2  # one browser per worker
@@ -314,8 +326,8 @@ def test_two_real_browsers_in_parallel_then_none_left(tmp_path, opened):
 @pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt])
 def test_failure_mid_run_leaves_no_chromium_and_resumes(tmp_path, exc, opened):
     before = chromium_descendants()
-    config = MiniWoBEvalConfig(tasks="click-button,click-test", episodes=2, model="scripted", n_agents=1,
-                               rounds=1, max_steps=1, concurrency=2)
+    config = MiniWoBEvalConfig(tasks="click-button,click-test", episodes=2, model="scripted", concurrency=2,
+                               team=TeamConfig(n_agents=1, rounds=1, max_steps=1))
     with pytest.raises(exc):
         evaluate_miniwob(config, tmp_path, model=ScriptedChatModel(Flaky(at=3, exc=exc)), progress=False)
     assert len(opened) == 2 and chromium_descendants() - before == set()
@@ -330,15 +342,15 @@ def test_failure_mid_run_leaves_no_chromium_and_resumes(tmp_path, exc, opened):
 def test_prompt_style_and_budget_reach_the_agents_and_the_folder_check(tmp_path):
     """A team trained on compact prompts (the CPU recipe) is evaluated on compact prompts."""
     model = ScriptedChatModel(Flaky())
-    evaluate_miniwob(_config(tasks="click-button", episodes=1, prompt_style="compact", max_new_tokens=48),
+    evaluate_miniwob(_config(tasks="click-button", episodes=1, team={"prompt_style": "compact", "max_new_tokens": 48}),
                      tmp_path, model=model, env_factory=_fake_factory([]), progress=False)
     [request] = model.requests
     assert request.max_new_tokens == 48 and "Available actions (JSON)" not in request.messages[0]["content"]
     with pytest.raises(ConfigError, match="prompt_style"):
         evaluate_miniwob(_config(tasks="click-button", episodes=1), tmp_path, model=ScriptedChatModel(Flaky()),
                          env_factory=_fake_factory([]), progress=False)
-    with pytest.raises(ConfigError, match="prompt_style must be one of"):
-        _config(prompt_style="long")
+    with pytest.raises(ConfigError, match="prompt_style 'long' is unknown"):
+        _config(team={"prompt_style": "long"})
 
 
 def test_page_options_are_recorded_and_guard_the_folder(tmp_path):
@@ -364,6 +376,42 @@ def test_page_options_are_recorded_and_guard_the_folder(tmp_path):
                      env_factory=_fake_factory([]), progress=False)
 
 
+def test_the_run_folder_stores_the_whole_config_and_repeats_the_run(tmp_path):
+    """run.json holds the config (team included); loaded back it reruns the same episodes."""
+    from collabui.evaluation.miniwob import load_run_config
+
+    config = _config(tasks="click-button", episodes=2, shuffle_elements=True,
+                     team={"n_agents": 2, "topology": "chain", "seed": 4, "temperatures": (0.0, 0.7),
+                           "max_new_tokens": 32})
+    first = ScriptedChatModel(Flaky())
+    results = evaluate_miniwob(config, tmp_path / "a", model=first, env_factory=_fake_factory([]), progress=False)
+    stored = json.loads((tmp_path / "a" / "run.json").read_text())["config"]
+    assert stored["team"]["temperatures"] == [0.0, 0.7] and stored["team"]["topology"] == "chain"
+    loaded = load_run_config(tmp_path / "a")
+    assert loaded == config
+    again = ScriptedChatModel(Flaky())
+    repeat = evaluate_miniwob(loaded, tmp_path / "b", model=again, env_factory=_fake_factory([]), progress=False)
+    assert [(r.seed, r.temperature, r.max_new_tokens) for r in again.requests] == \
+        [(r.seed, r.temperature, r.max_new_tokens) for r in first.requests]
+    assert repeat["system"] == results["system"] and repeat["data"] == results["data"]
+
+
+def test_a_folder_from_before_stored_configs_still_loads(tmp_path):
+    from collabui.evaluation.miniwob import load_run_config
+
+    config = _config(tasks="click-button", episodes=1, team={"temperatures": (0.2,)})
+    evaluate_miniwob(config, tmp_path, model=ScriptedChatModel(Flaky()), env_factory=_fake_factory([]),
+                     progress=False)
+    run = json.loads((tmp_path / "run.json").read_text())
+    del run["config"]
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    loaded = load_run_config(tmp_path)
+    assert loaded == config and loaded.team.temperatures == (0.2,)
+    # and the folder resumes with it (its fingerprint is what it always was)
+    evaluate_miniwob(loaded, tmp_path, model=ScriptedChatModel(Flaky()), env_factory=_fake_factory([]),
+                     progress=False)
+
+
 @pytest.mark.parametrize(("options", "match"), [
     ({"element_format": "xml"}, r"element_format must be one of \['html', 'text-first'\]"),
     ({"shuffle_elements": 1}, "shuffle_elements must be True or False"),
@@ -385,8 +433,8 @@ def _click_named_button_text_first(request):
 
 @pytest.mark.browser
 def test_parallel_browsers_get_the_page_options(tmp_path, opened):
-    config = MiniWoBEvalConfig(tasks="click-button", episodes=4, model="scripted", n_agents=1, rounds=1,
-                               max_steps=2, concurrency=2, element_format="text-first",
+    config = MiniWoBEvalConfig(tasks="click-button", episodes=4, model="scripted", concurrency=2,
+                               team=TeamConfig(n_agents=1, rounds=1, max_steps=2), element_format="text-first",
                                shuffle_elements=True)
     results = evaluate_miniwob(config, tmp_path, model=ScriptedChatModel(_click_named_button_text_first),
                                progress=False)

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from collabui.errors import ConfigError
-from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
+from collabui.evaluation.miniwob import MiniWoBEvalConfig, default_team, evaluate_miniwob
 from tests.evaluation.test_workers import outcomes
 
 pytest.importorskip("ray", reason="needs the ray extra (make test installs it)")
@@ -135,7 +135,8 @@ def _kill_tagged(tag: str) -> list[int]:
 @pytest.mark.browser
 @pytest.mark.slow  # about a minute on a quiet 2-core machine, two under load
 def test_an_evaluation_across_two_ray_nodes_equals_the_one_process_run(two_node_cluster, tmp_path):
-    config = {"tasks": "click-button,click-test", "episodes": 2, "model": "lexical", "max_steps": 3}
+    config = {"tasks": "click-button,click-test", "episodes": 2, "model": "lexical",
+              "team": default_team("lexical", max_steps=3)}
     evaluate_miniwob(MiniWoBEvalConfig(**config), tmp_path / "here", progress=False)
     results = evaluate_miniwob(MiniWoBEvalConfig(**config, workers=2, ray=two_node_cluster.address),
                                tmp_path / "ray", progress=False)

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from collabui.errors import ConfigError, DeviceError
-from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
+from collabui.evaluation.miniwob import MiniWoBEvalConfig, default_team, evaluate_miniwob
 from collabui.evaluation.workers import EpisodeWorker, WorkerPool, WorkerSetup
 from collabui.trace import read_trace
 from tests.evaluation.worker_kit import broken_env, fake_env, real_or_broken_env
@@ -44,9 +44,10 @@ def outcomes(out: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _config(**kw: Any) -> MiniWoBEvalConfig:
-    return MiniWoBEvalConfig(**{"tasks": "click-button,focus-text", "episodes": 2, "model": "lexical",
-                                "max_steps": 2, **kw})
+def _config(team: dict[str, Any] | None = None, **kw: Any) -> MiniWoBEvalConfig:
+    model = kw.pop("model", "lexical")
+    return MiniWoBEvalConfig(**{"tasks": "click-button,focus-text", "episodes": 2, "model": model,
+                                "team": default_team(model, **{"max_steps": 2, **(team or {})}), **kw})
 
 
 def test_worker_processes_equal_the_one_process_run(tmp_path):
@@ -199,7 +200,7 @@ def test_workers_send_their_model_calls_to_one_shared_server(tmp_path):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         spec = f"openai:stub@http://127.0.0.1:{server.server_address[1]}/v1"
-        results = evaluate_miniwob(_config(model=spec, n_agents=2, rounds=1, workers=2), tmp_path,
+        results = evaluate_miniwob(_config(model=spec, team={"n_agents": 2, "rounds": 1}, workers=2), tmp_path,
                                    env_factory=fake_env, progress=False)
     finally:
         server.shutdown()
@@ -213,7 +214,8 @@ def test_workers_send_their_model_calls_to_one_shared_server(tmp_path):
 @pytest.mark.browser
 def test_a_failing_worker_leaves_no_chromium_of_the_others(tmp_path):
     before = chromium_descendants()
-    config = MiniWoBEvalConfig(tasks="click-button,click-test", episodes=1, model="lexical", max_steps=2, workers=2)
+    config = MiniWoBEvalConfig(tasks="click-button,click-test", episodes=1, model="lexical", workers=2,
+                               team=default_team("lexical", max_steps=2))
     with pytest.raises(DeviceError, match="cannot open miniwob/click-test"):
         evaluate_miniwob(config, tmp_path, env_factory=real_or_broken_env, progress=False)
     assert chromium_descendants() - before == set()  # the live worker closed its browser too

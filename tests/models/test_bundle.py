@@ -94,7 +94,8 @@ def test_pages_are_shown_in_the_format_the_bundle_learned(tmp_path, tiny_model_d
 
 
 def test_a_bundle_rewritten_with_other_weights_is_not_resumed_as_the_same_model(tmp_path, tiny_model_dir, adapter_dirs):
-    from collabui.evaluation.miniwob import MiniWoBEvalConfig, _check_out_dir
+    from collabui.evaluation.miniwob import MiniWoBEvalConfig
+    from collabui.evaluation.miniwob_folder import check_out_dir as _check_out_dir
     from collabui.models.spec import model_fingerprint
 
     def write(adapter):

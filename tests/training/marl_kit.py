@@ -4,10 +4,13 @@ and a small config (imported by test_marl and test_run_report)."""
 import dataclasses
 
 from collabui.actions.web import Click
+from collabui.config import TeamConfig
 from collabui.devices.base import Observation
 from collabui.devices.fake import FakeDevice
 from collabui.models.base import ChatModel
 from collabui.training.marl import MARLConfig, run_marl
+
+TEAM_FIELDS = {f.name for f in dataclasses.fields(TeamConfig)}
 
 __all__ = ["OK", "GOLD", "ScriptedOverLocal", "factories", "new_log", "small_config", "run_small"]
 
@@ -53,8 +56,11 @@ def new_log():
 
 
 def small_config(base_dir, out, **kw):
+    """A tiny MARL run; ``kw`` naming TeamConfig fields (n_agents, seed...) go to its team."""
+    team = {"n_agents": 2, "rounds": 1, "max_steps": 1, "max_new_tokens": 4, "prompt_style": "react",
+            **{k: kw.pop(k) for k in list(kw) if k in TEAM_FIELDS}}
     values = dict(model=f"hf:{base_dir}", train_tasks=("task-a",), eval_tasks=("task-b",), episodes_per_task=1,
-                  eval_episodes_per_task=1, iterations=1, n_agents=2, rounds=1, max_steps=1, max_new_tokens=4,
+                  eval_episodes_per_task=1, iterations=1, team=TeamConfig(**team),
                   critic="reference", out_dir=str(out), dpo={"max_steps": 1, "per_device_train_batch_size": 1})
     values.update(kw)
     return MARLConfig(**values)

@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+from collabui.config import TeamConfig
 from collabui.errors import ConfigError
 from collabui.training.marl import MARLConfig, iteration_topologies, run_marl
 from collabui.training.marl_report import MARLReport
@@ -137,7 +138,8 @@ def test_interrupted_rollout_reruns_only_unfinished_episodes(base_dir, tmp_path,
 
 
 def test_edge_update_ablation_keeps_the_dag():
-    kw = dict(n_agents=4, iterations=3, seed=3, topology="random", train_tasks=("a",), eval_tasks=("b",))
+    kw = dict(team=TeamConfig(n_agents=4, seed=3, topology="random"), iterations=3, train_tasks=("a",),
+              eval_tasks=("b",))
     fixed = iteration_topologies(MARLConfig(edge_update=False, **kw))
     moving = iteration_topologies(MARLConfig(edge_update=True, **kw))
     assert len(fixed) == len(moving) == 4 and fixed[0] == moving[0]
@@ -177,6 +179,10 @@ def test_rerun_with_another_config_is_a_one_line_error(base_dir, tmp_path):
     ({"iterations": 0}, "iterations"),
     ({"dpo": {"output_dir": "x"}}, "output_dir"),
     ({"model": "openai:gpt-4o"}, "local base model"),
+    ({"team": TeamConfig(seed=None)}, "team.seed must be an integer"),
+    ({"team": TeamConfig(adapters=("a", "b", "c", "d"))}, "team.adapters is set by the run"),
+    ({"team": TeamConfig(action_space="mobile")}, "contradicts env 'miniwob'"),
+    ({"team": {"n_agents": 2}}, "team must be a TeamConfig"),
 ])
 def test_bad_config(kw, needle, tmp_path):
     values = dict(train_tasks=("task-a",), eval_tasks=("task-b",), out_dir=str(tmp_path))
@@ -194,7 +200,9 @@ def test_cli_flags_cover_the_config_and_bad_dpo_option_fails(tmp_path):
                               "--dpo", "max_steps=2", "--dpo", "beta=0.2"])
     config = marl_config(args)
     assert config.train_tasks == ("click-button", "click-link") and config.episodes_per_task == 3
-    assert config.n_agents == 2 and config.edge_update is False and config.dpo == {"max_steps": 2, "beta": 0.2}
+    assert config.team.n_agents == 2 and config.edge_update is False and config.dpo == {"max_steps": 2, "beta": 0.2}
+    # the team's other flags keep MARL's defaults (short episodes, the ReAct prompt)
+    assert (config.team.max_steps, config.team.prompt_style, config.team.rounds) == (3, "react", 3)
     assert config.dpo_config(tmp_path / "trl").max_steps == 2
     bad = parser.parse_args(["train", "marl", "--out", str(tmp_path), "--dpo", "no_such_field=1"])
     with pytest.raises(ConfigError, match="bad --dpo option"):

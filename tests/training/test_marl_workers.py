@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from collabui.config import TeamConfig
 from collabui.trace import read_trace
 from collabui.training import labels
 from collabui.training.marl import MARLConfig, run_marl
@@ -33,8 +34,8 @@ def stop_after_rollouts(monkeypatch):
 
 def _config(base_dir: Path, out: Path, **kw: Any) -> MARLConfig:
     return MARLConfig(model=f"hf:{base_dir}", train_tasks=("task-a",), eval_tasks=("task-b",), episodes_per_task=2,
-                      eval_episodes_per_task=1, iterations=1, n_agents=2, rounds=1, max_steps=2, max_new_tokens=6,
-                      critic="reference", out_dir=str(out), **kw)
+                      eval_episodes_per_task=1, iterations=1, critic="reference", out_dir=str(out),
+                      team=TeamConfig(n_agents=2, rounds=1, max_steps=2, max_new_tokens=6, prompt_style="react"), **kw)
 
 
 def _episodes(out: Path) -> list[dict[str, Any]]:
@@ -62,8 +63,8 @@ def test_rollouts_on_worker_processes_equal_the_one_process_run(base_dir, tmp_pa
 
 
 def test_workers_may_change_when_a_run_resumes(tmp_path):
-    from collabui.training.marl import _RESUMABLE_CHANGES
+    from collabui.training.marl_config import RESUMABLE_CHANGES
 
-    assert {"workers", "ray"} <= set(_RESUMABLE_CHANGES)
+    assert {"workers", "ray"} <= set(RESUMABLE_CHANGES)
     with pytest.raises(Exception, match="workers must be an integer >= 1"):
         MARLConfig(workers=0, train_tasks=("a",), eval_tasks=("b",))

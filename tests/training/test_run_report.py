@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from collabui.config import TeamConfig
 from collabui.errors import ConfigError
 from collabui.training.marl import MARLConfig, evaluate_model
 from collabui.training.run_report import (
@@ -89,14 +90,17 @@ def test_compact_prompts_reach_the_agents(base_dir, tmp_path):
     system = seen[0].messages[0]["content"]
     assert "Actions: click(element_id)" in system and "Available actions (JSON)" not in system
     with pytest.raises(ConfigError, match="prompt_style"):
-        MARLConfig(prompt_style="verbose")
+        MARLConfig(team=TeamConfig(prompt_style="verbose"))
 
 
 def test_a_run_folder_from_before_a_new_option_still_resumes(base_dir, tmp_path):
     out = tmp_path / "run"
     _run(_config(base_dir, out), _log())
     state = json.loads((out / "state.json").read_text())
-    del state["config"]["prompt_style"]  # as written before the option existed
+    # As written before the team was nested (its fields flat) and before prompt_style existed.
+    team = state["config"].pop("team")
+    state["config"].update({k: team[k] for k in ("n_agents", "rounds", "max_steps", "max_new_tokens", "topology",
+                                                 "seed")})
     (out / "state.json").write_text(json.dumps(state))
     again = _log()
     assert _run(_config(base_dir, out), again).complete and again["requests"] == 0

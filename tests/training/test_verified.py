@@ -274,11 +274,12 @@ def test_grounded_rows_copy_the_targets_screen_line_before_the_action():
 def test_critic_replays_shuffled_text_first_traces(tmp_path, critic):
     """Evaluation traces are shuffled (and may be text-first): the header records how the device
     showed pages, and the critic replays with the same settings instead of abstaining."""
-    from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
+    from collabui.evaluation.miniwob import MiniWoBEvalConfig, default_team, evaluate_miniwob
     from collabui.trace import read_trace
     from collabui.training.labels import iter_step_contexts
 
-    config = MiniWoBEvalConfig(tasks="click-checkboxes", episodes=2, seed=3, model="random:1", max_steps=2,
+    config = MiniWoBEvalConfig(tasks="click-checkboxes", episodes=2, model="random:1",
+                               team=default_team("random:1", seed=3, max_steps=2),
                                shuffle_elements=True, element_format="text-first")
     evaluate_miniwob(config, tmp_path, progress=False)
     contexts = [c for p in sorted((tmp_path / "traces").glob("*.jsonl"))

@@ -1,0 +1,161 @@
+"""The configuration of an iterative MARL run (:func:`collabui.training.marl.run_marl`): what
+to train and evaluate on, the team (a :class:`~collabui.config.TeamConfig`), critic, adversary,
+DPO overrides; its JSON form is what ``state.json`` keeps and a rerun is compared against."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from collabui.config import TeamConfig, config_from_dict, config_to_dict, pin_action_space
+from collabui.errors import ConfigError
+
+__all__ = ["MARLConfig", "RESUMABLE_CHANGES", "flat_fields", "nest_team_fields"]
+
+_ENVS = {"miniwob": "web", "miniwob-mobile": "mobile"}
+#: Fields that may change between runs into the same folder.
+RESUMABLE_CHANGES = ("iterations", "out_dir", "workers", "ray")  # where episodes run changes no outcome
+#: Team fields a MARL run sets itself: the adapters of each iteration, the env's action space;
+#: the batch timer and screenshots change no outcome of its rollouts.
+_TEAM_FIELDS_SET_HERE = ("adapters", "action_space", "batch_fallback_s", "screenshots")
+#: Team fields MARLConfig held itself before ``team`` (state.json files of older runs).
+_OLD_TEAM_FIELDS = ("n_agents", "rounds", "max_steps", "max_new_tokens", "prompt_style", "topology", "seed")
+
+
+def _default_team() -> TeamConfig:
+    """A short-episode team (3 steps) on the full ReAct prompt, the paper's 4x3 shape."""
+    return TeamConfig(max_steps=3, prompt_style="react")
+
+
+def _tasks(value: Any, name: str) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else list(value)
+    tasks = tuple(str(t).strip() for t in items if str(t).strip())
+    if not tasks:
+        raise ConfigError(f"{name} is empty; give MiniWoB++ task names such as click-button,click-link")
+    return tasks
+
+
+@dataclass(frozen=True, kw_only=True)
+class MARLConfig:
+    """One iterative MARL run. The ``collabui train marl`` flags are generated from these fields
+    (the team's with their usual names: ``--agents``, ``--rounds``, ``--seed``...).
+
+    ``team.seed`` seeds the DAGs, the episodes, the sampling and DPO; ``team.topology`` is the
+    first DAG (``random`` is resampled by the edge update); ``team.action_space`` follows ``env``.
+    """
+
+    model: str = field(default="smollm2", metadata={"help": "base model: smollm2 | hf:PATH"})
+    env: str = field(default="miniwob", metadata={"help": "environment family: miniwob or miniwob-mobile"})
+    train_tasks: tuple[str, ...] = field(default=("click-button", "click-link"),
+                                         metadata={"help": "comma-separated training tasks"})
+    eval_tasks: tuple[str, ...] = field(default=("focus-text",),
+                                        metadata={"help": "comma-separated held-out evaluation tasks"})
+    episodes_per_task: int = field(default=2, metadata={"help": "training episodes per task and iteration"})
+    eval_episodes_per_task: int = field(default=2, metadata={"help": "evaluation episodes per held-out task"})
+    iterations: int = field(default=2, metadata={"help": "MARL iterations (may grow on a rerun)"})
+    team: TeamConfig = field(default_factory=_default_team, metadata={
+        "help": "the team trained and evaluated", "skip_flags": _TEAM_FIELDS_SET_HERE})
+    critic: str = field(default="outcome", metadata={"help": "outcome | reference | oracle (MiniWoB++ task rules) | verified (MiniWoB++ replay) | llm:<model spec>"})
+    adversary: str = field(default="rule", metadata={
+        "help": "where rejected answers come from: rule | llm:<model spec> (invented mistakes) | own "
+        "(the agents' own wrong proposals, chosen = a verified-right answer; pair with --critic verified)"})
+    edge_update: bool = field(default=True, metadata={"help": "resample the DAG every iteration "
+                                                              "(--no-edge-update: the ablation)"})
+    workers: int = field(default=1, metadata={
+        "metavar": "N", "help": "rollout and evaluation worker processes, each loading the base model with "
+                                "the current adapters and its own browser; 1: this process"})
+    ray: str | None = field(default=None, metadata={
+        "metavar": "ADDRESS", "help": "run the workers as Ray actors on this cluster (host:port, auto, local); "
+                                      "needs the ray extra"})
+    out_dir: str = field(default="runs/marl", metadata={"help": "run folder (resumed when it exists)"})
+    dpo: Mapping[str, Any] = field(default_factory=dict, metadata={
+        "help": "AgentDPOConfig (TRL DPOConfig) overrides, e.g. max_steps=5 (repeatable KEY=VALUE)"})
+
+    def __post_init__(self) -> None:
+        for name in ("episodes_per_task", "eval_episodes_per_task", "iterations", "workers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.env not in _ENVS:
+            raise ConfigError(f"env must be one of {sorted(_ENVS)}, got {self.env!r}")
+        train, held_out = _tasks(self.train_tasks, "train_tasks"), _tasks(self.eval_tasks, "eval_tasks")
+        overlap = sorted(set(train) & set(held_out))
+        if overlap:
+            raise ConfigError(f"eval task(s) {overlap} are also training tasks; held-out tasks must differ")
+        object.__setattr__(self, "train_tasks", train)
+        object.__setattr__(self, "eval_tasks", held_out)
+        _check_spec(self.critic, ("outcome", "reference", "oracle", "verified"), "critic")
+        _check_spec(self.adversary, ("rule", "own"), "adversary")
+        if self.model != "smollm2" and not (self.model.startswith("hf:") and len(self.model) > 3):
+            raise ConfigError(f"training needs a local base model: use smollm2 or hf:PATH, not {self.model!r}")
+        if not isinstance(self.dpo, Mapping) or not all(isinstance(k, str) for k in self.dpo):
+            raise ConfigError("dpo must map AgentDPOConfig field names to values, e.g. {'max_steps': 5}")
+        if "output_dir" in self.dpo:
+            raise ConfigError("dpo must not set output_dir: run_marl puts TRL's folder in out_dir/iter{k}/trl")
+        object.__setattr__(self, "dpo", dict(self.dpo))
+        self._check_team()
+
+    def _check_team(self) -> None:
+        team = self.team
+        if not isinstance(team, TeamConfig):
+            raise ConfigError(f"team must be a TeamConfig, got {type(team).__name__}; e.g. "
+                              "team=TeamConfig(n_agents=2, rounds=1, max_steps=3)")
+        if isinstance(team.seed, bool) or not isinstance(team.seed, int):
+            raise ConfigError(f"team.seed must be an integer (it seeds the episodes and DPO), got {team.seed!r}")
+        if team.adapters is not None:
+            raise ConfigError("team.adapters is set by the run (each iteration's trained adapters); leave it None")
+        object.__setattr__(self, "team", pin_action_space(team, _ENVS[self.env], f"env {self.env!r}"))
+
+    @property
+    def action_space(self) -> str:
+        """``web`` for miniwob, ``mobile`` for miniwob-mobile."""
+        return _ENVS[self.env]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (the team as its own dict); :meth:`from_dict` gives back an equal config."""
+        return config_to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MARLConfig:
+        """The config of :meth:`to_dict`; the flat team fields of runs started before ``team``
+        existed are read into it. ConfigError on unknown fields or invalid values."""
+        return config_from_dict(cls, nest_team_fields(data))
+
+    def dpo_config(self, output_dir: str | Path) -> Any:
+        """The ``AgentDPOConfig`` of one iteration (``seed`` defaults to this config's seed).
+
+        Raises:
+            ConfigError: an override is not a DPOConfig field or has an invalid value.
+        """
+        from collabui.training.dpo import AgentDPOConfig
+
+        try:
+            return AgentDPOConfig(**{"seed": self.team.seed, **self.dpo, "output_dir": str(output_dir)})
+        except TypeError as exc:
+            raise ConfigError(f"bad DPO option in {self.dpo} ({exc}); use fields of TRL's DPOConfig") from None
+        except ValueError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(f"bad DPO option in {self.dpo}: {first}") from None
+
+
+def nest_team_fields(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored config with the team's fields under ``team`` (older state.json files held them flat)."""
+    flat = {k: data[k] for k in _OLD_TEAM_FIELDS if k in data}
+    rest = {k: v for k, v in data.items() if k not in flat}
+    if not flat:
+        return rest
+    return {**rest, "team": {**_default_team().to_dict(), **flat, **(rest.get("team") or {})}}
+
+
+def flat_fields(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored config with the team's fields as ``team.x`` (compared and named one by one)."""
+    team = config.get("team") or {}
+    return {**{k: v for k, v in config.items() if k != "team"}, **{f"team.{k}": v for k, v in team.items()}}
+
+
+def _check_spec(spec: str, names: Sequence[str], what: str) -> None:
+    if spec in names or (spec.startswith("llm:") and spec[4:].strip()):
+        return
+    raise ConfigError(f"unknown {what} {spec!r}; use one of {', '.join(names)} or llm:<model spec>")
