@@ -224,7 +224,7 @@ def bundle(args: argparse.Namespace, sft_dir: Path, out: Path, dpo_dir: Path | N
     made_by = "cookbook/cpu_recipe/recipe.py " + " ".join(
         f"--{k.replace('_', '-')} {v}" for k, v in sorted(vars(args).items())
         if k in {"demo_minutes", "sft_examples", "sft_epochs", "lr", "lora_r", "batch", "element_format", "style",
-                 "onpolicy_episodes", "round2_demo_rows", "onpolicy_dpo", "dpo_lr"})
+                 "onpolicy_episodes", "round2_demo_rows", "onpolicy_dpo", "dpo_lr", "lora_dropout", "length_window"})
     agents = {"agent0": dpo_dir} if dpo_dir is not None else {}
     return write_bundle(out, base="smollm2", merge={"stage1": sft_dir}, agents=agents,
                         team={"prompt_style": args.style, "max_new_tokens": 128,

@@ -39,21 +39,21 @@ def test_the_shipped_team_answers_in_its_trained_style(trained):
     assert trained.team_defaults["prompt_style"] == "trained"
 
 
-def test_the_shipped_team_completes_click_button_on_new_seeds(trained):
-    # The untrained model completes click-button about half the time (README); the trained one
-    # must ground the named button on shuffled pages.
-    wins, results = _successes(trained, "click-button")
-    assert wins >= 4, [[a.to_call() for a in r.executed_actions] for r in results]
+def test_the_shipped_team_answers_in_the_action_format_on_new_pages(trained):
+    # Every answer parses as an action. (Which button it picks is not asserted: the shipped model
+    # completes click-button on 5 of these 10 seeds, about the untrained model's rate; see the
+    # recipe README. Its measured gains are typing and multi-field forms, asserted below.)
+    _, results = _successes(trained, "click-button", seeds=range(10))
     assert all(p.parse_error is None for r in results for s in r.steps for row in s.team_step.proposals for p in row)
+    assert all(r.executed_actions and r.executed_actions[0].to_dict()["action"] == "click" for r in results)
 
 
-def test_the_shipped_team_types_the_task_text(trained):
-    # The untrained model never typed the text of enter-text (README). The trained one types the
-    # quoted text first; which field it types into is still unreliable (it often names the
-    # Submit button's id, measured 1/5 completed), so this asserts the text, not the episode.
-    _, results = _successes(trained, "enter-text", seeds=range(5))
+def test_the_shipped_team_completes_enter_text(trained):
+    # The untrained model never typed the text of enter-text (README). The trained one must type
+    # the quoted text into the field first, then submit: the whole episode, not just the text.
+    wins, results = _successes(trained, "enter-text", seeds=range(5))
     typed = 0
     for r in results:
         first = r.executed_actions[0].to_dict()
         typed += first["action"] == "type_string" and f'"{first["content"]}"' in r.steps[0].observation.task
-    assert typed >= 4, [[a.to_call() for a in r.executed_actions] for r in results]
+    assert typed >= 4 and wins >= 4, [[a.to_call() for a in r.executed_actions] for r in results]
