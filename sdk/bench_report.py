@@ -1,6 +1,7 @@
 """The arithmetic and the printed table of ``collabui bench`` (no model, no timing here).
 
-A :class:`BackendTimes` holds what was measured on one backend; :func:`evaluate_targets`
+A :class:`BackendTimes` holds what was measured on one backend, every timing repeated
+(``--repeats``) and summarised as a :class:`Spread` (median and min-max); :func:`evaluate_targets`
 turns the measurements into the issue's targets, each with its value, its limit and whether it
 was met; :func:`format_report` prints both. Kept apart from the measuring code so the numbers
 can be unit-tested on made-up inputs.
@@ -8,12 +9,14 @@ can be unit-tested on made-up inputs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 __all__ = [
     "BackendTimes",
+    "Spread",
     "Target",
     "evaluate_targets",
     "format_report",
@@ -32,14 +35,41 @@ TOKENS_FACTOR = 1.5
 
 
 @dataclass(frozen=True)
+class Spread:
+    """Repeated measurements summarised: their median and their range (min-max).
+
+    With the 3 repeats of a bench an interquartile range says nothing more than the range, so
+    the range it is.
+    """
+
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread:
+        if not values:
+            raise ValueError("a spread needs at least one measurement")
+        return cls(statistics.median(values), min(values), max(values))
+
+    def text(self, fmt: str = "{:.2f}") -> str:
+        """``median [min-max]``, e.g. ``1.10 [1.05-1.21]``."""
+        return f"{fmt.format(self.median)} [{fmt.format(self.low)}-{fmt.format(self.high)}]"
+
+
+@dataclass(frozen=True)
 class BackendTimes:
     """Measurements on one backend (seconds; token counts per team step; None = not measured).
 
+    Timings are one value per repeat, in the order measured; repeat k measured its single
+    call, its naive step and its team step one after another, so the k-th values of the three
+    saw the same machine load (the bound ratio pairs them).
+
     Attributes:
         backend: ``local`` or ``vllm``.
-        single_s: one single-agent, single-round step (one model call).
-        naive_s: the n x m team step as sequential batch-1 calls, no prefix sharing.
-        team_s: the optimized team step (superstep batching, prefix reuse).
+        single_runs: one single-agent, single-round step (one model call), per repeat.
+        naive_runs: the n x m team step as sequential batch-1 calls, no prefix sharing.
+        team_runs: the optimized team step (superstep batching, prefix reuse).
         supersteps: supersteps of the team step (L + m - 1).
         calls: model calls in a team step (n x m).
         prompt_tokens_total: prompt tokens of the optimized step's requests.
@@ -51,9 +81,9 @@ class BackendTimes:
     """
 
     backend: str
-    single_s: float
-    naive_s: float
-    team_s: float
+    single_runs: tuple[float, ...]
+    naive_runs: tuple[float, ...]
+    team_runs: tuple[float, ...]
     supersteps: int
     calls: int
     prompt_tokens_total: int | None = None
@@ -63,14 +93,53 @@ class BackendTimes:
     rollout_s: float | None = None
     browsers: int = 1
 
+    def __post_init__(self) -> None:
+        counts = {len(self.single_runs), len(self.naive_runs), len(self.team_runs)}
+        if counts != {self.repeats} or not self.repeats:
+            raise ValueError(f"{self.backend}: every timing needs one value per repeat, got {sorted(counts)}")
+
+    @property
+    def repeats(self) -> int:
+        return len(self.team_runs)
+
+    @property
+    def single(self) -> Spread:
+        return Spread.of(self.single_runs)
+
+    @property
+    def naive(self) -> Spread:
+        return Spread.of(self.naive_runs)
+
+    @property
+    def team(self) -> Spread:
+        return Spread.of(self.team_runs)
+
+    @property
+    def single_s(self) -> float:
+        return self.single.median
+
+    @property
+    def naive_s(self) -> float:
+        return self.naive.median
+
+    @property
+    def team_s(self) -> float:
+        return self.team.median
+
     @property
     def bound_s(self) -> float:
-        """The latency bound: supersteps x single-call time."""
+        """The latency bound: supersteps x single-call time (its median)."""
         return self.supersteps * self.single_s
 
     @property
+    def bound_ratio(self) -> Spread:
+        """team step / (supersteps x single call), one ratio per repeat."""
+        return Spread.of([_ratio(t, self.supersteps * s) for s, t in zip(self.single_runs, self.team_runs, strict=True)])
+
+    @property
     def team_over_bound(self) -> float:
-        return _ratio(self.team_s, self.bound_s)
+        """The median of the per-repeat ratios (the target's value)."""
+        return self.bound_ratio.median
 
     @property
     def naive_over_team(self) -> float:
@@ -135,12 +204,13 @@ def format_report(results: Mapping[str, BackendTimes], header: str = "") -> str:
     """The benchmark's printed table: per-backend figures, then every target with its verdict."""
     names = list(results)
     rows: list[tuple[str, list[str]]] = [
-        ("single-agent step (s)", [_num(results[n].single_s) for n in names]),
-        ("naive team step, sequential (s)", [_num(results[n].naive_s) for n in names]),
-        ("optimized team step (s)", [_num(results[n].team_s) for n in names]),
+        ("repeats (timings: median [min-max])", [str(results[n].repeats) for n in names]),
+        ("single-agent step (s)", [results[n].single.text() for n in names]),
+        ("naive team step, sequential (s)", [results[n].naive.text() for n in names]),
+        ("optimized team step (s)", [results[n].team.text() for n in names]),
         ("supersteps / model calls", [f"{results[n].supersteps} / {results[n].calls}" for n in names]),
         ("bound = supersteps x single (s)", [_num(results[n].bound_s) for n in names]),
-        ("team / bound", [_num(results[n].team_over_bound) for n in names]),
+        ("team / bound", [results[n].bound_ratio.text() for n in names]),
         ("naive / team (speed-up)", [_num(results[n].naive_over_team) for n in names]),
         ("prompt tokens requested / step", [_num(results[n].prompt_tokens_total, "{}") for n in names]),
         ("prompt tokens computed / step", [_num(results[n].prompt_tokens_computed, "{}") for n in names]),
@@ -163,14 +233,25 @@ def format_report(results: Mapping[str, BackendTimes], header: str = "") -> str:
     return "\n".join(lines)
 
 
+def _phases(r: BackendTimes) -> list[tuple[str, Spread]]:
+    return [("single", r.single), ("naive", r.naive), ("team", r.team)]
+
+
 def report_dict(results: Mapping[str, BackendTimes], settings: Mapping[str, Any]) -> dict[str, Any]:
-    """A JSON-ready record of the run: settings, raw measurements, derived ratios, targets."""
+    """A JSON-ready record of the run: settings, raw measurements (``*_runs``, one per repeat),
+    their medians (``single_s``, ...) and ranges (``single_s_range``: [min, max]), derived
+    ratios (``team_over_bound``: the median per-repeat ratio, ``team_over_bound_range``) and
+    the targets."""
     backends = {}
     for name, r in results.items():
         backends[name] = {
             **asdict(r),
+            "repeats": r.repeats,
+            **{f"{phase}_s": spread.median for phase, spread in _phases(r)},
+            **{f"{phase}_s_range": [spread.low, spread.high] for phase, spread in _phases(r)},
             "bound_s": r.bound_s,
             "team_over_bound": r.team_over_bound,
+            "team_over_bound_range": [r.bound_ratio.low, r.bound_ratio.high],
             "naive_over_team": r.naive_over_team,
             "computed_over_unique": r.computed_over_unique,
             "episodes_per_hour": r.episodes_per_hour,

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import math
 
-from collabui.bench_report import BackendTimes, evaluate_targets, format_report, report_dict
+import pytest
+
+from collabui.bench_report import BackendTimes, Spread, evaluate_targets, format_report, report_dict
 
 
-def _times(backend: str, **kw: object) -> BackendTimes:
-    base = dict(backend=backend, single_s=2.0, naive_s=60.0, team_s=12.0, supersteps=5, calls=12,
-                prompt_tokens_total=6000, prompt_tokens_computed=900, unique_prompt_tokens=800)
+def _times(backend: str, *, single_s: float = 2.0, naive_s: float = 60.0, team_s: float = 12.0,
+           **kw: object) -> BackendTimes:
+    """One repeat of each timing (the tests of several repeats build BackendTimes themselves)."""
+    base = dict(backend=backend, single_runs=(single_s,), naive_runs=(naive_s,), team_runs=(team_s,), supersteps=5,
+                calls=12, prompt_tokens_total=6000, prompt_tokens_computed=900, unique_prompt_tokens=800)
     base.update(kw)
     return BackendTimes(**base)
 
@@ -24,6 +28,21 @@ def test_derived_ratios() -> None:
     assert _times("local").episodes_per_hour is None
     assert _times("vllm", prompt_tokens_computed=None).computed_over_unique is None
     assert math.isinf(_times("x", single_s=0.0).team_over_bound)
+
+
+def test_repeats_give_medians_and_ranges() -> None:
+    r = BackendTimes("local", single_runs=(2.0, 1.0, 2.5), naive_runs=(50.0, 70.0, 60.0),
+                     team_runs=(11.0, 6.0, 20.0), supersteps=5, calls=12)
+    assert (r.repeats, r.single_s, r.naive_s, r.team_s) == (3, 2.0, 60.0, 11.0)
+    assert r.team == Spread(11.0, 6.0, 20.0) and r.team.text() == "11.00 [6.00-20.00]"
+    # each repeat's team step over its own bound: 1.1, 1.2, 1.6
+    assert r.bound_ratio == Spread(pytest.approx(1.2), pytest.approx(1.1), pytest.approx(1.6))
+    assert r.team_over_bound == pytest.approx(1.2)
+    assert r.bound_s == 10.0 and r.naive_over_team == 60.0 / 11.0
+    with pytest.raises(ValueError, match="one value per repeat"):
+        BackendTimes("x", single_runs=(1.0,), naive_runs=(1.0, 2.0), team_runs=(1.0,), supersteps=1, calls=1)
+    with pytest.raises(ValueError, match="one value per repeat"):
+        BackendTimes("x", single_runs=(), naive_runs=(), team_runs=(), supersteps=1, calls=1)
 
 
 def test_targets_met_and_missed() -> None:
@@ -57,4 +76,7 @@ def test_table_prints_figures_and_verdicts() -> None:
     record = report_dict({"local": _times("local")}, {"agents": 4})
     assert record["settings"] == {"agents": 4}
     assert record["backends"]["local"]["bound_s"] == 10.0
+    assert record["backends"]["local"]["team_over_bound"] == 1.2
+    assert record["backends"]["local"]["team_over_bound_range"] == [1.2, 1.2]
+    assert record["backends"]["local"]["single_s_range"] == [2.0, 2.0]
     assert record["targets"][0]["met"] is True
