@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import tempfile
 import time
 import urllib.request
@@ -47,6 +48,8 @@ __all__ = [
     "measure_backend",
     "run_bench",
 ]
+
+log = logging.getLogger(__name__)
 
 #: ``() -> cumulative prompt tokens computed by the backend`` (None: unknown).
 Counter = Callable[[], int | None]
@@ -271,7 +274,7 @@ def _rollout(settings: BenchSettings) -> Callable[[Any], tuple[int, float]] | No
 
 
 def _say(backend: str) -> Callable[[str], None]:
-    return lambda message: print(f"[{backend}] {message}", flush=True)
+    return lambda message: log.info("[%s] %s", backend, message)
 
 
 def _bench_local(settings: BenchSettings, task: str, obs: Any) -> BackendTimes:
@@ -344,7 +347,7 @@ def _bench_vllm(settings: BenchSettings, task: str, obs: Any) -> BackendTimes:
                  for r in requests]
         return unique_prefix_tokens(tokenizer(texts, add_special_tokens=False)["input_ids"])
 
-    print(f"starting vLLM ({'eager' if settings.enforce_eager else 'compiled'}) ...", flush=True)
+    log.info("starting vLLM (%s) ...", "eager" if settings.enforce_eager else "compiled")
     with server:
         model = server.client(timeout=300)
         return measure_backend(model, task, obs, settings, backend="vllm", computed=_vllm_computed(server),
@@ -354,7 +357,8 @@ def _bench_vllm(settings: BenchSettings, task: str, obs: Any) -> BackendTimes:
 
 def run_bench(settings: BenchSettings, *, observation: tuple[str, Any] | None = None,
               backends: dict[str, Callable[[BenchSettings, str, Any], BackendTimes]] | None = None) -> dict[str, Any]:
-    """Run the benchmark, print the table, write ``settings.out``; returns the JSON record.
+    """Run the benchmark, print the table (stdout; progress is logged), write ``settings.out``;
+    returns the JSON record.
 
     ``observation`` (task, observation) and ``backends`` (name -> measuring function) replace
     the browser and the real backends in tests.
@@ -372,7 +376,7 @@ def run_bench(settings: BenchSettings, *, observation: tuple[str, Any] | None = 
     task, obs = observation or _observation(settings.env, team.seed)
     results = {}
     for name in names:
-        print(f"[{name}] measuring ...", flush=True)
+        log.info("[%s] measuring ...", name)
         results[name] = runners[name](settings, task, obs)
     header = (f"collabui bench: {settings.env} seed {team.seed}, model {settings.model}, "
               f"{team.n_agents} agents x {team.rounds} rounds, topology {team.topology}, "

@@ -6,6 +6,7 @@ user cache dir exactly as production does; every later session reuses it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,20 @@ def _checkpoints_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> None:
     import os
 
     os.environ.setdefault("COLLABUI_STATE_DIR", str(tmp_path_factory.mktemp("collabui-state")))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_collabui_logging() -> Iterator[None]:
+    """``collabui.cli.main`` configures the ``collabui`` logger (a stderr handler, a level);
+    undo that after each test so a library test's output does not depend on which CLI test
+    ran before it (library tests read log lines with ``caplog``)."""
+    import logging
+
+    yield
+    logger = logging.getLogger("collabui")
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+    logger.setLevel(logging.NOTSET)
 
 
 @pytest.fixture(scope="session")

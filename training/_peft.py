@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import shutil
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,6 @@ __all__ = [
     "load_init_weights",
     "publish",
     "restore_base",
-    "say",
     "tokens",
     "trainer_args",
 ]
@@ -53,11 +51,6 @@ def first_line(exc: BaseException) -> str:
     """The first line of ``exc`` (at most 300 characters), or its type name if it has no text."""
     lines = str(exc).strip().splitlines()
     return lines[0][:300] if lines else type(exc).__name__
-
-
-def say(message: str) -> None:
-    """A progress line on stderr, flushed at once (training runs for minutes)."""
-    print(f"[collabui] {message}", file=sys.stderr, flush=True)
 
 
 class LoraConfigMixin:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import shutil
 import time
 from collections.abc import Sequence
@@ -44,7 +45,6 @@ from collabui.training._peft import (
     load_base,
     publish,
     restore_base,
-    say,
     tokens,
     trainer_args,
 )
@@ -70,6 +70,8 @@ __all__ = [
     "team_adapters",
     "train_agents_dpo",
 ]
+
+log = logging.getLogger(__name__)
 
 #: Written last into ``<out>/agent{i}/``: its presence means the adapter is complete.
 DONE_MARKER = ".collabui-dpo-complete"
@@ -289,7 +291,7 @@ def _run_agent(
         stats = _load_stats(target, agent)
         stats.status, stats.message = "resumed", f"{name}: already trained in {target}, skipped"
         if progress:
-            say(stats.message)
+            log.info(stats.message)
         return stats
     init = (
         init_dir / name
@@ -306,13 +308,13 @@ def _run_agent(
         check.dropped,
     )
     if check.dropped:
-        say(
+        log.warning(
             f"{name}: {check.dropped} of {len(rows)} pairs exceed max_length={config.max_length} and are "
             f"dropped ({check.prompt_too_long} prompt-only, {check.truncated} with completion); "
             "raise max_length to keep them"
         )
     elif check.truncated:
-        say(
+        log.warning(
             f"{name}: {check.truncated} pairs exceed max_length={config.max_length}; TRL truncates their completions"
         )
     rows = rows.select([k for k, keep in enumerate(check.keep) if keep])
@@ -326,10 +328,10 @@ def _run_agent(
             max_length=config.max_length,
         )
     if progress:
-        say(f"{name}: DPO on {len(rows)} pairs" + (f" from {init}" if init else ""))
+        log.info(f"{name}: DPO on {len(rows)} pairs" + (f" from {init}" if init else ""))
     _train_one(stats, rows, model, tokenizer, target, init, config, progress)
     if progress:
-        say(f"{name}: {stats.steps} steps in {stats.seconds:.1f} s, final loss {stats.final_loss}")
+        log.info(f"{name}: {stats.steps} steps in {stats.seconds:.1f} s, final loss {stats.final_loss}")
     return stats
 
 
@@ -350,7 +352,7 @@ def _no_training(
         stats.message += f"; kept the previous adapter from {init}"
     elif (target / "adapter_config.json").is_file():
         stats.path = str(target)
-    say(stats.message)
+    log.warning(stats.message)
     return stats
 
 

@@ -15,7 +15,7 @@ so an interrupted run continues where it stopped. Never pickled.
 from __future__ import annotations
 
 import json
-import sys
+import logging
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -36,6 +36,8 @@ __all__ = [
     "load_labels",
     "label_traces",
 ]
+
+log = logging.getLogger(__name__)
 
 PathLike = str | Path
 LabelKey = tuple[str, int]
@@ -179,7 +181,7 @@ def label_traces(trace_paths: PathLike | Iterable[PathLike], critic: Critic, out
         resume: keep existing records and skip steps this critic already labelled; False
             overwrites the file.
         batch_size: steps scored per critic call (one batched model call for LLM critics).
-        progress: print one line per episode on stderr.
+        progress: log one line per episode (INFO).
 
     Raises:
         TraceError: an unreadable trace, or two traces with the same episode id.
@@ -229,6 +231,5 @@ def _write_batch(fh: IO[str], critic: Critic, batch: list[StepContext], stats: L
 def _progress(k: int, total: int, eid: str, steps: int, stats: LabelStats, before: tuple[int, int, int]) -> None:
     labelled, rewarded, abstained = (a - b for a, b in zip(
         (stats.labelled, stats.rewarded, stats.abstained), before, strict=True))
-    print(f"[label {k}/{total}] {eid}: {labelled}/{steps} steps labelled "
-          f"({steps - labelled} already done), {rewarded} rewarded, {abstained} abstained",
-          file=sys.stderr, flush=True)
+    log.info("[label %d/%d] %s: %d/%d steps labelled (%d already done), %d rewarded, %d abstained", k, total, eid,
+             labelled, steps, steps - labelled, rewarded, abstained)

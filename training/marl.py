@@ -22,8 +22,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 import os
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,6 +54,8 @@ from collabui.training.rollout import (
 )
 
 __all__ = ["MARLConfig", "run_marl", "evaluate_model", "resolve_base_model", "iteration_topologies", "STATE_FILE"]
+
+log = logging.getLogger(__name__)
 
 STATE_FILE = "state.json"
 _STATE_VERSION = 1
@@ -139,10 +141,6 @@ class _State:
         os.replace(tmp, self.path)  # atomic: a crash leaves the old or the new state, never half
 
 
-def _say(message: str) -> None:
-    print(f"[marl] {message}", file=sys.stderr, flush=True)
-
-
 # -- the loop -----------------------------------------------------------------------------------
 
 
@@ -163,16 +161,16 @@ class _Run:
         done = self.state.stage(key)
         if done is not None:
             if self.progress:
-                _say(f"{key}: done earlier, skipped")
+                log.info(f"[marl] {key}: done earlier, skipped")
             return done["result"]
         if self.progress:
-            _say(f"{key}: start")
+            log.info(f"[marl] {key}: start")
         started = time.perf_counter()
         result = fn()
         seconds = time.perf_counter() - started
         self.state.finish(key, result, seconds)
         if self.progress:
-            _say(f"{key}: done in {seconds:.1f} s")
+            log.info(f"[marl] {key}: done in {seconds:.1f} s")
         return result
 
     def adapters(self, k: int) -> dict[str, Path]:
@@ -414,5 +412,5 @@ def run_marl(config: MARLConfig, *, progress: bool = True, env_factory: EnvFacto
     report = run.report()
     if progress:
         curve = ", ".join(f"{name} {rate if rate is not None else '-'}" for name, rate in report.success_curve())
-        _say(f"held-out success: {curve}; report {out / 'marl_report.json'}")
+        log.info(f"[marl] held-out success: {curve}; report {out / 'marl_report.json'}")
     return report

@@ -17,7 +17,7 @@ Saved and loaded as JSONL (never pickles). ``datasets`` is imported lazily.
 from __future__ import annotations
 
 import json
-import sys
+import logging
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
 __all__ = ["PAIR_COLUMNS", "pair_features", "build_pairs", "clean_answer", "pair_stats", "save_pairs",
            "load_pairs", "pairs_for_agent"]
+
+log = logging.getLogger(__name__)
 
 _JSON = json.JSONDecoder()
 
@@ -173,9 +175,8 @@ def build_pairs(trace_paths: PathLike | Iterable[PathLike], labels_path: PathLik
                 continue
             rows += _rows_for_step(trace.header, step, trace.end, label, adversary)
         if progress:
-            print(f"[pairs {k + 1}/{len(paths)}] {eid}: {len(rows) - before} pairs from "
-                  f"{len(trace.steps) - missing} labelled steps ({missing} unlabelled)",
-                  file=sys.stderr, flush=True)
+            log.info("[pairs %d/%d] %s: %d pairs from %d labelled steps (%d unlabelled)", k + 1, len(paths), eid,
+                     len(rows) - before, len(trace.steps) - missing, missing)
     return _dataset(_dedupe(rows) if dedupe else rows)
 
 

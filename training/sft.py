@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import shutil
 import time
 from collections.abc import Sequence
@@ -48,13 +49,14 @@ from collabui.training._peft import (
     load_base,
     publish,
     restore_base,
-    say,
     tokens,
     trainer_args,
 )
 
 __all__ = ["AgentSFTConfig", "SFTReport", "train_sft", "train_agents_sft", "rft_dataset_from_pairs",
            "merge_adapter", "length_window_order", "SFT_DONE_MARKER", "MERGED_DIR"]
+
+log = logging.getLogger(__name__)
 
 #: Written last into an adapter folder: its presence means the adapter is complete.
 SFT_DONE_MARKER = ".collabui-sft-complete"
@@ -217,11 +219,11 @@ def _train_adapter(rows: Any, model: Any, tokenizer: Any, target: Path, config: 
     report.n_rows, report.n_used = len(sizes), len(rows)
     report.n_dropped = report.n_rows - report.n_used
     if report.n_dropped:
-        say(f"{target.name}: {report.n_dropped} of {report.n_rows} rows exceed max_length="
-            f"{config.max_length} and are dropped; raise max_length to keep them")
+        log.warning(f"{target.name}: {report.n_dropped} of {report.n_rows} rows exceed max_length="
+                    f"{config.max_length} and are dropped; raise max_length to keep them")
     if not len(rows):
         report.status = "no_rows"
-        say(f"{target.name}: no rows to train on; skipped")
+        log.warning(f"{target.name}: no rows to train on; skipped")
         return report
     from trl import SFTTrainer
 
@@ -238,7 +240,7 @@ def _train_adapter(rows: Any, model: Any, tokenizer: Any, target: Path, config: 
     _save_adapter(peft_model, target, report)
     restore_base(peft_model, model)
     if progress:
-        say(f"{target.name}: {report.steps} steps in {report.seconds:.1f} s, final loss {report.final_loss}")
+        log.info(f"{target.name}: {report.steps} steps in {report.seconds:.1f} s, final loss {report.final_loss}")
     return report
 
 
@@ -349,7 +351,7 @@ def train_sft(dataset: Any, *, base_model: str | Path, out_dir: str | Path, conf
     done = _resumed(out) if resume else None
     if done is not None and (not merge or done.merged_path):
         if progress:
-            say(f"{out}: already trained, skipped")
+            log.info(f"{out}: already trained, skipped")
         return done
     started = time.perf_counter()
     tokenizer, model = load_base(Path(base_model).expanduser())
@@ -364,7 +366,7 @@ def train_sft(dataset: Any, *, base_model: str | Path, out_dir: str | Path, conf
     if merge and report.adapter_path:
         report.merged_path = str(_merge(model, tokenizer, out))
         if progress:
-            say(f"merged model in {report.merged_path}")
+            log.info(f"merged model in {report.merged_path}")
     report.seconds = round(time.perf_counter() - started, 2) if done is None else report.seconds
     _write_metrics(report, out)
     return report

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import random
-import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -58,6 +58,8 @@ if TYPE_CHECKING:
 
 __all__ = ["SynthStats", "SFT_COLUMNS", "synthesize", "save_sft_rows", "load_sft_dataset",
            "preference_from_instructions"]
+
+log = logging.getLogger(__name__)
 
 SFT_COLUMNS = ("prompt", "completion", "kind", "env", "seed", "template", "source", "meta")
 KINDS = ("knowledge", "instruction", "preference")
@@ -373,7 +375,7 @@ def synthesize(env_names: Sequence[str], *, episodes_per_env: int, seed: int = 0
             multi-field typing steps where the page has two labelled fields).
         style: the agents' prompt style (``react`` or ``compact``), as configured at runtime.
         distractors: inclusive range of distractor elements added per instruction example.
-        progress: one line per page on stderr.
+        progress: log one line per page (INFO).
         env_config: extra ``make_env`` options (e.g. ``{"headless": True}``).
 
     Raises:
@@ -393,7 +395,7 @@ def synthesize(env_names: Sequence[str], *, episodes_per_env: int, seed: int = 0
                 page_rows = _one_page(env, name, seed, k, kinds, teacher, per_page, style, distractors, stats)
                 rows += page_rows
                 if progress:
-                    print(f"[synth] {name} seed {seed + k}: {len(page_rows)} rows", file=sys.stderr, flush=True)
+                    log.info("[synth] %s seed %d: %d rows", name, seed + k, len(page_rows))
     finally:
         env.close()
     _write_outputs(rows, kinds, Path(out_dir), stats, seed)

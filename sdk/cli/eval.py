@@ -84,7 +84,6 @@ def add_commands(sub: Any) -> None:
     a.add_argument("--start", type=int, default=0, help="first record, 0-based (default 0)")
     a.add_argument("--limit", type=int, default=None, help="at most this many records (default all)")
     a.add_argument("--guided-json", action="store_true", help=GUIDED_HELP)
-    a.add_argument("--quiet", action="store_true", help="no per-record progress on stderr")
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -220,7 +219,7 @@ def _autowebbench(args: argparse.Namespace) -> int:
             system["guided_json"] = True
         evaluate_autowebbench(args.data, team, args.out, start=args.start, limit=args.limit,
                               system=system, command=_autowebbench_command(args, config),
-                              progress=None if args.quiet else sys.stderr)
+                              progress=not args.quiet)
     finally:
         model.close()
     print(Path(args.out) / SUMMARY_FILE)

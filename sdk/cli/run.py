@@ -71,7 +71,6 @@ def add_commands(sub: Any) -> None:
     run.add_argument("--checkpoint-db", metavar="PATH", default=None,
                      help="SQLite file of the runs' checkpoints (default $COLLABUI_STATE_DIR/runs.sqlite, "
                           "else the user state folder)")
-    run.add_argument("--quiet", action="store_true", help="only print the summary")
     run.add_argument("--guided-json", action="store_true", help=GUIDED_HELP)
     add_config_flags(run, TeamConfig, skip=_TEAM_SKIP, rename=_TEAM_RENAME, defaults={"screenshots": True},
                      helps={"seed": "seed of the random DAG and of sampling; also the first episode's seed",

@@ -92,7 +92,6 @@ def add_commands(sub: Any) -> None:
     add_config_flags(marl, MARLConfig, skip={"dpo"}, rename=_MARL_RENAME, helps=_MARL_HELPS)
     marl.add_argument("--dpo", action="append", default=[], metavar="KEY=VALUE",
                       help=MARLConfig.__dataclass_fields__["dpo"].metadata["help"])
-    marl.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     demo = tsub.add_parser("demonstrate", help="search verified trajectories on MiniWoB++ tasks "
                            "(the environment's reward keeps only what works) into a dataset")
     add_config_flags(demo, DemoConfig, skip={"search"})

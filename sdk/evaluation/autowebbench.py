@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import logging
 import re
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from collabui.actions import WEB, Action, Unknown
 from collabui.actions.web import ElementAction
@@ -52,6 +53,8 @@ __all__ = [
     "RESULTS_FILE",
     "SUMMARY_FILE",
 ]
+
+log = logging.getLogger(__name__)
 
 METRICS = ("ssr_published", "exact_match")
 PREDICTIONS_FILE = "predictions.jsonl"
@@ -303,13 +306,14 @@ def evaluate_autowebbench(
     limit: int | None = None,
     system: dict[str, Any] | None = None,
     command: str | None = None,
-    progress: TextIO | None = sys.stderr,
+    progress: bool = True,
 ) -> dict[str, Any]:
     """Run ``team`` (a ``CollabAgentTeam`` on the web space) on records ``start .. start+limit``.
 
     Writes ``predictions.jsonl`` (one row per record, appended as made), ``results.json`` (the
     common results format) and ``summary.md`` into ``out_dir``, and returns the results dict.
-    Records already in ``predictions.jsonl`` without an error are not rerun.
+    Records already in ``predictions.jsonl`` without an error are not rerun. ``progress``: log
+    one line per record (INFO).
 
     Raises:
         ConfigError: bad data file, bad range, the team is not on the web space, or ``out_dir``
@@ -330,19 +334,16 @@ def evaluate_autowebbench(
     done = {k: r for k, r in _read_rows(pred_path).items() if not r.get("error")}
     started, t0 = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), time.perf_counter()
     todo = [k for k in chosen if k not in done]
-    if progress is not None and len(todo) < len(chosen):
-        print(f"resuming: {len(chosen) - len(todo)} of {len(chosen)} records already done", file=progress)
+    if progress and len(todo) < len(chosen):
+        log.info("resuming: %d of %d records already done", len(chosen) - len(todo), len(chosen))
     with pred_path.open("a", encoding="utf-8") as sink:
         for n, k in enumerate(todo, 1):
             row = _predict(team, parse_record(k, raw[k]))
             sink.write(json.dumps(row, ensure_ascii=False) + "\n")
             sink.flush()  # resumable: a finished record survives an interrupted run
             done[k] = row
-            if progress is not None:
-                ok = "ok" if row["exact_match"] or row["ssr_published"] else "--"
-                got = row["prediction"] and str(WEB.from_dict(row["prediction"]))
-                print(f"[{n}/{len(todo)}] record {k} {row['kind']}: {got or 'unparsable'} "
-                      f"(target {row['target'][:60]!r}) {ok}", file=progress)
+            if progress:
+                _log_record(n, len(todo), k, row)
     rows = [done[k] for k in chosen if k in done]
     results = {
         "schema": "collabui.eval", "version": 1, "harness": "autowebbench", "system": system,
@@ -355,6 +356,13 @@ def evaluate_autowebbench(
     (out / RESULTS_FILE).write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")
     write_markdown(results, out / SUMMARY_FILE)
     return results
+
+
+def _log_record(n: int, total: int, k: int, row: dict[str, Any]) -> None:
+    ok = "ok" if row["exact_match"] or row["ssr_published"] else "--"
+    got = row["prediction"] and str(WEB.from_dict(row["prediction"]))
+    log.info("[%d/%d] record %d %s: %s (target %r) %s", n, total, k, row["kind"], got or "unparsable",
+             row["target"][:60], ok)
 
 
 def _language(path: Path, raw: Sequence[dict[str, str]]) -> str:

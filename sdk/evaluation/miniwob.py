@@ -26,7 +26,7 @@ import datetime as _dt
 import difflib
 import functools
 import json
-import sys
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,6 +61,8 @@ from collabui.redaction import redact_url
 
 __all__ = ["EASY_TASKS", "SUITES", "MiniWoBEvalConfig", "default_team", "load_run_config", "resolve_tasks",
            "evaluate_miniwob", "system_label"]
+
+log = logging.getLogger(__name__)
 
 #: The ``easy`` suite: tasks a text-only agent can finish in one to three DOM actions, with the
 #: target named in the instruction and shown in the element list (no canvas, drag, hover,
@@ -308,10 +310,6 @@ def _episode_counts(result: Any) -> dict[str, int]:
     return {"proposals": len(proposals), "unparsable": sum(p.parse_error is not None for p in proposals)}
 
 
-def _say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def evaluate_miniwob(config: MiniWoBEvalConfig, out_dir: str | Path, *, model: ChatModel | None = None,
                      env_factory: EnvFactory | None = None, plot: bool = False,
                      command: str | None = None, progress: bool = True) -> dict[str, Any]:
@@ -338,16 +336,16 @@ def evaluate_miniwob(config: MiniWoBEvalConfig, out_dir: str | Path, *, model: C
     specs = episode_specs(tasks, config.episodes, tag=config.env, seed_parts=("miniwob", team.seed))
     label = system_label(config.model, team.n_agents, team.rounds, topology_name(team), config.adapters,
                          guided=config.guided_json)
-    _say(f"eval miniwob: {len(tasks)} tasks x {config.episodes} episodes, {label}, "
-         f"{_parallelism(config)}, out {out}")
+    log.info("eval miniwob: %d tasks x %d episodes, %s, %s, out %s", len(tasks), config.episodes, label,
+             _parallelism(config), out)
     run = _run_on_workers if config.uses_workers else _run_here
     records = run(config, specs, out, model=model, env_factory=env_factory, progress=progress)
     results = build_results(config, tasks, records, started=started_at,
                             seconds=time.perf_counter() - t0, command=command)
     _write_outputs(results, out, plot)
     overall = results["overall"]["success_rate"]
-    _say(f"eval miniwob: success {overall['successes']}/{overall['n']} = {overall['value']} "
-         f"(95% CI {overall['ci95'][0]:.2f}-{overall['ci95'][1]:.2f}); {out / 'results.json'}")
+    log.info("eval miniwob: success %s/%s = %s (95%% CI %.2f-%.2f); %s", overall["successes"], overall["n"],
+             overall["value"], overall["ci95"][0], overall["ci95"][1], out / "results.json")
     return results
 
 

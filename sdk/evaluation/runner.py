@@ -32,8 +32,8 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import logging
 import shutil
-import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -56,6 +56,8 @@ __all__ = [
     "arun_episodes",
     "summarize",
 ]
+
+log = logging.getLogger(__name__)
 
 #: ``env_factory("miniwob/click-button") -> Device``.
 EnvFactory = Callable[[str], Device]
@@ -156,7 +158,7 @@ def _clean_partial(path: Path) -> None:
 
 
 class _Manifest:
-    """Appends finished records (flushed at once) and prints the progress lines."""
+    """Appends finished records (flushed at once) and logs the progress lines."""
 
     def __init__(self, fh: IO[str], total: int, label: str, progress: bool) -> None:
         self.fh, self.total, self.label, self.progress = fh, total, label, progress
@@ -165,9 +167,8 @@ class _Manifest:
         self.fh.write(json.dumps(record) + "\n")
         self.fh.flush()
         if self.progress:
-            print(f"[{self.label} {k + 1}/{self.total}] {spec.task} seed {spec.seed}: "
-                  f"{'success' if record['success'] else 'failure'} in {record['steps']} steps, "
-                  f"{record['seconds']:.1f} s", file=sys.stderr, flush=True)
+            log.info("[%s %d/%d] %s seed %s: %s in %s steps, %.1f s", self.label, k + 1, self.total, spec.task,
+                     spec.seed, "success" if record["success"] else "failure", record["steps"], record["seconds"])
 
 
 def run_episodes(team: Any, specs: Sequence[EpisodeSpec], envs: EnvPool, *, trace_dir: Path,
@@ -384,7 +385,7 @@ async def _arun_one(team: Any, spec: EpisodeSpec, envs: EnvPool, trace_dir: Path
 
 
 def _say_retry(spec: EpisodeSpec, exc: Exception) -> None:
-    print(f"[{spec.episode_id}] reset failed ({exc}); retrying on a fresh browser", file=sys.stderr, flush=True)
+    log.warning("[%s] reset failed (%s); retrying on a fresh browser", spec.episode_id, exc)
 
 
 def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

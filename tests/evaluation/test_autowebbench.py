@@ -152,7 +152,7 @@ def test_evaluate_scores_handmade_predictions(tmp_path: Path) -> None:
                "I do not know",  # unparsable
                "Action: scroll_page('down')"]  # correct, not an element record
     results = evaluate_autowebbench(_write(tmp_path, records), _team(answers), tmp_path / "out",
-                                    system={"model": "scripted"}, progress=None)
+                                    system={"model": "scripted"}, progress=False)
     overall = results["overall"]
     assert overall["ssr_published"]["successes"] == 1 and overall["ssr_published"]["n"] == 4
     assert overall["exact_match"]["successes"] == 2 and overall["exact_match"]["n"] == 5
@@ -170,7 +170,7 @@ def test_resume_skips_finished_records_and_retries_errors(tmp_path: Path) -> Non
     data = _write(tmp_path, [_record("click('C')") for _ in range(6)])
     out = tmp_path / "out"
     first = ScriptedChatModel(['Action: {"action": "click", "element_id": "C"}'], cycle=True)
-    evaluate_autowebbench(data, _team(first), out, limit=3, system={"model": "m"}, progress=None)
+    evaluate_autowebbench(data, _team(first), out, limit=3, system={"model": "m"}, progress=False)
     assert len(first.requests) == 3
 
     def flaky(request):
@@ -179,23 +179,23 @@ def test_resume_skips_finished_records_and_retries_errors(tmp_path: Path) -> Non
         return 'Action: {"action": "click", "element_id": "C"}'
 
     second = ScriptedChatModel(flaky)
-    results = evaluate_autowebbench(data, _team(second), out, system={"model": "m"}, progress=None)
+    results = evaluate_autowebbench(data, _team(second), out, system={"model": "m"}, progress=False)
     assert len(second.requests) == 3  # records 3..5 only
     assert results["counts"]["errors"] == 1 and results["overall"]["ssr_published"]["successes"] == 5
     third = ScriptedChatModel(['Action: {"action": "click", "element_id": "C"}'], cycle=True)
-    results = evaluate_autowebbench(data, _team(third), out, system={"model": "m"}, progress=None)
+    results = evaluate_autowebbench(data, _team(third), out, system={"model": "m"}, progress=False)
     assert len(third.requests) == 1 and results["counts"]["errors"] == 0
     assert results["overall"]["ssr_published"]["successes"] == 6
     rows = [json.loads(line) for line in (out / PREDICTIONS_FILE).read_text().splitlines()]
     assert sorted({r["index"] for r in rows}) == list(range(6))
     with pytest.raises(ConfigError, match="another run"):
-        evaluate_autowebbench(data, _team(third), out, system={"model": "other"}, progress=None)
+        evaluate_autowebbench(data, _team(third), out, system={"model": "other"}, progress=False)
 
 
 def test_team_of_two_votes_and_records_proposals(tmp_path: Path) -> None:
     data = _write(tmp_path, [_record("click('C')")])
     answers = ['Action: {"action": "click", "element_id": "C"}', "Action: click('C')"]
-    results = evaluate_autowebbench(data, _team(answers, n=2), tmp_path / "o", system={"model": "m"}, progress=None)
+    results = evaluate_autowebbench(data, _team(answers, n=2), tmp_path / "o", system={"model": "m"}, progress=False)
     row = json.loads((tmp_path / "o" / PREDICTIONS_FILE).read_text())
     assert row["proposals"] == [["click('C')"], ["click('C')"]] and row["prediction"] == {"action": "click", "element_id": "C"}
     assert results["overall"]["exact_match"]["value"] == 1.0
@@ -209,7 +209,7 @@ def test_baselines_on_real_records(tmp_path: Path, path: Path) -> None:
     scores = {}
     for spec in ("random", "lexical"):
         team = CollabAgentTeam(load_model(spec), n_agents=1, rounds=1, topology="independent")
-        results = evaluate_autowebbench(path, team, tmp_path / spec, limit=20, system={"model": spec}, progress=None)
+        results = evaluate_autowebbench(path, team, tmp_path / spec, limit=20, system={"model": spec}, progress=False)
         assert results["counts"]["records"] == 20 and results["counts"]["unparsable"] == 0
         scores[spec] = results["overall"]["ssr_published"]["successes"]
     assert scores["lexical"] >= 1 and scores["lexical"] >= scores["random"]
@@ -234,8 +234,17 @@ def test_cli_runs_and_reports_bad_input(tmp_path: Path, capsys: pytest.CaptureFi
 def test_smollm2_single_agent_on_three_records(tmp_path: Path) -> None:
     team = CollabAgentTeam(load_model("smollm2"), n_agents=1, rounds=1, topology="independent",
                            max_observation_chars=2000)
-    results = evaluate_autowebbench(EN, team, tmp_path, limit=3, system={"model": "smollm2"}, progress=None)
+    results = evaluate_autowebbench(EN, team, tmp_path, limit=3, system={"model": "smollm2"}, progress=False)
     assert results["counts"]["records"] == 3 and results["counts"]["errors"] == 0
     rows = [json.loads(line) for line in (tmp_path / PREDICTIONS_FILE).read_text().splitlines()]
     assert all(r["raw"] for r in rows)  # the model answered every record
     assert results["overall"]["ssr_published"]["n"] == sum(r["ssr_published"] is not None for r in rows)
+
+
+def test_cli_progress_lines_on_stderr_unless_quiet(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["eval", "autowebbench", "--data", str(ZH), "--model", "lexical", "--limit", "1"]
+    assert main([*argv, "--out", str(tmp_path / "a")]) == 0
+    out, err = capsys.readouterr()
+    assert err.startswith("[1/1] record 0 ") and out.strip() == str(tmp_path / "a" / "summary.md")
+    assert main([*argv, "--out", str(tmp_path / "b"), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 from pathlib import Path
 
@@ -77,13 +78,15 @@ def _fake_transformers(monkeypatch: pytest.MonkeyPatch, model_loader) -> dict[st
 
 
 @pytest.mark.tiny_model  # find_gguf reads the wheel's GGUF file (no fixture marks it)
-def test_conversion_runs_once_and_is_cached(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys) -> None:
+def test_conversion_runs_once_and_is_cached(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="collabui")
     monkeypatch.setenv("COLLABUI_CACHE", str(tmp_path))
     calls = _fake_transformers(monkeypatch, _FakeModel)
     first = embedded.embedded_model_dir()
     assert first == tmp_path / "models" / "smollm2-135m-instruct"
     assert (first / "model.safetensors").is_file() and (first / "tokenizer.json").is_file()
-    assert "converting the embedded model" in capsys.readouterr().err
+    assert any("converting the embedded model" in m for m in caplog.messages)
     assert embedded.embedded_model_dir() == first
     assert calls["model"] == 1
     assert sorted(p.name for p in first.parent.iterdir()) == ["smollm2-135m-instruct"]

@@ -1,6 +1,7 @@
 """Critics: tolerant reading of LLM critic output, Eq. 6 rewards, reference/outcome critics."""
 
 import json
+import logging
 
 import pytest
 
@@ -173,13 +174,14 @@ class _Counting(OutcomeCritic):
         return super().score(ctx)
 
 
-def test_label_traces_resume_skips_labelled_steps(tmp_path, capsys):
+def test_label_traces_resume_skips_labelled_steps(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="collabui")
     paths = [_record(tmp_path, "a", success=False), _record(tmp_path, "b", success=True)]
     out = tmp_path / "labels" / "labels.jsonl"
     first = _Counting()
     stats = label_traces(tmp_path, first, out)  # a folder: only traces are picked up
     assert first.seen == [("a", 0), ("a", 1), ("b", 0)] and stats.labelled == 3
-    assert "[label 2/2] b" in capsys.readouterr().err
+    assert any(m.startswith("[label 2/2] b") for m in caplog.messages)
     lines = out.read_text().splitlines()
     out.write_text("\n".join(lines[:1]) + "\n" + lines[1][:25])  # killed mid-write of record 2
     again = _Counting()

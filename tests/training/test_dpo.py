@@ -155,8 +155,8 @@ def test_overlong_rows_counted_and_all_overlong_agent_skipped(
     assert "max_length" in a2.message and not (tmp / "out" / "agent2").exists()
 
 
-def test_overlong_message_on_stderr(
-    base_dir: Path, tmp_path: Path, capfd: pytest.CaptureFixture
+def test_overlong_message_is_a_warning(
+    base_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     rows = [_row(3, k, chosen="a", rejected="b", user=LONG) for k in range(2)]
     report = train_agents_dpo(
@@ -167,7 +167,8 @@ def test_overlong_message_on_stderr(
         progress=False,
     )
     assert report.agent(3).status == "all_overlong"
-    assert "agent3: all 2 pairs exceed max_length=128" in capfd.readouterr().err
+    assert any("agent3: all 2 pairs exceed max_length=128" in r.getMessage() and r.levelname == "WARNING"
+               for r in caplog.records)
 
 
 def test_truncated_rows_kept_when_asked(base_dir: Path) -> None:
