@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from collabui._progress import bars_wanted
 from collabui.actions import WEB, Action
 from collabui.devices.base import Observation
 from collabui.errors import ConfigError
@@ -313,7 +314,8 @@ def generate_demonstrations(config: DemoConfig) -> DemoStats:
     errors: list[str] = []
     counts: Counter[str] = Counter()
     with Progress(TextColumn("[bold]demonstrations"), BarColumn(), TextColumn("{task.completed}/{task.total} pairs"),
-                  TextColumn("{task.fields[info]}"), TimeElapsedColumn(), transient=False) as bar:
+                  TextColumn("{task.fields[info]}"), TimeElapsedColumn(), transient=False,
+                  disable=not bars_wanted()) as bar:
         ui = bar.add_task("search", total=total, info="")
         lock = threading.Lock()
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from collabui._jsonl import iter_jsonl
+from collabui._progress import progress_bar
 from collabui.errors import ConfigError, TraceError
 from collabui.trace import Trace, read_trace
 from collabui.training.critic import REWARD_THRESHOLD, Critic, ParseStats, StepContext
@@ -181,7 +182,7 @@ def label_traces(trace_paths: PathLike | Iterable[PathLike], critic: Critic, out
         resume: keep existing records and skip steps this critic already labelled; False
             overwrites the file.
         batch_size: steps scored per critic call (one batched model call for LLM critics).
-        progress: log one line per episode (INFO).
+        progress: log one line per episode (INFO) and show a bar (on a terminal).
 
     Raises:
         TraceError: an unreadable trace, or two traces with the same episode id.
@@ -192,7 +193,8 @@ def label_traces(trace_paths: PathLike | Iterable[PathLike], critic: Critic, out
     _prepare(out_path, resume)
     done = {(r["episode_id"], r["t"]) for r in read_labels(out_path) if r["critic"] == critic.name}
     stats, seen = LabelStats(), set()
-    with out_path.open("a", encoding="utf-8") as fh:
+    with out_path.open("a", encoding="utf-8") as fh, \
+            progress_bar(len(paths), "labelling traces", enabled=progress) as advance:
         for k, path in enumerate(paths):
             trace = read_trace(path)
             eid = str(trace.header["episode_id"])
@@ -207,6 +209,7 @@ def label_traces(trace_paths: PathLike | Iterable[PathLike], critic: Critic, out
             for start in range(0, len(todo), max(1, batch_size)):
                 batch = todo[start:start + max(1, batch_size)]
                 _write_batch(fh, critic, batch, stats)
+            advance()
             if progress:
                 _progress(k + 1, len(paths), eid, len(trace.steps), stats, before)
     stats.seconds = round(time.perf_counter() - started, 3)

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collabui._jsonl import iter_jsonl
+from collabui._progress import progress_bar
 from collabui.actions import Action, get_action_space
 from collabui.errors import ConfigError
 from collabui.models.base import ChatModel, ChatRequest
@@ -375,7 +376,7 @@ def synthesize(env_names: Sequence[str], *, episodes_per_env: int, seed: int = 0
             multi-field typing steps where the page has two labelled fields).
         style: the agents' prompt style (``react`` or ``compact``), as configured at runtime.
         distractors: inclusive range of distractor elements added per instruction example.
-        progress: log one line per page (INFO).
+        progress: log one line per page (INFO) and show a bar (on a terminal).
         env_config: extra ``make_env`` options (e.g. ``{"headless": True}``).
 
     Raises:
@@ -390,12 +391,14 @@ def synthesize(env_names: Sequence[str], *, episodes_per_env: int, seed: int = 0
     rows: list[dict[str, Any]] = []
     env = make_env(names[0], **(env_config or {}))
     try:
-        for name in names:
-            for k in range(episodes_per_env):
-                page_rows = _one_page(env, name, seed, k, kinds, teacher, per_page, style, distractors, stats)
-                rows += page_rows
-                if progress:
-                    log.info("[synth] %s seed %d: %d rows", name, seed + k, len(page_rows))
+        with progress_bar(len(names) * episodes_per_env, "synthesising pages", enabled=progress) as advance:
+            for name in names:
+                for k in range(episodes_per_env):
+                    page_rows = _one_page(env, name, seed, k, kinds, teacher, per_page, style, distractors, stats)
+                    rows += page_rows
+                    advance()
+                    if progress:
+                        log.info("[synth] %s seed %d: %d rows", name, seed + k, len(page_rows))
     finally:
         env.close()
     _write_outputs(rows, kinds, Path(out_dir), stats, seed)

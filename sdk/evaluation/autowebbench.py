@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from collabui._progress import progress_bar
 from collabui.actions import WEB, Action, Unknown
 from collabui.actions.web import ElementAction
 from collabui.devices.base import Observation
@@ -313,7 +314,7 @@ def evaluate_autowebbench(
     Writes ``predictions.jsonl`` (one row per record, appended as made), ``results.json`` (the
     common results format) and ``summary.md`` into ``out_dir``, and returns the results dict.
     Records already in ``predictions.jsonl`` without an error are not rerun. ``progress``: log
-    one line per record (INFO).
+    one line per record (INFO) and show a bar (on a terminal).
 
     Raises:
         ConfigError: bad data file, bad range, the team is not on the web space, or ``out_dir``
@@ -336,12 +337,14 @@ def evaluate_autowebbench(
     todo = [k for k in chosen if k not in done]
     if progress and len(todo) < len(chosen):
         log.info("resuming: %d of %d records already done", len(chosen) - len(todo), len(chosen))
-    with pred_path.open("a", encoding="utf-8") as sink:
+    with pred_path.open("a", encoding="utf-8") as sink, \
+            progress_bar(len(chosen), "AutoWebBench records", done=len(chosen) - len(todo), enabled=progress) as advance:
         for n, k in enumerate(todo, 1):
             row = _predict(team, parse_record(k, raw[k]))
             sink.write(json.dumps(row, ensure_ascii=False) + "\n")
             sink.flush()  # resumable: a finished record survives an interrupted run
             done[k] = row
+            advance()
             if progress:
                 _log_record(n, len(todo), k, row)
     rows = [done[k] for k in chosen if k in done]

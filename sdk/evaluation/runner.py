@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from collabui._progress import Advance, progress_bar
 from collabui.devices.base import Device
 from collabui.errors import ConfigError, DeviceError, TraceError
 
@@ -158,17 +159,27 @@ def _clean_partial(path: Path) -> None:
 
 
 class _Manifest:
-    """Appends finished records (flushed at once) and logs the progress lines."""
+    """Appends finished records (flushed at once), logs the progress lines, moves the bar."""
 
-    def __init__(self, fh: IO[str], total: int, label: str, progress: bool) -> None:
-        self.fh, self.total, self.label, self.progress = fh, total, label, progress
+    def __init__(self, fh: IO[str], total: int, label: str, progress: bool, advance: Advance) -> None:
+        self.fh, self.total, self.label, self.progress, self.advance = fh, total, label, progress, advance
 
     def add(self, k: int, spec: EpisodeSpec, record: dict[str, Any]) -> None:
         self.fh.write(json.dumps(record) + "\n")
         self.fh.flush()
+        self.advance()
         if self.progress:
             log.info("[%s %d/%d] %s seed %s: %s in %s steps, %.1f s", self.label, k + 1, self.total, spec.task,
                      spec.seed, "success" if record["success"] else "failure", record["steps"], record["seconds"])
+
+
+@contextlib.contextmanager
+def _sink(manifest: Path, specs: Sequence[EpisodeSpec], pending: Sequence[Any], label: str,
+          progress: bool) -> Iterator[_Manifest]:
+    """The open manifest, with a bar over all ``specs`` (the resumed ones count as done)."""
+    with manifest.open("a", encoding="utf-8") as fh, \
+            progress_bar(len(specs), f"{label} episodes", done=len(specs) - len(pending), enabled=progress) as advance:
+        yield _Manifest(fh, len(specs), label, progress, advance)
 
 
 def run_episodes(team: Any, specs: Sequence[EpisodeSpec], envs: EnvPool, *, trace_dir: Path,
@@ -193,8 +204,7 @@ def run_episodes(team: Any, specs: Sequence[EpisodeSpec], envs: EnvPool, *, trac
     """
     _check_concurrency(concurrency)
     pending, done, records = _prepare(specs, trace_dir, manifest)
-    with manifest.open("a", encoding="utf-8") as fh:
-        sink = _Manifest(fh, len(specs), label, progress)
+    with _sink(manifest, specs, pending, label, progress) as sink:
         if concurrency == 1:
             for k, spec in pending:
                 record = _run_one(team, spec, envs, trace_dir, extra)
@@ -220,8 +230,7 @@ async def arun_episodes(team: Any, specs: Sequence[EpisodeSpec], envs: EnvPool, 
     """Async twin of :func:`run_episodes` (always through ``team.arun``), same contract."""
     _check_concurrency(concurrency)
     pending, done, records = _prepare(specs, trace_dir, manifest)
-    with manifest.open("a", encoding="utf-8") as fh:
-        sink = _Manifest(fh, len(specs), label, progress)
+    with _sink(manifest, specs, pending, label, progress) as sink:
         pools = _pools(envs, concurrency, len(pending))
         try:
             await _run_pool(team, pending, pools, trace_dir, sink, done, extra)
@@ -312,8 +321,7 @@ def run_episodes_on(workers: Any, specs: Sequence[EpisodeSpec], *, trace_dir: Pa
         raise ConfigError("run_episodes_on was called inside a running event loop; call it from a "
                           "thread (asyncio.to_thread) there")
     handles = workers.start(len(pending))
-    with manifest.open("a", encoding="utf-8") as fh:
-        sink = _Manifest(fh, len(specs), label, progress)
+    with _sink(manifest, specs, pending, label, progress) as sink:
         slots = [_remote_slot(handle, trace_dir) for handle in handles]
         asyncio.run(_schedule(slots, pending, sink, done))
     return records(done)

@@ -261,6 +261,22 @@ def test_runner_concurrency_keeps_spec_order_and_progress_lines(tmp_path, caplog
     assert len(lines) == 6 and all("success in 1 steps" in x for x in lines)
 
 
+def test_runner_draws_a_bar_on_a_terminal(tmp_path, monkeypatch, caplog):
+    from tests.test_progress import _terminal
+
+    terminal = _terminal(monkeypatch)
+    caplog.set_level(logging.INFO, logger="collabui")
+    team = CollabAgentTeam(ScriptedChatModel(Flaky()), n_agents=1, rounds=1, max_steps=1)
+    specs = episode_specs(["a", "b"], 1, tag="t", seed_parts=(0,))
+    envs = EnvPool("miniwob", _fake_factory([]))
+    try:
+        run_episodes(team, specs, envs, trace_dir=tmp_path / "tr", manifest=tmp_path / "m.jsonl", label="test")
+    finally:
+        envs.close()
+    assert "test episodes" in terminal.getvalue() and "2/2" in terminal.getvalue()
+    assert len([m for m in caplog.messages if m.startswith("[test ")]) == 2, "the log lines stay"
+
+
 def test_runner_rejects_bad_concurrency(tmp_path):
     with pytest.raises(ConfigError, match="concurrency must be an integer >= 1"):
         run_episodes(None, [], EnvPool("miniwob"), trace_dir=tmp_path, manifest=tmp_path / "m", label="x",
