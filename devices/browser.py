@@ -26,6 +26,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
+
 from collabui.actions import WEB, Action
 from collabui.devices import simplify
 from collabui.devices.base import Device, Observation, StepOutcome
@@ -499,9 +501,30 @@ class BrowserDevice(Device):
             self._page = pages[-1]
         return self._page
 
-    async def _observe(self, error: str | None = None) -> Observation:
+    async def _snapshot(self, page: Any, script: str, options: Any) -> dict[str, Any]:
+        """The page's elements. A navigation in flight destroys the script's context, so a
+        failed read is tried again, up to 3 reads; then a DeviceError (an observation the team
+        can get again), never a crash."""
         from playwright.async_api import Error as PlaywrightError
 
+        reads = AsyncRetrying(stop=stop_after_attempt(3), retry=retry_if_exception_type(PlaywrightError), reraise=True)
+        try:
+            return await reads(self._read_page, page, script, options)
+        except PlaywrightError as exc:
+            raise DeviceError(f"could not read the page: {_first_line(exc)}; retry observe()") from None
+
+    async def _read_page(self, page: Any, script: str, options: Any) -> dict[str, Any]:
+        """One read of the page's elements; a closed browser raises DeviceClosedError (no retry)."""
+        from playwright.async_api import Error as PlaywrightError
+
+        try:
+            await page.wait_for_load_state("domcontentloaded")
+            return await page.evaluate(script, options)
+        except PlaywrightError as exc:
+            self._raise_if_dead(exc)
+            raise
+
+    async def _observe(self, error: str | None = None) -> Observation:
         await self._settle_navigations()
         page = self._current_page()
         if self._guard is not None:
@@ -512,16 +535,7 @@ class BrowserDevice(Device):
             error = "; ".join(e for e in (error, _blocked_sentence(self._blocked)) if e)
         script, options = self._walk()
         self._observations += 1
-        for attempt in range(3):
-            try:
-                await page.wait_for_load_state("domcontentloaded")
-                snap = await page.evaluate(script, options)
-                break
-            except PlaywrightError as exc:
-                self._raise_if_dead(exc)
-                if attempt == 2:  # navigating the whole time: report, do not crash the team
-                    raise DeviceError(f"could not read the page: {_first_line(exc)}; retry "
-                                      "observe()") from None
+        snap = await self._snapshot(page, script, options)
         self._page_globals = snap.get("globals") or {}
         pages = self._context.pages
         titles = tuple([snap["title"] if p is page else await p.title() for p in pages])

@@ -40,7 +40,9 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from collabui.errors import ConfigError, ModelLoadError
 from collabui.serving.setup import default_flavor, vllm_python
@@ -400,19 +402,23 @@ class VLLMServer:
         return path
 
     def _wait_ready(self) -> None:
-        started = time.monotonic()
+        """Poll ``/v1/models`` every 0.5 s until it lists our model; a dead process or
+        ``ready_timeout_s`` ends the wait with one line naming the log."""
         url = f"http://{self.host}:{self.port}/v1/models"
-        while True:
-            code = self._proc.poll() if self._proc is not None else -1
-            if code is not None:
-                raise ModelLoadError(f"vLLM exited with code {code} during start-up ({self._log_error()}); "
-                                     f"see {self._log_path}")
-            if self._serves_model(url):
-                return
-            if time.monotonic() - started > self.ready_timeout_s:
-                raise ModelLoadError(f"vLLM was not ready after {self.ready_timeout_s:.0f} s; see "
-                                     f"{self._log_path}, raise ready_timeout_s or use enforce_eager")
-            time.sleep(0.5)
+        poll = Retrying(retry=retry_if_result(lambda ready: not ready), wait=wait_fixed(0.5),
+                        stop=stop_after_delay(self.ready_timeout_s), retry_error_callback=self._not_ready)
+        poll(self._ready, url)  # a ModelLoadError from _ready is not retried: it propagates
+
+    def _ready(self, url: str) -> bool:
+        code = self._proc.poll() if self._proc is not None else -1
+        if code is not None:
+            raise ModelLoadError(f"vLLM exited with code {code} during start-up ({self._log_error()}); "
+                                 f"see {self._log_path}")
+        return self._serves_model(url)
+
+    def _not_ready(self, state: RetryCallState) -> NoReturn:
+        raise ModelLoadError(f"vLLM was not ready after {self.ready_timeout_s:.0f} s; see "
+                             f"{self._log_path}, raise ready_timeout_s or use enforce_eager")
 
     def _serves_model(self, url: str) -> bool:
         # Our model name in the list, not just any answer: another server may hold the port.
