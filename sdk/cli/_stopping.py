@@ -95,23 +95,9 @@ def exit_now(code: int) -> None:
 
 def kill_descendants() -> int:
     """SIGKILL every descendant process of this one; return how many were killed."""
-    try:
-        import psutil  # in the web and android extras, the only ones that start processes
-    except ImportError:
-        return 0
-    try:
-        children = psutil.Process().children(recursive=True)
-    except psutil.Error:
-        return 0
-    killed = 0
-    for child in children:
-        try:
-            child.kill()
-            killed += 1
-        except psutil.Error:
-            continue  # already gone
-    psutil.wait_procs(children, timeout=0.5)
-    return killed
+    from collabui._processes import kill_tree
+
+    return kill_tree(os.getpid(), include_root=False)
 
 
 def quiet_broken_pipe() -> int:

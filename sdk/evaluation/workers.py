@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from collabui._processes import kill_tree
 from collabui.errors import ConfigError
 from collabui.evaluation.runner import EnvFactory, EnvPool, EpisodeSpec, RecordExtra, _run_one
 
@@ -157,9 +158,10 @@ class _ProcessHandle:
         try:
             self.pool.submit(_child_close).result(timeout=timeout)
         except Exception:  # a broken or stuck worker: ending its process is all we can do
-            # (ProcessPoolExecutor has no public handle on its processes)
+            # (ProcessPoolExecutor has no public handle on its processes), with its browser:
+            # killing the worker alone would orphan the Chromium it started.
             for process in list(getattr(self.pool, "_processes", {}).values()):
-                process.kill()
+                kill_tree(process.pid)
         finally:
             self.pool.shutdown(wait=True, cancel_futures=True)
 

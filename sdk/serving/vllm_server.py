@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+import psutil
 from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from collabui.errors import ConfigError, ModelLoadError
@@ -494,28 +495,12 @@ def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes of process group ``pgid``.
 
     Zombies are left out: in containers whose init does not reap, killed children linger as
-    zombies, which hold no memory and cannot be killed again. Off Linux (no /proc) this answers
-    ``[pgid]`` while any member exists.
+    zombies, which hold no memory and cannot be killed again.
     """
-    proc = Path("/proc")
-    if not proc.is_dir():
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return []
-        except PermissionError:
-            pass
-        return [pgid]
     members = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # Fields after the parenthesised command: state ppid pgrp ...
-        fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
-            members.append(int(entry.name))
+    for proc in psutil.process_iter(["status"]):
+        # The process may end between the listing and the question (NoSuchProcess, ESRCH).
+        with contextlib.suppress(psutil.Error, ProcessLookupError, PermissionError):
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) == pgid:
+                members.append(proc.pid)
     return members

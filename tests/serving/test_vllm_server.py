@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -161,8 +163,6 @@ def test_sigterm_ignored_falls_back_to_sigkill(fake_server) -> None:
 
 def test_server_dies_with_its_parent(fake_pkg: Path, fake_model: Path, tmp_path: Path) -> None:
     """A parent killed with SIGKILL (no atexit) still leaves no server behind (Linux)."""
-    import subprocess
-
     script = (
         "import sys, time; from collabui.serving.vllm_server import VLLMServer\n"
         f"s = VLLMServer({str(fake_model)!r}, python=sys.executable, log_file={str(tmp_path / 'p.log')!r},"
@@ -203,3 +203,20 @@ def test_unrunnable_interpreter_is_one_line(fake_model: Path, tmp_path: Path) ->
     with pytest.raises(ModelLoadError, match="cannot run .*collabui serve --setup"):
         server.start()
     assert not server.running
+
+
+def test_group_members_lists_live_members_not_zombies() -> None:
+    import psutil
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        assert group_members(proc.pid) == [proc.pid]
+        proc.kill()  # not reaped yet: a zombie, which the group no longer counts
+        for _ in range(100):
+            if psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE:
+                break
+            time.sleep(0.05)
+        assert group_members(proc.pid) == []
+    finally:
+        proc.kill()
+        proc.wait()
