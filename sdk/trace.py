@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -42,6 +44,7 @@ __all__ = [
     "encode_record",
     "read_trace",
     "reopen_trace",
+    "close_open_traces",
     "validate_record",
     "trace_schema",
 ]
@@ -167,10 +170,14 @@ class _JsonlRecorder(EpisodeRecorder):
     failed write is cut off again: the file only ever holds whole records, but a torn last
     line when the process is killed in mid-write, which read_trace skips."""
 
-    def __init__(self, path: Path, *, append_at: int | None = None, only_header: bool = False) -> None:
+    def __init__(self, path: Path, *, append_at: int | None = None, only_header: bool = False,
+                 steps: int = 0) -> None:
         self.path = path
         self._lock = threading.Lock()
         self._closed = False
+        # What an end record written on the episode's behalf needs (close_open_traces).
+        self._steps, self._outcome, self._started = steps, (0.0, False), time.monotonic()
+        _OPEN.add(self)
         # A new trace's file appears with its first record (_create): a signal or kill between
         # the episode's start and that record leaves no file rather than a 0-byte one.
         self._fh: Any = None
@@ -193,6 +200,14 @@ class _JsonlRecorder(EpisodeRecorder):
             else:
                 self._append(data)
             self._only_header = record.get("type") == "episode"
+            self._note(record)
+
+    def _note(self, record: Mapping[str, Any]) -> None:
+        """Count the steps written and keep the reward of one that ended the episode."""
+        if record.get("type") == "step":
+            self._steps += 1
+            if record.get("done"):
+                self._outcome = (float(record.get("reward") or 0.0), True)
 
     def _create(self, data: bytes) -> None:
         """The file, holding exactly its first record."""
@@ -249,13 +264,55 @@ class _JsonlRecorder(EpisodeRecorder):
 
     def close(self) -> None:
         with self._lock:
-            self._closed = True
-            if self._fh is not None and not self._fh.closed:
-                self._fh.close()
+            self._close()
+
+    def _close(self) -> None:
+        self._closed = True
+        _OPEN.discard(self)
+        if self._fh is not None and not self._fh.closed:
+            self._fh.close()
+
+    def abandon(self, error: str, *, wait_s: float) -> bool:
+        """Write the ``end`` record the episode did not get to write (it carries ``error``),
+        then close; False when the trace was closed already, has no header yet, or a write
+        held the lock for ``wait_s`` seconds. A whole-record append like any other."""
+        if not self._lock.acquire(timeout=wait_s):
+            return False
+        try:
+            if self._closed or self._fh is None:
+                return False
+            reward, done = self._outcome
+            self._append(encode_record({
+                "type": "end", "reward": reward if done else 0.0, "success": done and reward > 0,
+                "steps": self._steps, "error": error,
+                "duration_s": round(time.monotonic() - self._started, 3)}))
+            self._close()
+            return True
+        except TraceError:
+            return False  # a full disk: the trace keeps its last whole record, as after a kill
+        finally:
+            self._lock.release()
 
     @property
     def location(self) -> str:
         return str(self.path)
+
+
+#: Recorders of this process whose trace is not closed yet, for close_open_traces.
+_OPEN: weakref.WeakSet[_JsonlRecorder] = weakref.WeakSet()
+
+
+def close_open_traces(error: str, *, budget_s: float = 0.5) -> int:
+    """Give every trace file this process still has open its ``end`` record (with ``error``)
+    and close it, within ``budget_s`` seconds in all; return how many. For a process about to
+    end without running its ``finally`` blocks (the stop watchdog of ``collabui.cli``): the
+    episode loop writes the end record itself when it can, and a trace without one reads as a
+    run that died."""
+    deadline = time.monotonic() + budget_s
+    closed = 0
+    for recorder in list(_OPEN):
+        closed += recorder.abandon(error, wait_s=max(0.0, deadline - time.monotonic()))
+    return closed
 
 
 class JsonlTraceStore(TraceStore):
@@ -356,7 +413,7 @@ def reopen_trace(path: str | Path, *, keep_steps: int) -> tuple[EpisodeRecorder,
         offset += len(line) + 1
     if header is None:
         raise TraceError(f"{path} has no episode header; it cannot be resumed")
-    return _JsonlRecorder(path, append_at=offset, only_header=steps == 0), header, steps
+    return _JsonlRecorder(path, append_at=offset, only_header=steps == 0, steps=steps), header, steps
 
 
 def read_trace(path: str | Path, *, validate: bool = True) -> Trace:
