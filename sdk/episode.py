@@ -224,6 +224,7 @@ class _Run:
         shot = None
         if obs.screenshot is not None and self.recorder is not None:
             shot = self.recorder.add_screenshot(t, obs.screenshot)
+        entry = history_entry(executed, obs, note=_not_done(step, outcome))
         self._write({
             "type": "step",
             "t": t,
@@ -240,11 +241,12 @@ class _Run:
             "error": error,
             "info": self.redactor.data(dict(outcome.info)) if outcome else {},
             "timings": {k: round(v, 4) for k, v in timings.items()},
+            "history_entry": entry,
         })
         if self.result is None:  # begin() always runs first; keep the record anyway
             self.result = EpisodeResult(task=self.task or '')
         self.result.steps.append(rec)
-        self.history.append(history_entry(executed, obs))
+        self.history.append(entry)
         if self.session is not None:  # after the trace line: a resume trusts the checkpoint file
             self.session.after_step(self.episode_id, t, self.history[-1])
         if outcome is not None and (outcome.done or executed.terminal):
@@ -346,6 +348,19 @@ class _Run:
                 self.redactor.add_password(typed or "")
             obs = self.redactor.observation(outcome.observation)
         return obs
+
+
+def _not_done(step: Any, outcome: StepOutcome | None) -> str | None:
+    """What the history must say of an action that did not (fully) happen, or None: refused by
+    the approval policy (never sent to the device), or its navigation blocked by the guard (a
+    jump_to not made, a link clicked whose page did not open)."""
+    if _refused(step):
+        return "refused"
+    blocked = outcome.info.get("blocked_navigations") if outcome is not None else None
+    if not blocked:
+        return None
+    reasons = {"off-site" if "not an allowed site" in str(b.get("reason")) else "non-web URL" for b in blocked}
+    return "blocked: " + ", ".join(sorted(reasons))
 
 
 def _refused(step: Any) -> bool:
