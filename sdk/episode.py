@@ -124,6 +124,8 @@ class _Run:
         self.started = time.perf_counter()
         self.result: EpisodeResult | None = None
         self.header: dict[str, Any] | None = None  # as written to the trace
+        #: The task came from the environment (not the caller): passwords typed are masked in it.
+        self._env_task = False
         self.recorder: EpisodeRecorder | None
         if self.session is not None and self.session.header is not None:
             self.recorder, self.header = self.session.recorder, self.session.header
@@ -170,9 +172,11 @@ class _Run:
         task = self.task or obs.task
         if not task:
             raise ConfigError("no task: pass task= (or --task) or use an environment that defines one")
+        self._env_task = not self.task
         self.task = task
         self.result = EpisodeResult(task=task, trace_path=self.recorder.location if self.recorder else None)
-        if self.header is None or self.header["task"] != task:
+        resumed = self.session is not None and self.session.header is not None
+        if self.header is None or (self.header["task"] != task and not resumed):  # a resumed trace keeps its own
             self._write_header(task)
         if self.session is not None:
             self.result.resumed_steps = self.session.first_t
@@ -211,7 +215,19 @@ class _Run:
         if outcome is not None and outcome.info.get("masked_action") and self._sent is not None:
             typed = getattr(self._sent, "content", None) or getattr(self._sent, "text", None)
             redactor.add_password(typed or "")
+        self._mask_header()
         return redactor.observation(obs), redactor.team_step(step)
+
+    def _mask_header(self) -> None:
+        """A password just typed that the environment's task holds (MiniWoB++ enter-password
+        names it) is masked in the header written before, as in every later record; a task the
+        caller gave stays as given."""
+        if not self._env_task or self.header is None or self.recorder is None:
+            return
+        masked = self.redactor.data(self.header)
+        if masked != self.header:
+            self.recorder.replace_header(masked)
+            self.header = masked
 
     def record(self, t: int, obs: Observation, step, outcome: StepOutcome | None, error: str | None, timings) -> StepRecord:
         obs, step = self._mask_step(obs, step, outcome)
@@ -259,6 +275,8 @@ class _Run:
     def end(self, error: str | None) -> EpisodeResult:
         trace_path = self.recorder.location if self.recorder and self.header else None
         result = self.result or EpisodeResult(task=self.task or "", trace_path=trace_path)
+        if self._env_task:
+            result.task = self.redactor.text(result.task)
         result.error = result.error or (redact_url(self.redactor.text(error)) if error else error)
         result.success = result.reward > 0
         result.duration_s = time.perf_counter() - self.started

@@ -146,6 +146,11 @@ class EpisodeRecorder(ABC):
     def add_screenshot(self, t: int, png: bytes) -> str:
         """Store a screenshot for step t; return the reference to put in the step record."""
 
+    def replace_header(self, record: Mapping[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Swap the ``episode`` record for ``record`` once steps follow it (the episode loop
+        masks a password in an environment's task this way, see ``collabui.episode``). The
+        built-in stores do; a store that cannot keeps the first header (this default)."""
+
     def close(self) -> None:  # noqa: B027 - optional hook, no-op by default
         """Finish the episode. Safe to call twice."""
 
@@ -255,6 +260,16 @@ class _JsonlRecorder(EpisodeRecorder):
             raise TraceError(f"trace {self.path} already has steps; its header cannot change")
         self._write_whole(data)
 
+    def replace_header(self, record: Mapping[str, Any]) -> None:
+        """The whole file again, its first line swapped (written aside, then renamed over the
+        trace: a kill leaves the old file or the new one)."""
+        data = encode_record(record)
+        with self._lock:
+            if self._closed or self._fh is None:
+                raise TraceError(f"trace {self.path} is closed or has no header to replace")
+            whole = self.path.read_bytes()[:self._size]  # whole records only
+            self._write_whole(data + whole[whole.index(b"\n") + 1:])
+
     def add_screenshot(self, t: int, png: bytes) -> str:
         folder = self.path.with_suffix("")
         folder.mkdir(exist_ok=True)
@@ -346,6 +361,11 @@ class _MemoryRecorder(EpisodeRecorder):
             self.records[0] = stored
         else:
             self.records.append(stored)
+
+    def replace_header(self, record: Mapping[str, Any]) -> None:
+        if not self.records:
+            raise TraceError("the trace has no header to replace")
+        self.records[0] = json.loads(encode_record(record))
 
     def add_screenshot(self, t: int, png: bytes) -> str:
         ref = f"step_{t:04d}.png"
