@@ -370,15 +370,17 @@ class _Run:
 
 def _not_done(step: Any, outcome: StepOutcome | None) -> str | None:
     """What the history must say of an action that did not (fully) happen, or None: refused by
-    the approval policy (never sent to the device), or its navigation blocked by the guard (a
-    jump_to not made, a link clicked whose page did not open)."""
+    the approval policy (never sent to the device), its navigation blocked by the guard (a
+    jump_to not made, a link clicked whose page did not open), or the app it brought to front
+    left again (a phone's app allowlist)."""
     if _refused(step):
         return "refused"
-    blocked = outcome.info.get("blocked_navigations") if outcome is not None else None
-    if not blocked:
-        return None
-    reasons = {"off-site" if "not an allowed site" in str(b.get("reason")) else "non-web URL" for b in blocked}
-    return "blocked: " + ", ".join(sorted(reasons))
+    info = outcome.info if outcome is not None else {}
+    reasons = {"off-site" if "not an allowed site" in str(b.get("reason")) else "non-web URL"
+               for b in info.get("blocked_navigations") or ()}
+    if info.get("blocked_apps"):
+        reasons.add("app not allowed")
+    return "blocked: " + ", ".join(sorted(reasons)) if reasons else None
 
 
 def _refused(step: Any) -> bool:
