@@ -28,7 +28,10 @@ import typing
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-__all__ = ["FLAG_NAMES", "add_config_flags", "config_argv", "config_from_args", "flag_of"]
+from collabui.errors import ConfigError
+
+__all__ = ["FLAG_NAMES", "add_config_flags", "config_argv", "config_from_args", "field_defaults", "flag_of",
+           "given_flags", "refuse_ignored"]
 
 #: Field names whose flag is spelled differently, the same in every command.
 FLAG_NAMES: Mapping[str, str] = {"n_agents": "agents", "out_dir": "out"}
@@ -205,3 +208,22 @@ def config_argv(cls: type, values: Mapping[str, Any], *, always: Collection[str]
         else:
             argv += [flag, _show(value)]
     return argv
+
+
+def field_defaults(cls: type, names: Collection[str]) -> dict[str, Any]:
+    """``{field: default}`` of the dataclass ``cls``'s fields ``names``."""
+    return {f.name: _default(f) for f in _selected(cls, names, ())}
+
+
+def given_flags(args: argparse.Namespace, defaults: Mapping[str, Any], *,
+                rename: Mapping[str, str] | None = None) -> list[str]:
+    """The flags of ``defaults`` (destination -> default value) parsed to another value, i.e.
+    given on the command line (a flag given its default value changes nothing either way)."""
+    return [flag_of(dest, rename) for dest, default in defaults.items() if getattr(args, dest, default) != default]
+
+
+def refuse_ignored(flags: Collection[str], why: str) -> None:
+    """Flags the command would silently ignore are an error (one ``error:`` line, exit 2):
+    ``--x and --y would be ignored WHY``."""
+    if flags:
+        raise ConfigError(f"{' and '.join(flags)} would be ignored {why}")
