@@ -249,3 +249,23 @@ def test_open_traces_get_an_end_record_on_the_episodes_behalf(tmp_path):
     close_open_traces("again")  # the one whose lock was held is still open
     assert read_trace(tmp_path / "e.jsonl").end["error"] == "again"
     assert read_trace(tmp_path / "a.jsonl").end["error"] == "Interrupted: SIGINT"
+
+
+def test_header_is_replaced_whole_once_steps_follow(tmp_path):
+    """How the episode loop masks a password in an environment's task written before it was
+    typed: the file is written again with the new header and every record after it."""
+    rec = JsonlTraceStore(tmp_path).start("e1")
+    rec.write({**HEADER, "task": 'Type "hunter2"'})
+    rec.write(STEP)
+    rec.replace_header({**HEADER, "task": 'Type "***"'})
+    rec.write(END)
+    trace = read_trace(tmp_path / "e1.jsonl")
+    assert trace.header["task"] == 'Type "***"' and len(trace.steps) == 1 and trace.end == END
+    assert b"hunter2" not in (tmp_path / "e1.jsonl").read_bytes()
+    assert not list(tmp_path.glob("*.part"))
+    memory = MemoryTraceStore()
+    mem = memory.start("m")
+    mem.write(HEADER)
+    mem.write(STEP)
+    mem.replace_header({**HEADER, "task": "other"})
+    assert [r["type"] for r in mem.records] == ["episode", "step"] and mem.records[0]["task"] == "other"
