@@ -77,8 +77,10 @@ _STUCK_EPISODE = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_watchdog_ends_the_trace_of_a_stuck_episode(tmp_path, signum):
+def test_watchdog_ends_the_trace_of_a_stuck_episode(tmp_path):
+    # One signal: both take the same path (the hung-cleanup test above tries both); the suite
+    # stays within its time budget.
+    signum = signal.SIGTERM
     proc = subprocess.Popen([sys.executable, "-c", _STUCK_EPISODE, str(tmp_path)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
