@@ -38,7 +38,7 @@ _PLACEHOLDER = re.compile(r"<secret:([A-Za-z_][A-Za-z0-9_.-]{0,63})>")
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#]*@")
 _CREDENTIAL_PARAM = re.compile(
     r"(?i)([?&;](?:api[_-]?key|apikey|key|token|access[_-]?token|auth|password|passwd|pwd|secret"
-    r"|sig|signature)=)[^&#\s]*")
+    r"|sig|signature)=)(?:\*\*\*(?=[&#\s'\x22)\]]|$)|[^&#\s]*)")  # masked already (a quoted spec): kept
 _BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}")
 #: Action fields that hold free text (ids, indices and directions are never masked).
 _FREE_TEXT = ("content", "text", "option", "url", "message", "answer", "app_name", "raw", "reason")
