@@ -100,6 +100,7 @@ def test_ignored_flags_in_eval_and_url_runs(tmp_path, capsys):
     (["bench", "--backend", "local", "--episodes", "2", "--enforce-eager"],
      "--episodes and --enforce-eager would be ignored with --backend local"),
     (["bench", "--episodes", "0", "--browsers", "3"], "--browsers would be ignored with --episodes 0"),
+    (["bench", "--backend", "local", "--max-steps", "5"], "--max-steps would be ignored with --backend local"),
     (["train", "sft", "--pairs", "p.jsonl", "--out", "OUT", "--merge"], "--merge would be ignored with --pairs"),
     (["train", "pairs", "--traces", "t", "--labels", "l", "--adversary", "own", "--seed", "3", "--out", "OUT/p.jsonl"],
      "--seed would be ignored with --adversary own"),
