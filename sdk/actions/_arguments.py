@@ -8,9 +8,10 @@ A ``description`` on a field is what the argument must be; invalid values are re
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import AfterValidator, Field, ValidationError
+from pydantic_core import ErrorDetails
 
 if TYPE_CHECKING:
     from collabui.actions.base import Action
@@ -59,10 +60,10 @@ def problem(cls: type[Action], exc: ValidationError) -> str:
     return f"{cls.name}: {field} must be {_expected(cls, field, error)}, got {error['input']!r}"
 
 
-def _expected(cls: type[Action], field: str, error: Any) -> str:
+def _expected(cls: type[Action], field: str, error: ErrorDetails) -> str:
     info = cls.model_fields.get(field)
     if info is not None and info.description:
         return info.description
     if error["type"] == "literal_error":
-        return str(error["ctx"]["expected"])  # "'up' or 'down'"
+        return str(error.get("ctx", {}).get("expected"))  # "'up' or 'down'"
     return _EXPECTED.get(error["type"], str(error["msg"]).lower())

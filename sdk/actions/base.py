@@ -13,13 +13,15 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
-from typing_extensions import Self
 
 from collabui.actions._arguments import problem
 from collabui.errors import ActionError
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self is 3.11+; we support 3.10
 
 __all__ = ["Action", "Unknown", "ActionSpace", "normalize_text"]
 
