@@ -17,6 +17,12 @@ Actions (the MOBILE space, paper Table 5), addressed by the index of the last ob
 * ``navigate_home`` / ``navigate_back`` / ``keyboard_enter``: key presses.
 * ``open_app``: app name -> package from the installed packages; refused when an allowlist is
   configured and the app is not on it.
+
+With an allowlist, the app in front is checked after every action and at reset (a tap can fire
+an intent or a deep link into another app, an allowed app can hand over to one): a package that
+is neither allowed, the home screen nor a system one (``SYSTEM_PACKAGES``) is left by Back, then
+by relaunching the last allowed app, then by Home; ``info["blocked_apps"]`` records it and the
+next observation's ``last_action_error`` says so.
 * ``wait``: until the screen changes, at most ``wait_s``. ``status`` and ``answer`` end the
   episode (reward 0: a phone has no reward function; ``info`` carries the verdict/answer).
 
@@ -48,11 +54,18 @@ from collabui.devices.hierarchy import Screen, parse_hierarchy
 from collabui.devices.ui_elements import PASSWORD_MASK, UIElement, render_elements
 from collabui.errors import ActionError, ConfigError, DeviceClosedError, DeviceError
 
-__all__ = ["AndroidConfig", "AndroidDevice", "PhoneConnectionError", "Connect", "gesture_path"]
+__all__ = ["AndroidConfig", "AndroidDevice", "PhoneConnectionError", "Connect", "SYSTEM_PACKAGES", "gesture_path"]
 
 T = TypeVar("T")
 #: Builds a connected ``uiautomator2.Device``-like object from a serial (None: the only phone).
 Connect = Callable[[str | None], Any]
+#: Packages that may be in front whatever the allowlist: the notification shade, the permission
+#: dialogs an allowed app asks for, the system's own dialogs (app chooser, "not responding").
+SYSTEM_PACKAGES = ("com.android.systemui", "com.android.permissioncontroller",
+                   "com.google.android.permissioncontroller", "android")
+#: The adb command naming the home screen's package (``pkg/activity`` on its last line).
+_HOME_QUERY = ["cmd", "package", "resolve-activity", "--brief", "-a", "android.intent.action.MAIN",
+               "-c", "android.intent.category.HOME"]
 
 
 class PhoneConnectionError(DeviceError):
@@ -201,6 +214,9 @@ class AndroidDevice(Device):
         self._steps = 0
         self._seed: int | None = None
         self._apps: tuple[list[str], list[str]] | None = None
+        #: (the allowlist's packages, home and system packages) once asked (see _front_rules).
+        self._front: tuple[set[str], set[str]] | None = None
+        self._last_allowed: str | None = None  # the last allowlisted app seen in front
 
     # ---- connection ------------------------------------------------------------------------
 
@@ -221,7 +237,7 @@ class AndroidDevice(Device):
             if not _is_connection_error(exc):
                 raise DeviceError(f"phone operation '{what}' failed: {_first_line(exc)}; check "
                                   "the phone screen (unlocked, no system dialog) and retry") from None
-        self._d, self._apps = None, None
+        self._d, self._apps, self._front = None, None, None
         try:
             return call(self._device())
         except PhoneConnectionError:
@@ -297,7 +313,7 @@ class AndroidDevice(Device):
                 error = self._open_app(str(options["app"]))
                 if error:
                     raise ConfigError(f"reset option app: {error}")
-            return self._observation(*self._settle(), None)
+            return self._observation(*self._keep_to_allowed_apps(*self._settle(), {}))
 
     def observe(self) -> Observation:
         with self._lock:
@@ -320,7 +336,9 @@ class AndroidDevice(Device):
             error = self._execute(action, info)
             done = bool(action.terminal) and error is None
             self._done = done
-            return StepOutcome(self._observation(*self._settle(), error), 0.0, done, info)
+            screen, settled, blocked = self._keep_to_allowed_apps(*self._settle(), info)
+            error = "; ".join(e for e in (error, blocked) if e) or None
+            return StepOutcome(self._observation(screen, settled, error), 0.0, done, info)
 
     def close(self) -> None:
         with self._lock:
@@ -372,6 +390,51 @@ class AndroidDevice(Device):
             return f"opening {name!r} is not allowed on this phone; allowed apps: {', '.join(allow)}"
         self._u2("app_start", lambda d: d.app_start(package))
         return None
+
+    def _front_rules(self) -> tuple[set[str], set[str]] | None:
+        """(packages the allowlist admits, home screen and system packages); None without an
+        allowlist."""
+        allow = self.config.app_allowlist
+        if allow is None:
+            return None
+        if self._front is None:
+            installed, launchable = self._app_catalog()
+            out = self._u2("query home activity", lambda d: d.shell(_HOME_QUERY))
+            text = out if isinstance(out, str) else getattr(out, "output", "") or ""
+            allowed = apps.allowed_packages(allow, installed, launchable, self.config.app_aliases)
+            self._front = allowed, {*apps.parse_launchable(text), *SYSTEM_PACKAGES}
+        return self._front
+
+    def _keep_to_allowed_apps(self, screen: Screen, settled: bool,
+                              info: dict[str, Any]) -> tuple[Screen, bool, str | None]:
+        """``(screen, settled, error)``: with an allowlist, a package not allowed in front (an
+        intent, a deep link or a launch brought it) is left by Back, then by relaunching the
+        last allowed app, then by Home, and reported in ``info["blocked_apps"]`` and ``error``."""
+        rules = self._front_rules()
+        package = self._foreground(screen).get("package") if rules else None
+        if rules is None or package is None or package in rules[0] | rules[1]:
+            if rules is not None and package in rules[0]:
+                self._last_allowed = package
+            return screen, settled, None
+        now, how, left = package, "", False
+        for how, call in self._ways_back():
+            self._u2(how, call)
+            screen, settled = self._settle()
+            now = self._foreground(screen).get("package")
+            left = now is None or now in rules[0] | rules[1]
+            if left:
+                break
+        info.setdefault("blocked_apps", []).append({"package": package, "undone_by": how, "now": now})
+        outcome = f"{how} brought back {now}" if left else "Back, relaunching and Home did not leave it"
+        return screen, settled, f"{package} came to the front but is not an allowed app ({outcome})"
+
+    def _ways_back(self) -> list[tuple[str, Callable[[Any], Any]]]:
+        """How to leave an app that is not allowed, gentlest first (named as _u2 reports them)."""
+        ways: list[tuple[str, Callable[[Any], Any]]] = [("press back", lambda d: d.press("back"))]
+        last = self._last_allowed
+        if last is not None:
+            ways.append((f"relaunch {last}", lambda d: d.app_start(last)))
+        return [*ways, ("press home", lambda d: d.press("home"))]
 
     def _app_catalog(self) -> tuple[list[str], list[str]]:
         if self._apps is None:

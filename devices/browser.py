@@ -235,6 +235,8 @@ class BrowserDevice(Device):
         #: Navigations blocked since the last observation (reported in ``StepOutcome.info``).
         self._blocked: list[BlockedNavigation] = []
         self._navigations_seen = 0
+        #: Refused frames being undone (see ``_on_frame``).
+        self._undoing: dict[Any, asyncio.Future[None]] = {}
         self._page_globals: dict[str, Any] = {}
         #: Observations taken since the last reset (one of the shuffle seed's parts).
         self._observations = 0
@@ -425,6 +427,42 @@ class BrowserDevice(Device):
     def _adopt_page(self, page: Any) -> None:
         self._page = page
         page.on("crash", lambda _p: self._mark_dead("the browser page crashed"))
+        page.on("framenavigated", self._on_frame)
+        self._on_frame(page.main_frame)  # a popup may have opened straight onto its URL
+
+    def _on_frame(self, frame: Any) -> None:
+        """A frame committed a URL: one routing never saw (data:, blob:) and the guard refuses
+        is undone at once and reported (see collabui.devices.navigation)."""
+        guard = self._guard
+        how = "iframe" if frame.parent_frame is not None else "navigation"
+        # Chromium may report one commit twice; the frame is undone (and reported) once.
+        if guard is None or frame in self._undoing or not guard.refuse_commit(frame.url, how):
+            return
+        # Kept until done: a reference (or the task may be collected before it runs), and what
+        # _settle_navigations waits for.
+        self._undoing[frame] = asyncio.ensure_future(self._undo_frame(frame, guard))
+        self._undoing[frame].add_done_callback(lambda _task: self._undoing.pop(frame, None))
+
+    async def _undo_frame(self, frame: Any, guard: NavigationGuard) -> None:
+        """Point a refused iframe at about:blank; send a refused tab back (or close a popup
+        that has no page to go back to; the last tab shows about:blank instead)."""
+        from playwright.async_api import Error as PlaywrightError
+
+        try:
+            if frame.parent_frame is not None:
+                element = await frame.frame_element()
+                await element.evaluate("frame => { frame.src = 'about:blank'; }")
+                return
+            page = frame.page
+            await page.go_back(wait_until="commit")
+            if guard.refusal(page.url) is None and page.url != "about:blank":
+                return
+            if len(page.context.pages) > 1:
+                await page.close()
+            else:
+                await page.goto("about:blank")
+        except PlaywrightError:
+            return  # the frame or its page went away meanwhile: nothing left to undo
 
     def _mark_dead(self, reason: str) -> None:
         if not self._closed:
@@ -606,14 +644,15 @@ class BrowserDevice(Device):
         return StepOutcome(observation, 0.0, bool(action.terminal), info)
 
     async def _settle_navigations(self, timeout_s: float = 5.0) -> None:
-        """Wait (bounded) for navigation requests the guard is still checking."""
+        """Wait (bounded) for navigation requests the guard is still checking and refused
+        frames being undone."""
         guard = self._guard
         if guard is None:
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         seen = self._navigations_seen
-        while guard.busy and loop.time() < deadline:
+        while (guard.busy or self._undoing) and loop.time() < deadline:
             await asyncio.sleep(0.02)
         if guard.navigations != seen:
             # A popup's "page" event comes a moment after its first response is handed over.

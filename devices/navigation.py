@@ -10,6 +10,14 @@ a blocked popup stays blank. Server redirects are followed by the guard itself (
 a route handler only for the first URL of a redirect chain), so a redirect to another site is
 refused before the browser sees it.
 
+Routing never sees what Chromium loads without a request: ``data:`` and ``blob:`` documents a
+page script puts in an iframe, or opens in its tab or a popup (``UNROUTED_SCHEMES``). The device
+checks every frame's URL as it commits (``refuse_commit``) and undoes those at once: an iframe
+is pointed at ``about:blank``, a tab goes back (a popup with nowhere to go back to is closed).
+Their content is never observed; a script in it may have run for that moment, and whatever it
+tried to open went through the guard like any other navigation. ``about:srcdoc`` frames are
+the page's own markup, and their navigations are routed as any frame's.
+
 Hosts: an entry ``example.org`` allows ``example.org`` and every subdomain of it
 (``www.example.org``, ``a.b.example.org``); an IP address allows that address (any port);
 ``"*"`` allows every host (schemes are still checked). ``origins`` allow one exact origin
@@ -26,7 +34,7 @@ from urllib.parse import urljoin, urlsplit
 
 from collabui.errors import ConfigError
 
-__all__ = ["NavigationGuard", "BlockedNavigation", "check_domains", "site_of"]
+__all__ = ["NavigationGuard", "BlockedNavigation", "UNROUTED_SCHEMES", "check_domains", "site_of"]
 
 #: Schemes a page may be loaded from.
 WEB_SCHEMES = ("http", "https")
@@ -34,6 +42,8 @@ WEB_SCHEMES = ("http", "https")
 _INERT_PAGES = ("about:blank", "about:srcdoc")
 _HOST = re.compile(r"^(\*\.)?[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*\.?$")
 _REDIRECTS = (301, 302, 303, 307, 308)
+#: Schemes Chromium loads without a network request, so request routing never sees them.
+UNROUTED_SCHEMES = ("data", "blob", "filesystem")
 
 BlockedNavigation = dict[str, str]
 
@@ -117,6 +127,17 @@ class NavigationGuard:
             if host == domain or (not _is_ip(domain) and host.endswith("." + domain)):
                 return None
         return f"{host or url} is not an allowed site (allowed: {self.describe()})"
+
+    def refuse_commit(self, url: str, how: str) -> bool:
+        """True (and the block recorded) when a frame that just committed ``url`` must be
+        undone: a refused URL of a scheme routing never saw. Other URLs went through
+        ``route`` already (an aborted one commits Chromium's error page, which stays)."""
+        scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+        reason = self.refusal(url) if scheme in UNROUTED_SCHEMES else None
+        if reason:
+            self.navigations += 1
+            self._block(url, reason, how)
+        return reason is not None
 
     def drain(self) -> list[BlockedNavigation]:
         """The navigations blocked since the last call (oldest first), forgotten here."""

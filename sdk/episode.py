@@ -124,6 +124,8 @@ class _Run:
         self.started = time.perf_counter()
         self.result: EpisodeResult | None = None
         self.header: dict[str, Any] | None = None  # as written to the trace
+        #: The task came from the environment (not the caller): passwords typed are masked in it.
+        self._env_task = False
         self.recorder: EpisodeRecorder | None
         if self.session is not None and self.session.header is not None:
             self.recorder, self.header = self.session.recorder, self.session.header
@@ -170,9 +172,11 @@ class _Run:
         task = self.task or obs.task
         if not task:
             raise ConfigError("no task: pass task= (or --task) or use an environment that defines one")
+        self._env_task = not self.task
         self.task = task
         self.result = EpisodeResult(task=task, trace_path=self.recorder.location if self.recorder else None)
-        if self.header is None or self.header["task"] != task:
+        resumed = self.session is not None and self.session.header is not None
+        if self.header is None or (self.header["task"] != task and not resumed):  # a resumed trace keeps its own
             self._write_header(task)
         if self.session is not None:
             self.result.resumed_steps = self.session.first_t
@@ -211,7 +215,19 @@ class _Run:
         if outcome is not None and outcome.info.get("masked_action") and self._sent is not None:
             typed = getattr(self._sent, "content", None) or getattr(self._sent, "text", None)
             redactor.add_password(typed or "")
+        self._mask_header()
         return redactor.observation(obs), redactor.team_step(step)
+
+    def _mask_header(self) -> None:
+        """A password just typed that the environment's task holds (MiniWoB++ enter-password
+        names it) is masked in the header written before, as in every later record; a task the
+        caller gave stays as given."""
+        if not self._env_task or self.header is None or self.recorder is None:
+            return
+        masked = self.redactor.data(self.header)
+        if masked != self.header:
+            self.recorder.replace_header(masked)
+            self.header = masked
 
     def record(self, t: int, obs: Observation, step, outcome: StepOutcome | None, error: str | None, timings) -> StepRecord:
         obs, step = self._mask_step(obs, step, outcome)
@@ -224,6 +240,7 @@ class _Run:
         shot = None
         if obs.screenshot is not None and self.recorder is not None:
             shot = self.recorder.add_screenshot(t, obs.screenshot)
+        entry = history_entry(executed, obs, note=_not_done(step, outcome))
         self._write({
             "type": "step",
             "t": t,
@@ -240,11 +257,12 @@ class _Run:
             "error": error,
             "info": self.redactor.data(dict(outcome.info)) if outcome else {},
             "timings": {k: round(v, 4) for k, v in timings.items()},
+            "history_entry": entry,
         })
         if self.result is None:  # begin() always runs first; keep the record anyway
             self.result = EpisodeResult(task=self.task or '')
         self.result.steps.append(rec)
-        self.history.append(history_entry(executed, obs))
+        self.history.append(entry)
         if self.session is not None:  # after the trace line: a resume trusts the checkpoint file
             self.session.after_step(self.episode_id, t, self.history[-1])
         if outcome is not None and (outcome.done or executed.terminal):
@@ -257,6 +275,8 @@ class _Run:
     def end(self, error: str | None) -> EpisodeResult:
         trace_path = self.recorder.location if self.recorder and self.header else None
         result = self.result or EpisodeResult(task=self.task or "", trace_path=trace_path)
+        if self._env_task:
+            result.task = self.redactor.text(result.task)
         result.error = result.error or (redact_url(self.redactor.text(error)) if error else error)
         result.success = result.reward > 0
         result.duration_s = time.perf_counter() - self.started
@@ -346,6 +366,21 @@ class _Run:
                 self.redactor.add_password(typed or "")
             obs = self.redactor.observation(outcome.observation)
         return obs
+
+
+def _not_done(step: Any, outcome: StepOutcome | None) -> str | None:
+    """What the history must say of an action that did not (fully) happen, or None: refused by
+    the approval policy (never sent to the device), its navigation blocked by the guard (a
+    jump_to not made, a link clicked whose page did not open), or the app it brought to front
+    left again (a phone's app allowlist)."""
+    if _refused(step):
+        return "refused"
+    info = outcome.info if outcome is not None else {}
+    reasons = {"off-site" if "not an allowed site" in str(b.get("reason")) else "non-web URL"
+               for b in info.get("blocked_navigations") or ()}
+    if info.get("blocked_apps"):
+        reasons.add("app not allowed")
+    return "blocked: " + ", ".join(sorted(reasons)) if reasons else None
 
 
 def _refused(step: Any) -> bool:

@@ -38,12 +38,14 @@ linear in them: adversarial answers of 16 kB parse in milliseconds.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, get_args, get_origin
+
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
 
 from collabui._literal import (
     Call,
@@ -456,18 +458,18 @@ class _Parser:
         if len(positional) == 1 and isinstance(positional[0], dict) and not kwargs:
             kwargs, positional = {_norm_key(k): v for k, v in positional[0].items()}, []
         kwargs = {_norm_key(k): v for k, v in kwargs.items()}
-        fields = dataclasses.fields(cls)
+        fields = list(cls.model_fields.items())
         if len(positional) > len(fields):
             raise Unreadable(f"{name} takes at most {len(fields)} argument(s), got {len(positional)}")
-        values = {f.name: v for f, v in zip(fields, positional, strict=False)}
+        values = {field: v for (field, _), v in zip(fields, positional, strict=False)}
         used: set[str] = set()
-        for f in fields[len(positional):]:
-            key = next((k for k in _FIELD_ALIASES.get(f.name, (f.name,))
+        for field, _ in fields[len(positional):]:
+            key = next((k for k in _FIELD_ALIASES.get(field, (field,))
                         if k in kwargs and k not in used), None)
             if key is not None:
                 used.add(key)
-                values[f.name] = kwargs[key]
-        if "element_id" in {f.name for f in fields} and "element_id" not in values and "index" in kwargs:
+                values[field] = kwargs[key]
+        if "element_id" in cls.model_fields and "element_id" not in values and "index" in kwargs:
             raise Unreadable(f"{name}: web actions address elements by 'element_id' "
                               "(a letter id like 'B'), not by 'index'")
         return self.space.from_dict({"action": name, **_coerce_all(name, fields, values)})
@@ -489,23 +491,31 @@ def _norm_key(key: Any) -> str:
     return re.sub(r"[\s\-]+", "_", str(key).strip().lower())
 
 
-def _required(f: dataclasses.Field[Any]) -> bool:
-    """Defaults that are None or booleans are real defaults; others are placeholders."""
-    return f.default is dataclasses.MISSING or not (f.default is None or isinstance(f.default, bool))
+def _required(f: FieldInfo) -> bool:
+    """Defaults that are None or booleans are real defaults; others (a scroll direction, empty
+    typed text) must be written: a model that leaves them out most likely meant something else."""
+    return f.default is PydanticUndefined or not (f.default is None or isinstance(f.default, bool))
 
 
-def _coerce_all(name: str, fields: tuple[dataclasses.Field[Any], ...],
+def _kind(annotation: Any) -> str:
+    """``"bool"``, ``"int"`` or ``""``: the scalar type of an argument (``int | None`` is int)."""
+    types = {get_args(t)[0] if get_origin(t) is Annotated else t
+             for t in (get_args(annotation) or (annotation,))}
+    return "bool" if bool in types else "int" if int in types else ""
+
+
+def _coerce_all(name: str, fields: list[tuple[str, FieldInfo]],
                 values: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for f in fields:
-        value = values.get(f.name)
+    for field, f in fields:
+        value = values.get(field)
         if isinstance(value, list) and len(value) == 1:  # click([B]) / {"index": [3]}
             value = value[0]
         if value is None:
             if _required(f):
-                raise Unreadable(f"{name}: missing required argument '{f.name}'")
+                raise Unreadable(f"{name}: missing required argument '{field}'")
             continue
-        out[f.name] = _coerce(f.name, str(f.type), value)
+        out[field] = _coerce(field, _kind(f.annotation), value)
     return out
 
 
@@ -519,14 +529,14 @@ def _unbracket(value: str) -> str:
     return text.strip()
 
 
-def _coerce(field: str, annotation: str, value: Any) -> Any:
+def _coerce(field: str, kind: str, value: Any) -> Any:
     """Bring a model-written value to the field's type; leave it alone when unsure, so the
     action's own validation names the problem."""
-    if "bool" in annotation:
+    if kind == "bool":
         if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
             return value.strip().lower() in _TRUE
         return bool(value) if isinstance(value, int) and value in (0, 1) else value
-    if "int" in annotation:
+    if kind == "int":
         if isinstance(value, str):
             digits = _unbracket(value)
             return int(digits) if _INT.fullmatch(digits) else value

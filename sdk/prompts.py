@@ -127,16 +127,24 @@ def render_observation(obs: Observation, *, max_chars: int = 6000) -> str:
     return out
 
 
-def history_entry(action: Action, observation: Observation | None = None) -> str:
+def history_entry(action: Action, observation: Observation | None = None, *, note: str | None = None) -> str:
     """How an executed action reads in later prompts' history: its call form with the element
-    named by its screen line instead of its id, ``click(<button| Submit>)``.
+    named by its screen line instead of its id, ``click(<button| Submit>)``, and ``note`` in
+    brackets after it (``click(<button| Pay>) [refused]``).
 
     Ids name elements of one observation only: a device that shuffles them (or a page that
     re-renders) gives the same button another id at the next step, and agents reading
     ``click('D')`` in the history then re-used the stale id. The element's line is taken from
     the observation the action was executed on; without an element tree (phones, texts stored
-    without their tree) or when the id is not on it, the plain call form is kept.
+    without their tree) or when the id is not on it, the plain call form is kept. The note says
+    what did not happen (an action the approval policy refused, a navigation the guard
+    blocked): without it the agents read the action as done.
     """
+    call = _named_call(action, observation)
+    return f"{call} [{note}]" if note else call
+
+
+def _named_call(action: Action, observation: Observation | None) -> str:
     element_id = getattr(action, "element_id", None)
     tree = observation.extra.get("tree") if observation is not None else None
     if not element_id or not tree:

@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import quote, quote_plus
 
 from collabui.actions import Action, Unknown
-from collabui.errors import ConfigError
+from collabui.errors import ActionError, ConfigError
 
 __all__ = ["PASSWORD_MASK", "Redactor", "Secrets", "placeholder", "redact_url"]
 
@@ -38,7 +38,7 @@ _PLACEHOLDER = re.compile(r"<secret:([A-Za-z_][A-Za-z0-9_.-]{0,63})>")
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#]*@")
 _CREDENTIAL_PARAM = re.compile(
     r"(?i)([?&;](?:api[_-]?key|apikey|key|token|access[_-]?token|auth|password|passwd|pwd|secret"
-    r"|sig|signature)=)[^&#\s]*")
+    r"|sig|signature)=)(?:\*\*\*(?=[&#\s'\x22)\]]|$)|[^&#\s]*)")  # masked already (a quoted spec): kept
 _BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}")
 #: Action fields that hold free text (ids, indices and directions are never masked).
 _FREE_TEXT = ("content", "text", "option", "url", "message", "answer", "app_name", "raw", "reason")
@@ -192,8 +192,8 @@ class Redactor:
         if not changes:
             return action
         try:
-            return dataclasses.replace(action, **changes)
-        except (ValueError, TypeError):  # the masked text broke a validation: keep it unknown
+            return action.replace(**changes)
+        except ActionError:  # the masked text broke a validation: keep it unknown
             return Unknown(raw=self.text(action.to_call()), reason="masked")
 
     def reveal(self, action: Action) -> Action:
@@ -202,7 +202,7 @@ class Redactor:
         if typed is None or not self.secrets or not self.secrets.holds_placeholder(typed[1]):
             return action
         field = "content" if action.name == "type_string" else "text"
-        return dataclasses.replace(action, **{field: self.secrets.reveal(typed[1])})
+        return action.replace(**{field: self.secrets.reveal(typed[1])})
 
     def observation(self, observation: Any) -> Any:
         """An Observation with its text, task, URL, tabs, error and extra masked."""

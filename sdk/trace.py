@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -42,6 +44,7 @@ __all__ = [
     "encode_record",
     "read_trace",
     "reopen_trace",
+    "close_open_traces",
     "validate_record",
     "trace_schema",
 ]
@@ -143,6 +146,11 @@ class EpisodeRecorder(ABC):
     def add_screenshot(self, t: int, png: bytes) -> str:
         """Store a screenshot for step t; return the reference to put in the step record."""
 
+    def replace_header(self, record: Mapping[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Swap the ``episode`` record for ``record`` once steps follow it (the episode loop
+        masks a password in an environment's task this way, see ``collabui.episode``). The
+        built-in stores do; a store that cannot keeps the first header (this default)."""
+
     def close(self) -> None:  # noqa: B027 - optional hook, no-op by default
         """Finish the episode. Safe to call twice."""
 
@@ -167,10 +175,14 @@ class _JsonlRecorder(EpisodeRecorder):
     failed write is cut off again: the file only ever holds whole records, but a torn last
     line when the process is killed in mid-write, which read_trace skips."""
 
-    def __init__(self, path: Path, *, append_at: int | None = None, only_header: bool = False) -> None:
+    def __init__(self, path: Path, *, append_at: int | None = None, only_header: bool = False,
+                 steps: int = 0) -> None:
         self.path = path
         self._lock = threading.Lock()
         self._closed = False
+        # What an end record written on the episode's behalf needs (close_open_traces).
+        self._steps, self._outcome, self._started = steps, (0.0, False), time.monotonic()
+        _OPEN.add(self)
         # A new trace's file appears with its first record (_create): a signal or kill between
         # the episode's start and that record leaves no file rather than a 0-byte one.
         self._fh: Any = None
@@ -193,6 +205,14 @@ class _JsonlRecorder(EpisodeRecorder):
             else:
                 self._append(data)
             self._only_header = record.get("type") == "episode"
+            self._note(record)
+
+    def _note(self, record: Mapping[str, Any]) -> None:
+        """Count the steps written and keep the reward of one that ended the episode."""
+        if record.get("type") == "step":
+            self._steps += 1
+            if record.get("done"):
+                self._outcome = (float(record.get("reward") or 0.0), True)
 
     def _create(self, data: bytes) -> None:
         """The file, holding exactly its first record."""
@@ -240,6 +260,16 @@ class _JsonlRecorder(EpisodeRecorder):
             raise TraceError(f"trace {self.path} already has steps; its header cannot change")
         self._write_whole(data)
 
+    def replace_header(self, record: Mapping[str, Any]) -> None:
+        """The whole file again, its first line swapped (written aside, then renamed over the
+        trace: a kill leaves the old file or the new one)."""
+        data = encode_record(record)
+        with self._lock:
+            if self._closed or self._fh is None:
+                raise TraceError(f"trace {self.path} is closed or has no header to replace")
+            whole = self.path.read_bytes()[:self._size]  # whole records only
+            self._write_whole(data + whole[whole.index(b"\n") + 1:])
+
     def add_screenshot(self, t: int, png: bytes) -> str:
         folder = self.path.with_suffix("")
         folder.mkdir(exist_ok=True)
@@ -249,13 +279,55 @@ class _JsonlRecorder(EpisodeRecorder):
 
     def close(self) -> None:
         with self._lock:
-            self._closed = True
-            if self._fh is not None and not self._fh.closed:
-                self._fh.close()
+            self._close()
+
+    def _close(self) -> None:
+        self._closed = True
+        _OPEN.discard(self)
+        if self._fh is not None and not self._fh.closed:
+            self._fh.close()
+
+    def abandon(self, error: str, *, wait_s: float) -> bool:
+        """Write the ``end`` record the episode did not get to write (it carries ``error``),
+        then close; False when the trace was closed already, has no header yet, or a write
+        held the lock for ``wait_s`` seconds. A whole-record append like any other."""
+        if not self._lock.acquire(timeout=wait_s):
+            return False
+        try:
+            if self._closed or self._fh is None:
+                return False
+            reward, done = self._outcome
+            self._append(encode_record({
+                "type": "end", "reward": reward if done else 0.0, "success": done and reward > 0,
+                "steps": self._steps, "error": error,
+                "duration_s": round(time.monotonic() - self._started, 3)}))
+            self._close()
+            return True
+        except TraceError:
+            return False  # a full disk: the trace keeps its last whole record, as after a kill
+        finally:
+            self._lock.release()
 
     @property
     def location(self) -> str:
         return str(self.path)
+
+
+#: Recorders of this process whose trace is not closed yet, for close_open_traces.
+_OPEN: weakref.WeakSet[_JsonlRecorder] = weakref.WeakSet()
+
+
+def close_open_traces(error: str, *, budget_s: float = 0.5) -> int:
+    """Give every trace file this process still has open its ``end`` record (with ``error``)
+    and close it, within ``budget_s`` seconds in all; return how many. For a process about to
+    end without running its ``finally`` blocks (the stop watchdog of ``collabui.cli``): the
+    episode loop writes the end record itself when it can, and a trace without one reads as a
+    run that died."""
+    deadline = time.monotonic() + budget_s
+    closed = 0
+    for recorder in list(_OPEN):
+        closed += recorder.abandon(error, wait_s=max(0.0, deadline - time.monotonic()))
+    return closed
 
 
 class JsonlTraceStore(TraceStore):
@@ -289,6 +361,11 @@ class _MemoryRecorder(EpisodeRecorder):
             self.records[0] = stored
         else:
             self.records.append(stored)
+
+    def replace_header(self, record: Mapping[str, Any]) -> None:
+        if not self.records:
+            raise TraceError("the trace has no header to replace")
+        self.records[0] = json.loads(encode_record(record))
 
     def add_screenshot(self, t: int, png: bytes) -> str:
         ref = f"step_{t:04d}.png"
@@ -356,7 +433,7 @@ def reopen_trace(path: str | Path, *, keep_steps: int) -> tuple[EpisodeRecorder,
         offset += len(line) + 1
     if header is None:
         raise TraceError(f"{path} has no episode header; it cannot be resumed")
-    return _JsonlRecorder(path, append_at=offset, only_header=steps == 0), header, steps
+    return _JsonlRecorder(path, append_at=offset, only_header=steps == 0, steps=steps), header, steps
 
 
 def read_trace(path: str | Path, *, validate: bool = True) -> Trace:

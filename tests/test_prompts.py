@@ -67,3 +67,13 @@ def test_history_names_the_element_by_its_screen_line_not_its_id():
     # No tree (a phone, a stored text) or an id not on the page: the call form stays.
     assert history_entry(Click("D")) == "click('D')"
     assert history_entry(Click("Z"), html) == "click('Z')"
+
+
+def test_history_marks_an_action_that_did_not_happen():
+    from collabui.actions.web import Click
+    from collabui.devices.simplify import render
+
+    html = _page(render(_TREE, "html"), _TREE)
+    assert history_entry(Click("D"), html, note="refused") == "click(<button| Log in>) [refused]"
+    assert history_entry(Click("Z"), note="blocked: off-site") == "click('Z') [blocked: off-site]"
+    assert history_entry(Click("D"), html, note=None) == "click(<button| Log in>)"

@@ -7,6 +7,7 @@ from collabui.trace import (
     MAX_RAW_CHARS,
     JsonlTraceStore,
     MemoryTraceStore,
+    close_open_traces,
     read_trace,
     validate_record,
 )
@@ -219,3 +220,52 @@ def test_torn_last_line_may_end_mid_character(tmp_path):
     torn = json.dumps({**STEP, "observation": {"text": "天气"}}, ensure_ascii=False).encode()
     path.write_bytes(json.dumps(HEADER).encode() + b"\n" + torn[: torn.index("天".encode()) + 1])
     assert read_trace(path).steps == []
+
+
+def test_open_traces_get_an_end_record_on_the_episodes_behalf(tmp_path):
+    """What the stop watchdog does before ending the process: every trace still open gets its
+    end record (steps counted, the outcome of a finishing step kept); closed traces, traces
+    without a header yet and a trace whose lock a stuck writer holds are left alone."""
+    store = JsonlTraceStore(tmp_path)
+    running, finished, closed, empty, locked = (store.start(name) for name in ("a", "b", "c", "d", "e"))
+    for rec in (running, finished, closed, locked):
+        rec.write(HEADER)
+    running.write({**STEP, "done": False, "reward": 0.0})
+    running.write({**STEP, "t": 1, "done": False, "reward": 0.0})
+    finished.write(STEP)  # its end record was the next thing to write
+    closed.write(END)
+    closed.close()
+    locked._lock.acquire()
+    try:
+        assert close_open_traces("Interrupted: SIGINT", budget_s=0.3) >= 2  # other tests' may be open
+    finally:
+        locked._lock.release()
+    ends = {name: read_trace(tmp_path / f"{name}.jsonl").end for name in "abce"}
+    assert ends["a"]["steps"] == 2 and ends["a"]["success"] is False and ends["a"]["error"] == "Interrupted: SIGINT"
+    assert ends["b"]["steps"] == 1 and ends["b"]["success"] is True and ends["b"]["reward"] == 1.0
+    assert ends["c"] == END and ends["e"] is None and not (tmp_path / "d.jsonl").exists()
+    with pytest.raises(TraceError, match="is closed"):
+        running.write(END)  # the episode loop, should it wake up, cannot add a second end
+    close_open_traces("again")  # the one whose lock was held is still open
+    assert read_trace(tmp_path / "e.jsonl").end["error"] == "again"
+    assert read_trace(tmp_path / "a.jsonl").end["error"] == "Interrupted: SIGINT"
+
+
+def test_header_is_replaced_whole_once_steps_follow(tmp_path):
+    """How the episode loop masks a password in an environment's task written before it was
+    typed: the file is written again with the new header and every record after it."""
+    rec = JsonlTraceStore(tmp_path).start("e1")
+    rec.write({**HEADER, "task": 'Type "hunter2"'})
+    rec.write(STEP)
+    rec.replace_header({**HEADER, "task": 'Type "***"'})
+    rec.write(END)
+    trace = read_trace(tmp_path / "e1.jsonl")
+    assert trace.header["task"] == 'Type "***"' and len(trace.steps) == 1 and trace.end == END
+    assert b"hunter2" not in (tmp_path / "e1.jsonl").read_bytes()
+    assert not list(tmp_path.glob("*.part"))
+    memory = MemoryTraceStore()
+    mem = memory.start("m")
+    mem.write(HEADER)
+    mem.write(STEP)
+    mem.replace_header({**HEADER, "task": "other"})
+    assert [r["type"] for r in mem.records] == ["episode", "step"] and mem.records[0]["task"] == "other"

@@ -6,11 +6,12 @@ indexed element list (indices are not stable across steps).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from typing import Annotated, ClassVar, Literal, get_args
 
-from collabui.actions.base import Action, ActionSpace, _check_choice, _check_str
-from collabui.errors import ActionError
+from pydantic import Field
+
+from collabui.actions._arguments import NonEmptyText, Text
+from collabui.actions.base import Action, ActionSpace
 
 __all__ = [
     "Tap",
@@ -30,145 +31,105 @@ __all__ = [
     "DIRECTIONS",
 ]
 
-DIRECTIONS = ("up", "down", "left", "right")
+Direction = Literal["up", "down", "left", "right"]
+DIRECTIONS: tuple[str, ...] = get_args(Direction)
+Index = Annotated[int, Field(ge=0)]
+# On the field rather than in Index: an optional index's description must sit on the field for
+# error messages to find it.
+_INDEX = "an element number >= 0"
 
 
-def _check_index(action: str, value: object, *, optional: bool = False) -> None:
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ActionError(f"{action}: index must be an element number >= 0, got {value!r}")
-
-
-@dataclass(frozen=True)
 class _IndexAction(Action):
-    index: int = -1
-
-    def __post_init__(self) -> None:
-        _check_index(self.name, self.index)
+    index: Index = Field(description=_INDEX)
 
 
-@dataclass(frozen=True)
 class Tap(_IndexAction):
     """Tap once on the element (Table 5: CLICK)."""
 
     name: ClassVar[str] = "click"
 
 
-@dataclass(frozen=True)
 class DoubleTap(_IndexAction):
     """Quickly tap the element twice."""
 
     name: ClassVar[str] = "double_tap"
 
 
-@dataclass(frozen=True)
 class LongPress(_IndexAction):
     """Tap and hold on the element."""
 
     name: ClassVar[str] = "long_press"
 
 
-@dataclass(frozen=True)
 class Scroll(Action):
     """Slide the screen (or the element at ``index``) to reveal content in ``direction``."""
 
     name: ClassVar[str] = "scroll"
-    direction: str = "down"
-    index: int | None = None
-
-    def __post_init__(self) -> None:
-        _check_choice(self.name, "direction", self.direction, DIRECTIONS)
-        _check_index(self.name, self.index, optional=True)
+    direction: Direction = "down"
+    index: Index | None = Field(None, description=_INDEX)
 
 
-@dataclass(frozen=True)
 class Swipe(Action):
     """A quick swipe across the screen (or the element at ``index``) towards ``direction``."""
 
     name: ClassVar[str] = "swipe"
-    direction: str = "up"
-    index: int | None = None
-
-    def __post_init__(self) -> None:
-        _check_choice(self.name, "direction", self.direction, DIRECTIONS)
-        _check_index(self.name, self.index, optional=True)
+    direction: Direction = "up"
+    index: Index | None = Field(None, description=_INDEX)
 
 
-@dataclass(frozen=True)
 class InputText(Action):
     """Type text into the element at ``index`` (focus, clear, type)."""
 
     name: ClassVar[str] = "input_text"
-    text: str = ""
-    index: int = -1
-
-    def __post_init__(self) -> None:
-        _check_str(self.name, "text", self.text, allow_empty=True)
-        _check_index(self.name, self.index)
+    text: Text = ""
+    index: Index = Field(description=_INDEX)
 
 
-@dataclass(frozen=True)
 class NavigateHome(Action):
     """Return to the home screen."""
 
     name: ClassVar[str] = "navigate_home"
 
 
-@dataclass(frozen=True)
 class NavigateBack(Action):
     """Go back to the previous screen."""
 
     name: ClassVar[str] = "navigate_back"
 
 
-@dataclass(frozen=True)
 class KeyboardEnter(Action):
     """Press the Enter key."""
 
     name: ClassVar[str] = "keyboard_enter"
 
 
-@dataclass(frozen=True)
 class OpenApp(Action):
     """Launch an app by its name."""
 
     name: ClassVar[str] = "open_app"
-    app_name: str = ""
-
-    def __post_init__(self) -> None:
-        _check_str(self.name, "app_name", self.app_name)
+    app_name: NonEmptyText
 
 
-@dataclass(frozen=True)
 class Status(Action):
     """Declare the task complete or infeasible; ends the episode."""
 
     name: ClassVar[str] = "status"
     terminal: ClassVar[bool] = True
-    goal_status: str = "complete"
-
-    def __post_init__(self) -> None:
-        _check_choice(self.name, "goal_status", self.goal_status, ("complete", "infeasible"))
+    goal_status: Literal["complete", "infeasible"] = "complete"
 
 
-@dataclass(frozen=True)
 class Wait(Action):
     """Pause briefly for the screen to update."""
 
     name: ClassVar[str] = "wait"
 
 
-@dataclass(frozen=True)
 class Answer(Action):
     """Give the user a textual answer; ends the episode."""
 
     name: ClassVar[str] = "answer"
     terminal: ClassVar[bool] = True
-    text: str = ""
-
-    def __post_init__(self) -> None:
-        _check_str(self.name, "text", self.text, allow_empty=True)
+    text: Text = ""
 
 
 MOBILE = ActionSpace(

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from typing import ClassVar
+from typing import Annotated, ClassVar, Literal
 
-from collabui.actions.base import Action, ActionSpace, _check_choice, _check_str
-from collabui.errors import ActionError
+from pydantic import AfterValidator, BeforeValidator, Field
+
+from collabui.actions._arguments import NonEmptyText, Text
+from collabui.actions.base import Action, ActionSpace
 
 __all__ = [
     "Click",
@@ -24,139 +24,97 @@ __all__ = [
     "ElementAction",
 ]
 
-_ELEMENT_ID = re.compile(r"^[A-Za-z0-9_]{1,8}$")
+
+def _strip(value: object) -> object:
+    return value.strip() if isinstance(value, str) else value
 
 
-def _check_element(action: str, value: object) -> str:
-    if not isinstance(value, str) or not _ELEMENT_ID.match(value.strip()):
-        raise ActionError(
-            f"{action}: element_id must be a short id like 'B' or 'SD', got {value!r}"
-        )
-    return value.strip().upper()
+# Ids are written upper-case on the page; " b " from a model means "B". The pattern goes first
+# so that it lands in the JSON schema (pydantic drops it when placed after a validator).
+ElementId = Annotated[
+    str,
+    Field(pattern=r"^[A-Za-z0-9_]{1,8}$", description="a short id like 'B' or 'SD'"),
+    BeforeValidator(_strip),
+    AfterValidator(str.upper),
+]
 
 
-@dataclass(frozen=True)
 class ElementAction(Action):
     """An action on one element of the simplified page, addressed by its id."""
 
-    element_id: str
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "element_id", _check_element(self.name, self.element_id))
+    element_id: ElementId
 
 
-@dataclass(frozen=True)
 class Click(ElementAction):
     """Click at an element."""
 
     name: ClassVar[str] = "click"
 
 
-@dataclass(frozen=True)
 class Hover(ElementAction):
     """Hover on an element."""
 
     name: ClassVar[str] = "hover"
 
 
-@dataclass(frozen=True)
 class Select(ElementAction):
     """Select an option of a drop-down element."""
 
     name: ClassVar[str] = "select"
-    option: str = ""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _check_str(self.name, "option", self.option)
+    option: NonEmptyText
 
 
-@dataclass(frozen=True)
 class TypeString(ElementAction):
     """Type text into an element (replacing its content), optionally pressing Enter."""
 
     name: ClassVar[str] = "type_string"
-    content: str = ""
+    content: Text = ""
     press_enter: bool = False
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _check_str(self.name, "content", self.content, allow_empty=True)
-        if not isinstance(self.press_enter, bool):
-            raise ActionError(f"type_string: press_enter must be true or false, got {self.press_enter!r}")
 
-
-@dataclass(frozen=True)
 class ScrollPage(Action):
     """Scroll one page up or down."""
 
     name: ClassVar[str] = "scroll_page"
-    direction: str = "down"
-
-    def __post_init__(self) -> None:
-        _check_choice(self.name, "direction", self.direction, ("up", "down"))
+    direction: Literal["up", "down"] = "down"
 
 
-@dataclass(frozen=True)
 class Go(Action):
     """Go backward or forward in the tab's history."""
 
     name: ClassVar[str] = "go"
-    direction: str = "backward"
-
-    def __post_init__(self) -> None:
-        _check_choice(self.name, "direction", self.direction, ("forward", "backward"))
+    direction: Literal["forward", "backward"] = "backward"
 
 
-@dataclass(frozen=True)
 class JumpTo(Action):
     """Navigate to a URL, optionally in a new tab."""
 
     name: ClassVar[str] = "jump_to"
-    url: str = ""
+    url: NonEmptyText
     new_tab: bool = False
 
-    def __post_init__(self) -> None:
-        _check_str(self.name, "url", self.url)
-        if not isinstance(self.new_tab, bool):
-            raise ActionError(f"jump_to: new_tab must be true or false, got {self.new_tab!r}")
 
-
-@dataclass(frozen=True)
 class SwitchTab(Action):
     """Switch to the i-th tab (0-based)."""
 
     name: ClassVar[str] = "switch_tab"
-    tab_index: int = 0
-
-    def __post_init__(self) -> None:
-        if isinstance(self.tab_index, bool) or not isinstance(self.tab_index, int) or self.tab_index < 0:
-            raise ActionError(f"switch_tab: tab_index must be an integer >= 0, got {self.tab_index!r}")
+    tab_index: Annotated[int, Field(ge=0, description="an integer >= 0")] = 0
 
 
-@dataclass(frozen=True)
 class UserInput(Action):
     """Ask the user to do something (log in, solve a captcha); ends the episode unattended."""
 
     name: ClassVar[str] = "user_input"
     terminal: ClassVar[bool] = True
-    message: str = ""
-
-    def __post_init__(self) -> None:
-        _check_str(self.name, "message", self.message, allow_empty=True)
+    message: Text = ""
 
 
-@dataclass(frozen=True)
 class Finish(Action):
     """Stop, optionally with an answer."""
 
     name: ClassVar[str] = "finish"
     terminal: ClassVar[bool] = True
-    answer: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.answer is not None:
-            _check_str(self.name, "answer", self.answer, allow_empty=True)
+    answer: Text | None = None
 
 
 WEB = ActionSpace(

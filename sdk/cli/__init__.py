@@ -26,6 +26,7 @@ import sys
 from collections.abc import Sequence
 
 from collabui.errors import CollabUIError
+from collabui.redaction import redact_url
 
 __all__ = ["main", "build_parser"]
 
@@ -81,8 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         paths.check_outputs(args)  # before Chromium, a model or a long run starts
         return commands.get(args.command, lambda: run.run_command(args))()
-    except CollabUIError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except CollabUIError as exc:  # a message may quote a model spec or an endpoint URL
+        print(f"error: {redact_url(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # SIGTERM too (collabui.cli._stopping.Interrupted)
         print(f"interrupted ({exc or 'SIGINT'})", file=sys.stderr)

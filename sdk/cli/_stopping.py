@@ -5,8 +5,9 @@ blocks run for either (each open trace gets its ``end`` record, each checkpoint 
 browser ``close()``). Closing a browser whose driver is mid-operation can hang for tens of
 seconds (seen: 17 s after Ctrl-C in a MiniWoB++ step), so a watchdog started by the first signal
 kills this process's descendants (Playwright's driver, Chromium, worker processes) after
-:data:`KILL_AFTER_S` and ends the process after :data:`EXIT_AFTER_S`: a run always stops
-within 5 s, with exit 130 (SIGINT) or 143 (SIGTERM).
+:data:`KILL_AFTER_S` and ends the process after :data:`EXIT_AFTER_S`, having written the ``end``
+record of every trace still open in the last :data:`TRACES_BUDGET_S` before: a run always stops within
+5 s, with exit 130 (SIGINT) or 143 (SIGTERM), and every trace it wrote ends with an ``end``.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from collections.abc import Callable
 from types import FrameType
 
 __all__ = ["Interrupted", "install", "exit_code", "exit_now", "quiet_broken_pipe", "kill_descendants",
-           "KILL_AFTER_S", "EXIT_AFTER_S"]
+           "KILL_AFTER_S", "EXIT_AFTER_S", "TRACES_BUDGET_S"]
 
 #: Seconds after the first signal at which the process's descendants are killed.
 KILL_AFTER_S = 2.5
 #: Seconds after the first signal at which the process exits, cleanup finished or not.
 EXIT_AFTER_S = 4.0
+#: Seconds before EXIT_AFTER_S at which the watchdog writes the open traces' end records.
+TRACES_BUDGET_S = 0.5
 
 
 class Interrupted(KeyboardInterrupt):
@@ -72,9 +75,20 @@ def _handler(signum: int, frame: FrameType | None) -> None:
 def _watchdog(code: int, sleep: Callable[[float], None] = time.sleep) -> None:
     sleep(KILL_AFTER_S)
     kill_descendants()
-    sleep(EXIT_AFTER_S - KILL_AFTER_S)
+    sleep(EXIT_AFTER_S - KILL_AFTER_S - TRACES_BUDGET_S)  # the main thread may still end them itself
+    name = signal.Signals(code - 128).name
+    _end_open_traces(f"Interrupted: {name} (cleanup took too long; stopped)")
     print("interrupted (cleanup took too long; stopped)", file=sys.stderr, flush=True)
     os._exit(code)
+
+
+def _end_open_traces(error: str) -> None:
+    """Write the end record of every trace still open (the episode loop never got to it: its
+    thread is stuck in a driver). Only if the trace module is loaded: otherwise no trace was
+    opened, and an import here could wait on a lock the stuck thread holds."""
+    trace = sys.modules.get("collabui.trace")
+    if trace is not None:
+        trace.close_open_traces(error, budget_s=TRACES_BUDGET_S)
 
 
 def exit_now(code: int) -> None:

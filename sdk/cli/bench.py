@@ -6,7 +6,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from collabui.cli.flags import add_config_flags, config_from_args
+from collabui.cli.flags import (
+    add_config_flags,
+    changed_flags,
+    config_from_args,
+    field_defaults,
+    refuse_ignored,
+)
 
 __all__ = ["add_commands", "run_command"]
 
@@ -26,5 +32,20 @@ def run_command(args: argparse.Namespace) -> int:
     """Run a parsed ``collabui bench``."""
     from collabui.bench import BenchSettings, run_bench
 
+    _refuse_ignored_flags(args, BenchSettings)
     run_bench(config_from_args(BenchSettings, args))
     return 0
+
+
+def _refuse_ignored_flags(args: argparse.Namespace, settings: type) -> None:
+    """The rollout (``--episodes`` on ``--browsers``, ``--max-steps`` each) and ``--enforce-eager``
+    belong to the vLLM backend: with ``--backend local``, or no rollout, they would be ignored."""
+    # --max-steps is the team's (team.max_steps), so its default is the bench team's.
+    rollout = {**field_defaults(settings, ("browsers",)), "max_steps": settings().team.max_steps}
+    if args.backend == "local":
+        vllm_only = {**field_defaults(settings, ("episodes", "enforce_eager")), **rollout}
+        refuse_ignored(changed_flags(args, vllm_only), "with --backend local (they set the vLLM server and its "
+                       "rollout); drop them or use --backend vllm|both")
+    elif args.episodes == 0:
+        refuse_ignored(changed_flags(args, rollout),
+                       "with --episodes 0 (no rollout runs); drop them or give --episodes N")

@@ -37,8 +37,10 @@ import typing
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-__all__ = ["FLAG_NAMES", "add_config_flags", "config_argv", "config_from_args", "flag_of", "given_flags",
-           "nested_values", "replace_given"]
+from collabui.errors import ConfigError
+
+__all__ = ["FLAG_NAMES", "add_config_flags", "changed_flags", "config_argv", "config_from_args", "field_defaults",
+           "flag_of", "given_flags", "nested_values", "refuse_ignored", "replace_given"]
 
 #: Field names whose flag is spelled differently, the same in every command.
 FLAG_NAMES: Mapping[str, str] = {"n_agents": "agents", "out_dir": "out"}
@@ -365,3 +367,22 @@ def config_argv(cls: type, values: Mapping[str, Any], *, always: Collection[str]
         else:
             argv += [flag, _show(value)]
     return argv
+
+
+def field_defaults(cls: type, names: Collection[str]) -> dict[str, Any]:
+    """``{field: default}`` of the dataclass ``cls``'s fields ``names``."""
+    return {f.name: _default(f) for f in _selected(cls, names, ())}
+
+
+def changed_flags(args: argparse.Namespace, defaults: Mapping[str, Any], *,
+                rename: Mapping[str, str] | None = None) -> list[str]:
+    """The flags of ``defaults`` (destination -> default value) parsed to another value, i.e.
+    given on the command line (a flag given its default value changes nothing either way)."""
+    return [flag_of(dest, rename) for dest, default in defaults.items() if getattr(args, dest, default) != default]
+
+
+def refuse_ignored(flags: Collection[str], why: str) -> None:
+    """Flags the command would silently ignore are an error (one ``error:`` line, exit 2):
+    ``--x and --y would be ignored WHY``."""
+    if flags:
+        raise ConfigError(f"{' and '.join(flags)} would be ignored {why}")

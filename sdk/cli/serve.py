@@ -18,12 +18,19 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from collabui.cli.flags import add_config_flags, config_from_args
+from collabui.cli.flags import (
+    add_config_flags,
+    changed_flags,
+    config_from_args,
+    field_defaults,
+    refuse_ignored,
+)
 from collabui.errors import ConfigError
 
 __all__ = ["add_commands", "run_command", "parse_adapters"]
 
 _SERVER_FLAGS = ("port", "kv_cache_gib", "max_model_len", "block_size", "enforce_eager", "ready_timeout_s")
+_RENAME = {"ready_timeout_s": "ready_timeout"}
 
 
 def parse_adapters(text: str | None) -> dict[str, str]:
@@ -69,7 +76,7 @@ def add_commands(sub: Any) -> None:
     serve.add_argument("--adapters", default=None,
                        help="a trained team's adapter folder (every adapter in it, served under its folder name), "
                        "or name=path,name=path")
-    add_config_flags(serve, VLLMServer, only=_SERVER_FLAGS, rename={"ready_timeout_s": "ready_timeout"})
+    add_config_flags(serve, VLLMServer, only=_SERVER_FLAGS, rename=_RENAME)
     serve.add_argument("--log-file", default=None, help="server log (default <collabui cache>/logs/vllm-PORT.log)")
 
 
@@ -87,6 +94,20 @@ def _run_hint(server: Any, adapters: str | None) -> str:
     return f"{hint} --adapter-names {','.join(server.adapters)}"
 
 
+def _refuse_ignored_flags(args: argparse.Namespace) -> None:
+    """``--setup`` only builds the venv, and ``--flavor`` only tells it which vLLM to install:
+    the server's flags with the one, or the other without it, would be silently ignored."""
+    if not args.setup:
+        refuse_ignored(changed_flags(args, {"flavor": None}), "without --setup (it picks the vLLM the venv "
+                       "installs); add --setup, or drop it")
+        return
+    from collabui.serving.vllm_server import VLLMServer
+
+    server = {"model": "smollm2", "adapters": None, "log_file": None, **field_defaults(VLLMServer, _SERVER_FLAGS)}
+    refuse_ignored(changed_flags(args, server, rename=_RENAME), "with --setup (it only creates the vLLM venv); "
+                   "run `collabui serve` without --setup to serve")
+
+
 def run_command(args: argparse.Namespace) -> int:
     """Run a parsed ``collabui serve``; returns the exit code.
 
@@ -96,6 +117,7 @@ def run_command(args: argparse.Namespace) -> int:
     """
     from collabui.serving.setup import setup_vllm
 
+    _refuse_ignored_flags(args)
     if args.setup:
         folder = setup_vllm(args.venv, flavor=args.flavor)
         print(f"vLLM venv ready: {folder}")

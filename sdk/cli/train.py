@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from collabui.cli.flags import add_config_flags, config_from_args
+from collabui.cli.flags import add_config_flags, changed_flags, config_from_args, refuse_ignored
 from collabui.errors import ConfigError
 
 __all__ = ["add_commands", "run_command", "takes_extra_flags", "parse_dpo_options", "trl_config"]
@@ -173,6 +173,8 @@ def _label(args: argparse.Namespace) -> int:
 
 
 def _pairs(args: argparse.Namespace) -> int:
+    if args.adversary == "own":  # the seed is the rule adversary's: own mistakes are read, not drawn
+        refuse_ignored(changed_flags(args, {"seed": 0}), "with --adversary own (it draws nothing); drop it")
     from collabui.training.adversary import LLMAdversary, RuleAdversary
     from collabui.training.pairs import build_pairs, pair_stats, save_pairs
 
@@ -213,6 +215,9 @@ def _dpo(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def _sft(args: argparse.Namespace, rest: list[str]) -> int:
+    if args.pairs:  # per-agent adapters (rejection fine-tuning) are never merged
+        refuse_ignored(changed_flags(args, {"merge": False}), "with --pairs (one adapter per agent, none merged); "
+                       "drop it")
     from collabui.training.marl import resolve_base_model
     from collabui.training.sft import rft_dataset_from_pairs, train_agents_sft, train_sft
 

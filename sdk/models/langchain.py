@@ -23,6 +23,7 @@ from typing import Any
 
 from collabui.errors import ConfigError, EndpointError, ModelError, ModelLoadError
 from collabui.models.base import ChatModel, ChatRequest, ChatResult
+from collabui.redaction import redact_url
 from collabui.serving.schema import guided_schema
 
 __all__ = ["LangChainModel", "DEFAULT_TIMEOUT_S", "DEFAULT_MAX_RETRIES"]
@@ -69,7 +70,8 @@ class LangChainModel(ChatModel):
         self.chat = chat
         is_openai = _is_openai_chat(chat)
         self.per_request_params = is_openai if per_request_params is None else per_request_params
-        self.base_url = base_url or _base_url_of(chat)
+        # Shown in errors only (the client keeps the real one): credentials in it are masked.
+        self.base_url = redact_url(base_url or _base_url_of(chat))
         model_name = getattr(chat, "model_name", None) or getattr(chat, "model", None)
         self.name = name or (f"openai:{model_name}" if is_openai else f"langchain:{chat._llm_type}")
         self.guided_schema = guided_schema(guided_json)

@@ -25,6 +25,7 @@ from typing import Any
 from collabui.errors import ConfigError, ModelLoadError
 from collabui.models.base import ChatModel
 from collabui.models.bundle import SHIPPED_BUNDLES
+from collabui.redaction import redact_url
 
 __all__ = ["load_model", "bundle_folder", "model_defaults", "model_element_format", "model_fingerprint", "agent_adapter_folders",
            "team_adapter_names", "local_base", "SPEC_FORMS"]
@@ -80,7 +81,7 @@ def local_base(spec: str) -> str:
     if text.startswith("hf:") and len(text) > 3:
         return text[3:]
     hint = f" (a folder is hf:{text})" if Path(text).expanduser().is_dir() else ""
-    raise ConfigError(f"--model {spec!r} is not a local base model; use smollm2 or hf:PATH{hint}")
+    raise ConfigError(f"--model {redact_url(spec)!r} is not a local base model; use smollm2 or hf:PATH{hint}")
 
 
 def load_model(spec: str, *, adapters: str | Path | None = None, **kwargs: Any) -> ChatModel:
@@ -109,7 +110,7 @@ def load_model(spec: str, *, adapters: str | Path | None = None, **kwargs: Any) 
             kwargs = {**kwargs, "adapters": folders}
         elif not (sep and kind == "openai"):
             raise ConfigError(f"--adapters needs a base model (smollm2, hf:PATH) or an openai: server, not "
-                              f"{spec!r}; trained bundles bring their own adapters and baselines use none")
+                              f"{redact_url(spec)!r}; trained bundles bring their own adapters and baselines use none")
     if text in {"smollm2", "embedded"}:
         from collabui.models.local import LocalModel
 
@@ -129,14 +130,14 @@ def load_model(spec: str, *, adapters: str | Path | None = None, **kwargs: Any) 
 
         model, at, base_url = rest.partition("@")
         if not model:
-            raise ConfigError(f"model spec {spec!r} has no model name; use {SPEC_FORMS}")
+            raise ConfigError(f"model spec {redact_url(spec)!r} has no model name; use {SPEC_FORMS}")
         if at and not base_url.startswith(("http://", "https://")):
             raise ConfigError(
-                f"model spec {spec!r}: the base URL must start with http:// or https:// "
+                f"model spec {redact_url(spec)!r}: the base URL must start with http:// or https:// "
                 "(e.g. openai:MODEL@http://127.0.0.1:8000/v1)"
             )
         return LangChainModel.from_openai(model, base_url or None, **kwargs)
-    raise ConfigError(f"unknown model spec {spec!r}; use one of: {SPEC_FORMS}")
+    raise ConfigError(f"unknown model spec {redact_url(spec)!r}; use one of: {SPEC_FORMS}")
 
 
 def bundle_folder(spec: str) -> Path | None:
@@ -185,11 +186,11 @@ def _baseline(spec: str, kind: str, sep: str, rest: str, kwargs: dict[str, Any])
     del kwargs  # model options (device, adapters...) mean nothing to a baseline: harnesses pass them blindly
     if kind == "lexical":
         if sep:
-            raise ConfigError(f"model spec {spec!r}: the lexical baseline takes no argument; use 'lexical'")
+            raise ConfigError(f"model spec {redact_url(spec)!r}: the lexical baseline takes no argument; use 'lexical'")
         return LexicalPolicyModel()
     if not sep:
         return RandomPolicyModel()
     try:
         return RandomPolicyModel(int(rest.strip()))
     except ValueError:
-        raise ConfigError(f"model spec {spec!r}: the seed must be an integer, e.g. random:7") from None
+        raise ConfigError(f"model spec {redact_url(spec)!r}: the seed must be an integer, e.g. random:7") from None

@@ -3,7 +3,7 @@
 * :class:`VLLMServer` starts, waits for and stops a vLLM server process (``collabui serve``);
 * :func:`setup_vllm` creates the separate venv vLLM runs in (``collabui serve --setup``);
 * :func:`answer_schema` / :func:`action_schema` are the JSON schemas for guided decoding
-  (``LangChainModel(..., guided_json="web")``).
+  (``LangChainModel(..., guided_json="web")``), generated from the action models.
 
 Nothing here imports vLLM: the server is always a separate process.
 """

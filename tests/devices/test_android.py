@@ -23,7 +23,9 @@ LAUNCHER_OUT = ("3 activities found:\n  com.android.settings/.Settings\n"
                 "  net.gsantner.markor/.activity.MainActivity\n")
 INSTALLED = ["com.android.settings", "com.android.providers.settings", "com.android.chrome",
              "net.gsantner.markor", "com.example.shop"]
-READS = {"dump_hierarchy", "app_current", "current_ime", "app_list", "shell_query"}
+#: What `cmd package resolve-activity ... HOME` prints (the fake's home screen is "launcher").
+HOME_OUT = "priority=0 preferredOrder=0 match=0x108000 specificIndex=-1 isDefault=true\npkg.launcher/.Main\n"
+READS = {"dump_hierarchy", "app_current", "current_ime", "app_list", "shell_query", "shell_home"}
 
 
 class FakeU2:
@@ -98,6 +100,9 @@ class FakeU2:
         if args[:3] == ["cmd", "package", "query-activities"]:
             self.calls.append(("shell_query",))
             return type("ShellResponse", (), {"output": LAUNCHER_OUT, "exit_code": 0})()
+        if args[:3] == ["cmd", "package", "resolve-activity"]:
+            self.calls.append(("shell_home",))
+            return type("ShellResponse", (), {"output": HOME_OUT, "exit_code": 0})()
         self._call("shell", *args)
         if args[:2] == ["ime", "set"]:
             self.ime = args[2]
@@ -193,7 +198,7 @@ def test_end_actions_finish_the_episode():
 
 def test_recoverable_failures_come_back_in_the_observation():
     fake = FakeU2("form")
-    device, _ = make(fake, home_on_reset=False, app_allowlist=["Settings"])
+    device, _ = make(fake, home_on_reset=False, app_allowlist=["Settings", "pkg.form"])
     device.reset()
     cases = [(mobile.Tap(40), "no element 40; this screen lists elements 0 to 6"),
              (mobile.InputText("x", 4), "not a text field"),
@@ -206,6 +211,66 @@ def test_recoverable_failures_come_back_in_the_observation():
         assert not outcome.done
     assert [c for c in fake.actions() if c[0] != "click"] == []  # only the focusing tap ran
     assert device.act(mobile.OpenApp("com.android.settings")).observation.last_action_error is None
+
+
+#: Tapping element 3 of settings_list (a link, an intent) brings the "webview" app to front.
+_TAP = ("click", 540, 545)
+
+
+@pytest.mark.parametrize(("ways_back", "undone_by", "calls"), [
+    ({("press", "back"): "settings_list"}, "press back", [_TAP, ("press", "back")]),
+    ({("app_start", "pkg.settings_list"): "settings_list"}, "relaunch pkg.settings_list",
+     [_TAP, ("press", "back"), ("app_start", "pkg.settings_list")]),
+    ({("press", "home"): "launcher"}, "press home",
+     [_TAP, ("press", "back"), ("app_start", "pkg.settings_list"), ("press", "home")]),
+])
+def test_an_app_not_allowed_brought_to_front_is_left_and_reported(ways_back, undone_by, calls):
+    """After any action the app in front is checked: Back, then the last allowed app
+    relaunched, then Home, until an allowed one (or the home screen) is in front."""
+    fake = FakeU2("settings_list", {_TAP: "webview", **ways_back})
+    device, _ = make(fake, home_on_reset=False, app_allowlist=["pkg.settings_list"])
+    assert device.reset().last_action_error is None
+    outcome = device.act(mobile.Tap(3))
+    now = "pkg.launcher" if undone_by == "press home" else "pkg.settings_list"
+    assert fake.actions() == calls and outcome.observation.url == now
+    assert outcome.info["blocked_apps"] == [{"package": "pkg.webview", "undone_by": undone_by, "now": now}]
+    assert outcome.observation.last_action_error == (
+        f"pkg.webview came to the front but is not an allowed app ({undone_by} brought back {now})")
+
+
+def test_app_front_checks_need_an_allowlist_and_cover_launches_and_reset():
+    fake = FakeU2("settings_list", {_TAP: "webview"})
+    device, _ = make(fake, home_on_reset=False)
+    device.reset()
+    outcome = device.act(mobile.Tap(3))  # no allowlist: any app may come to front
+    assert outcome.observation.url == "pkg.webview" and "blocked_apps" not in outcome.info
+    # An allowed launch that lands in another app (it handed over at once), and a reset
+    # whose app shows one that is not allowed: both are left.
+    fake = FakeU2("launcher", {("app_start", "com.android.settings"): "webview", ("press", "back"): "launcher"})
+    device, _ = make(fake, home_on_reset=False, app_allowlist=["Settings"])
+    outcome = device.act(mobile.OpenApp("Settings"))
+    assert outcome.info["blocked_apps"][0]["package"] == "pkg.webview" and outcome.observation.url == "pkg.launcher"
+    observation = device.reset(options={"app": "Settings"})
+    assert observation.url == "pkg.launcher" and "pkg.webview came to the front" in observation.last_action_error
+    fake = FakeU2("webview")  # nothing leaves it: said so, never a loop
+    device, _ = make(fake, home_on_reset=False, app_allowlist=["Settings"])
+    observation = device.reset()
+    assert observation.last_action_error.endswith("(Back, relaunching and Home did not leave it)")
+    assert fake.actions() == [("press", "back"), ("press", "home")]
+
+
+def test_the_team_reads_a_left_app_as_blocked_in_its_history(tmp_path):
+    from collabui import CollabAgentTeam
+    from collabui.models.fake import ScriptedChatModel
+    from collabui.trace import read_trace
+
+    fake = FakeU2("settings_list", {_TAP: "webview", ("press", "back"): "settings_list"})
+    device, _ = make(fake, home_on_reset=False, app_allowlist=["pkg.settings_list"], task="Read it")
+    model = ScriptedChatModel(['Action: {"action": "click", "index": 3}', 'Action: {"action": "navigate_home"}'])
+    team = CollabAgentTeam(model, n_agents=1, rounds=1, max_steps=2, action_space="mobile")
+    result = team.run(None, device, trace=tmp_path)
+    assert "Previous actions: 1. click(3) [blocked: app not allowed]" in str(model.requests[1].messages[-1]["content"])
+    assert read_trace(result.trace_path).steps[0]["info"]["blocked_apps"][0]["package"] == "pkg.webview"
 
 
 def test_element_gone_since_the_last_observation_is_not_tapped():

@@ -144,7 +144,8 @@ def test_a_private_ray_cluster_equals_the_one_process_run_and_goes_away(tmp_path
 @pytest.mark.slow
 def test_real_pages_on_worker_processes_equal_the_one_process_run(tmp_path):
     before = chromium_descendants()
-    config = {"tasks": "click-button,click-test", "episodes": 2, "model": "lexical", "max_steps": 3}
+    config = {"tasks": "click-button,click-test", "episodes": 2, "model": "lexical",
+              "team": default_team("lexical", max_steps=3)}
     evaluate_miniwob(MiniWoBEvalConfig(**config), tmp_path / "here", progress=False)
     evaluate_miniwob(MiniWoBEvalConfig(**config, workers=2), tmp_path / "there", progress=False)
     assert outcomes(tmp_path / "there") == outcomes(tmp_path / "here")

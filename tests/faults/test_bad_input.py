@@ -92,6 +92,40 @@ def test_ignored_flags_in_eval_and_url_runs(tmp_path, capsys):
                              str(tmp_path), "--out", str(tmp_path / "e")], "--adapters would be ignored")
 
 
+@pytest.mark.parametrize(("argv", "fragment"), [
+    (["serve", "--setup", "--port", "8001"], "--port would be ignored with --setup (it only creates the vLLM venv)"),
+    (["serve", "--setup", "--model", "hf:x", "--enforce-eager", "--log-file", "l"],
+     "--model and --log-file and --enforce-eager would be ignored with --setup"),
+    (["serve", "--flavor", "cpu"], "--flavor would be ignored without --setup"),
+    (["bench", "--backend", "local", "--episodes", "2", "--enforce-eager"],
+     "--episodes and --enforce-eager would be ignored with --backend local"),
+    (["bench", "--episodes", "0", "--browsers", "3"], "--browsers would be ignored with --episodes 0"),
+    (["bench", "--backend", "local", "--max-steps", "5"], "--max-steps would be ignored with --backend local"),
+    (["train", "sft", "--pairs", "p.jsonl", "--out", "OUT", "--merge"], "--merge would be ignored with --pairs"),
+    (["train", "pairs", "--traces", "t", "--labels", "l", "--adversary", "own", "--seed", "3", "--out", "OUT/p.jsonl"],
+     "--seed would be ignored with --adversary own"),
+])
+def test_train_serve_bench_flags_that_would_be_ignored_are_errors(tmp_path, capsys, argv, fragment):
+    """Found by auditing train, serve and bench: each is refused before anything starts (no
+    vLLM, no model, no browser: a wrong check would start one and not answer with exit 2)."""
+    _one_error_line(capsys, [a.replace("OUT", str(tmp_path / "out")) for a in argv], fragment)
+
+
+@pytest.mark.parametrize("argv", [["serve", "--setup", "--flavor", "cpu", "--venv", "v"], ["serve", "--port", "8001"],
+                                  ["bench", "--backend", "vllm", "--episodes", "2", "--browsers", "3"],
+                                  ["bench", "--backend", "local", "--agents", "2"]])
+def test_flags_that_are_used_pass_the_checks(argv):
+    from collabui.cli import bench, build_parser, serve
+
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        serve._refuse_ignored_flags(args)
+    else:
+        from collabui.bench import BenchSettings
+
+        bench._refuse_ignored_flags(args, BenchSettings)
+
+
 @pytest.mark.browser
 def test_unreachable_url_exits_non_zero(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "collabui.cli", "run", "--url", "http://127.0.0.1:9/",

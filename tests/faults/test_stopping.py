@@ -1,4 +1,5 @@
-"""The stop bound holds even when cleanup hangs: the watchdog kills the children and exits."""
+"""The stop bound holds even when cleanup hangs: the watchdog kills the children, writes the
+end record of every trace still open and exits."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import psutil
 import pytest
 
 from collabui.cli._stopping import exit_code
+from collabui.trace import read_trace
 from tests.faults.cli import STOP_BOUND_S
 
 pytestmark = pytest.mark.faults
@@ -22,8 +24,8 @@ _HANGING = textwrap.dedent("""
     from collabui.cli import _stopping
     _stopping.install()
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    print(child.pid, flush=True)
-    try:
+    try:  # the pid is printed inside: a signal cannot land before the try
+        print(child.pid, flush=True)
         time.sleep(600)
     finally:
         time.sleep(600)  # the hung cleanup
@@ -45,6 +47,56 @@ def test_watchdog_bounds_a_hung_cleanup(signum):
     assert seconds < STOP_BOUND_S and proc.returncode == 128 + signum, (seconds, proc.returncode)
     assert "cleanup took too long" in proc.stderr.read()
     assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+
+
+#: A real episode loop writing a real trace, whose device swallows the signal and never returns
+#: (as a Playwright call can when the signal lands in its driver's greenlet): the loop never
+#: gets to write the end record itself.
+_STUCK_EPISODE = textwrap.dedent("""
+    import sys, time
+    from collabui import CollabAgentTeam
+    from collabui.cli import _stopping
+    from collabui.devices.fake import FakeDevice
+    from collabui.models.fake import ScriptedChatModel
+
+    class Stuck(FakeDevice):
+        def act(self, action):
+            if self.actions:
+                while True:
+                    try:  # "stuck" is printed inside: a signal cannot land before the try
+                        print("stuck", flush=True)
+                        time.sleep(600)
+                    except BaseException:
+                        pass
+            return super().act(action)
+
+    _stopping.install()
+    model = ScriptedChatModel(['Action: {"action": "click", "element_id": "A"}'], cycle=True)
+    team = CollabAgentTeam(model, n_agents=1, rounds=1, max_steps=5)
+    team.run(None, Stuck(["<button[A]| Next>"], task="Press Next"), trace=sys.argv[1], episode_id="e")
+""")
+
+
+def test_watchdog_ends_the_trace_of_a_stuck_episode(tmp_path):
+    # One signal: both take the same path (the hung-cleanup test above tries both); the suite
+    # stays within its time budget.
+    signum = signal.SIGTERM
+    proc = subprocess.Popen([sys.executable, "-c", _STUCK_EPISODE, str(tmp_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "stuck", proc.stderr.read()
+        sent = time.monotonic()
+        proc.send_signal(signum)
+        proc.wait(timeout=30)
+        seconds = time.monotonic() - sent
+    finally:
+        proc.kill()
+    assert seconds < STOP_BOUND_S and proc.returncode == 128 + signum, (seconds, proc.returncode,
+                                                                        proc.stderr.read()[-2000:])
+    trace = read_trace(tmp_path / "e.jsonl")
+    assert len(trace.steps) == 1 and trace.end is not None, trace
+    assert trace.end["steps"] == 1 and trace.end["success"] is False
+    assert trace.end["error"] == f"Interrupted: {signum.name} (cleanup took too long; stopped)"
 
 
 def test_exit_codes():

@@ -3,7 +3,8 @@
 The site under test is served on 127.0.0.1, "another site" on 127.0.0.2 (another loopback
 address, so another host). Every way off the site is tried: link click, server redirect,
 ``window.open``, a ``target=_blank`` new tab, an iframe, a meta refresh, ``jump_to`` (same tab and
-new tab), and ``file:``, ``data:``, ``javascript:``, ``view-source:`` and ``chrome:`` URLs. Each
+new tab), and ``file:``, ``data:``, ``javascript:``, ``view-source:`` and ``chrome:`` URLs; ``data:``
+and ``blob:`` documents a page script frames or opens, and ``srcdoc`` frames trying to leave. Each
 is blocked, reported in the next observation's ``last_action_error``, and the other site never
 receives a request; navigation inside the site keeps working.
 """
@@ -46,7 +47,33 @@ def _pages(other: str) -> dict[str, str]:
         "frame.html": f'<html><head><title>Frame</title></head><body><p>framed</p><iframe src="{off}">'
                       "</iframe></body></html>",
         "off.html": "<html><head><title>OFFSITE</title></head><body><p>you left</p></body></html>",
+        # Documents Chromium loads without a request (routing never sees them), made by script.
+        "data_frame.html": _scripted("DataFrame", "frame(DOC_DATA)"),
+        "blob_frame.html": _scripted("BlobFrame", "frame(blobUrl())"),
+        "blob_tab.html": _scripted("BlobTab", "") + '<button onclick="location.href = blobUrl()">go blob</button>'
+                         '<button onclick="window.open(blobUrl())">pop blob</button>',
+        # The page's own markup in an iframe: it tries to leave (script, target=_top link) and
+        # to frame a data: document.
+        "srcdoc.html": '<html><head><title>Srcdoc</title></head><body><iframe srcdoc="'
+                       f"<a id=top target=_top href='{off}'>top</a><iframe src='data:text/html,<p>in</p>'></iframe>"
+                       f"<script>setTimeout(() => {{ location.href = '{off}?script'; }}, 100)</script>"
+                       '"></iframe></body></html>',
     }
+
+
+#: A data: document, and a script making blob: documents and iframes.
+DOC_DATA = "'data:text/html,<title>DATA</title><p>data frame</p>'"
+_SCRIPT = """<script>
+function blobUrl() {
+  return URL.createObjectURL(new Blob(["<title>BLOB</title><p>blob page</p>"], {type: "text/html"}));
+}
+function frame(src) { const f = document.createElement("iframe"); f.src = src; document.body.appendChild(f); }
+</script>"""
+
+
+def _scripted(title: str, call: str) -> str:
+    run = f"<script>{call.replace('DOC_DATA', DOC_DATA)}</script>" if call else ""
+    return f"<html><head><title>{title}</title>{_SCRIPT}</head><body><p>home</p>{run}</body></html>"
 
 
 @pytest.fixture(scope="module")
@@ -76,14 +103,14 @@ def _click(device: BrowserDevice, observation: Observation, text: str):
     return device.act(web.Click(element))
 
 
-def _blocked_error(device: BrowserDevice, first: Observation) -> str:
-    """The block report: in ``first`` or, for navigations the page starts by itself a moment
-    later (meta refresh), in an observation taken soon after."""
+def _blocked_error(device: BrowserDevice, first: Observation, expect: str = "was blocked") -> str:
+    """The block report holding ``expect``: in ``first`` or, for navigations the page starts by
+    itself a moment later (meta refresh), in an observation taken soon after."""
     error, deadline = first.last_action_error, time.monotonic() + 5
-    while not (error and "was blocked" in error) and time.monotonic() < deadline:
+    while not (error and expect in error) and time.monotonic() < deadline:
         time.sleep(0.1)
         error = device.observe().last_action_error
-    assert error and "was blocked" in error, error
+    assert error and expect in error, error
     return error
 
 
@@ -109,6 +136,61 @@ def test_pages_that_load_another_site_by_themselves_are_blocked(device, sites, p
     assert "127.0.0.2 is not an allowed site" in error
     assert device.observe().url == home.url(page)
     assert other.requests == []
+
+
+def _frames_settle(device: BrowserDevice, unwanted: tuple[str, ...]) -> list[str]:
+    """The URLs of the current tab's frames once none starts with ``unwanted`` (or after 5 s)."""
+    deadline = time.monotonic() + 5
+    urls = [f.url for f in device._current_page().frames]
+    while any(u.startswith(unwanted) for u in urls) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        urls = [f.url for f in device._current_page().frames]
+    return urls
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize(("page", "scheme"), [("data_frame.html", "data"), ("blob_frame.html", "blob")])
+def test_script_made_data_and_blob_iframes_are_blocked(device, sites, page, scheme):
+    """Request routing never sees these documents; each frame's URL is checked as it commits."""
+    home, _ = sites
+    observation = device.reset(options={"url": home.url(page)})
+    error = _blocked_error(device, observation)
+    assert f"{scheme}: URLs are never opened; only http(s) pages on 127.0.0.1" in error
+    assert _frames_settle(device, ("data:", "blob:")) == [home.url(page), "about:blank"]
+    now = device.observe()
+    assert now.url == home.url(page) and now.last_action_error.count("was blocked") == 1  # once
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("button", ["go blob", "pop blob"])
+def test_script_made_blob_pages_are_blocked(device, sites, button):
+    home, _ = sites
+    outcome = _click(device, _open(device, home, "blob_tab.html"), button)
+    error = _blocked_error(device, outcome.observation)
+    assert "blob: URLs are never opened" in error
+    deadline = time.monotonic() + 5
+    while (now := device.observe()).tabs != ("BlobTab",) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the tab is sent back (a popup closed) as soon as it commits
+    assert now.tabs == ("BlobTab",) and now.url == home.url("blob_tab.html")
+    assert [f.url for f in device._current_page().frames] == [home.url("blob_tab.html")]
+
+
+@pytest.mark.browser
+def test_srcdoc_iframes_cannot_leave_the_site(device, sites):
+    home, other = sites
+    observation = device.reset(options={"url": home.url("srcdoc.html")})
+    error = _blocked_error(device, observation, "127.0.0.2 is not an allowed site")  # its own script
+    assert "data: URLs are never opened" in error  # the data: frame inside it
+    frames = _frames_settle(device, ("data:",))
+    assert frames == [home.url("srcdoc.html"), "about:srcdoc", "about:blank"]
+    srcdoc = device._current_page().frames[1]
+    device._call(lambda: srcdoc.click("#top"))  # a target=_top link inside the srcdoc
+    deadline = time.monotonic() + 5
+    while other.url("off.html") not in [e["url"] for e in device._blocked] and time.monotonic() < deadline:
+        device.observe()  # collects what the guard blocked (the report lists the first three)
+        time.sleep(0.1)
+    assert other.url("off.html") in [e["url"] for e in device._blocked]
+    assert device.observe().url == home.url("srcdoc.html") and other.requests == []
 
 
 @pytest.mark.browser

@@ -78,7 +78,8 @@ def test_secret_typed_on_miniwob_never_written(tmp_path, capfd):
 @pytest.mark.browser
 def test_password_typed_without_secrets_is_masked_everywhere_but_the_task(tmp_path, capfd,
                                                                          monkeypatch):
-    """Through the CLI (live view on stdout): only the task sentence keeps the password."""
+    """Through the CLI (live view on stdout): only the task line printed before the team
+    typed anything shows the password."""
     monkeypatch.setattr("collabui.models.spec.load_model",
                         lambda spec, **kwargs: ScriptedChatModel(_form_filler))
     code = main(["run", "--env", "miniwob/enter-password", "--model", "scripted", "--agents", "2",
@@ -90,7 +91,8 @@ def test_password_typed_without_secrets_is_masked_everywhere_but_the_task(tmp_pa
     assert line.startswith("task: Enter the password")  # the user's own sentence may stay
     assert "***" in out and PASSWORD not in err
     trace = read_trace(next(tmp_path.glob("*.jsonl")))
-    assert PASSWORD in trace.header["task"]
+    # The environment's task named it: masked in the header too once typed (written before).
+    assert trace.header["task"] == 'Enter the password "***" into both text fields and press submit.'
     for record in [*trace.steps, trace.end]:
         assert PASSWORD not in json.dumps(record), record.get("t")
     assert trace.steps[0]["executed"]["content"] == "***"
@@ -197,6 +199,9 @@ def test_redact_url_masks_credentials_in_specs():
     assert redact_url(spec) == "openai:m@https://***@llm.example.org/v1?api_key=***&x=1"
     assert redact_url("Authorization: Bearer abcdefgh12345") == "Authorization: Bearer ***"
     assert redact_url("smollm2") == "smollm2"
+    # Masking twice (a message quoting a masked spec, masked again on its way out) changes nothing.
+    quoted = f"model spec {redact_url(spec)!r}: no answer"
+    assert redact_url(quoted) == quoted and redact_url("?key=***abc") == "?key=***"
 
 
 def test_password_masking_respects_word_boundaries_and_ids():
@@ -222,3 +227,62 @@ def test_model_spec_credentials_never_echoed(tmp_path, capfd, monkeypatch):
     for value in ("hunter22", "sk-secret-1"):
         assert value not in out + err + written
     assert "http://***@127.0.0.1:9/v1?api_key=***" in out + written
+
+
+def _run_folder_bytes(folder: Path) -> bytes:
+    """Every file of an eval run folder, names included (run.json, results.json, summary.md,
+    episodes.jsonl, traces and their screenshots)."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    return b"".join(str(p.relative_to(folder)).encode() + p.read_bytes() for p in files)
+
+
+#: Eval seed whose two enter-password episodes have passwords of 5 characters (not found by
+#: chance in a screenshot's bytes).
+EVAL_SEED = 13
+
+
+@pytest.mark.browser
+def test_eval_run_folder_never_holds_the_typed_password(tmp_path, capfd, monkeypatch):
+    """`collabui eval miniwob` on enter-password: the environment's task names the password and
+    the team types it (no secrets given). Not one byte of the run folder nor of the terminal
+    output holds it; the page got it (both episodes succeed)."""
+    monkeypatch.setattr("collabui.evaluation.miniwob.load_model",
+                        lambda spec, **kwargs: ScriptedChatModel(_form_filler))
+    out_dir = tmp_path / "eval"
+    code = main(["eval", "miniwob", "--tasks", "enter-password", "--episodes", "2", "--seed", str(EVAL_SEED),
+                 "--model", "scripted", "--agents", "2", "--rounds", "2", "--topology", "chain",
+                 "--max-steps", "5", "--screenshots", "--out", str(out_dir)])
+    out, err = capfd.readouterr()
+    assert code == 0, out + err
+    episodes = [json.loads(line) for line in (out_dir / "episodes.jsonl").read_text().splitlines()]
+    assert [e["success"] for e in episodes] == [True, True]
+    with make_env("miniwob/enter-password") as env:  # the passwords the pages asked for
+        passwords = [re.findall(r'"([^"]+)"', env.reset(seed=e["seed"]).task)[0] for e in episodes]
+    assert all(len(p) >= 5 for p in passwords), passwords
+    written = _run_folder_bytes(out_dir)
+    assert {"run.json", "results.json", "summary.md", "episodes.jsonl"} <= {p.name for p in out_dir.iterdir()}
+    for password in passwords:
+        assert password.encode() not in written and password not in out + err, password
+    header = read_trace(episodes[0]["trace"]).header
+    assert header["task"] == 'Enter the password "***" into both text fields and press submit.'
+
+
+@pytest.mark.parametrize("spec", ["openai:http://user:secret1@127.0.0.1:9/v1?api_key=secret2",
+                                  "openai:m@http://user:secret1@127.0.0.1:9/v1?api_key=secret2"])
+def test_eval_model_spec_credentials_are_masked_when_the_run_fails(tmp_path, capfd, monkeypatch, spec):
+    """A spec whose server cannot be reached (port 9) or that does not parse: the error line,
+    run.json and everything else written hold the spec with its credentials masked."""
+    from collabui.models import spec as model_spec
+
+    # The real loader: the eval module may have bound an earlier test's patched one at import.
+    monkeypatch.setattr("collabui.evaluation.miniwob.load_model", model_spec.load_model)
+    out_dir = tmp_path / "eval"
+    code = main(["eval", "miniwob", "--tasks", "click-button", "--episodes", "1", "--model", spec,
+                 "--agents", "1", "--rounds", "1", "--max-steps", "1", "--out", str(out_dir)])
+    out, err = capfd.readouterr()
+    assert code == 2 and err.splitlines()[-1].startswith("error: "), out + err
+    written = _run_folder_bytes(out_dir)
+    for value in ("secret1", "secret2"):
+        assert value not in out + err and value.encode() not in written, value
+    assert json.loads((out_dir / "run.json").read_text())["model"] == redact_url(spec)
+    assert "127.0.0.1:9/v1?api_key=***" in err + out and "://***@127.0.0.1" in err + out

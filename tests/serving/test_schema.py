@@ -1,5 +1,5 @@
-"""The guided-decoding answer schema: valid JSON Schema, faithful to the action classes, and
-readable by parse_proposal."""
+"""The guided-decoding answer schema: valid JSON Schema, generated from the action models (so
+faithful to their validation), and readable by parse_proposal."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from collabui.actions import MOBILE, WEB, ActionSpace
 from collabui.errors import ActionError, ConfigError
 from collabui.parsing import parse_proposal
-from collabui.serving.schema import _CHOICES, action_schema, answer_schema
+from collabui.serving.schema import action_schema, answer_schema
 
 _EXAMPLES = {
     "web": [{"action": "click", "element_id": "B"},
@@ -72,18 +72,34 @@ def test_schema_refuses_what_the_actions_refuse(bad: dict) -> None:
         WEB.from_dict(bad)
 
 
-def test_choice_table_matches_the_action_classes() -> None:
-    spaces = {"web": WEB, "mobile": MOBILE}
-    for (space, action, field), choices in _CHOICES.items():
-        cls = spaces[space].actions[action]
-        for value in choices:
-            cls(**{field: value})
-        with pytest.raises(ActionError):
+_ENUM_ARGUMENTS = {
+    "web": {("scroll_page", "direction"), ("go", "direction")},
+    "mobile": {("scroll", "direction"), ("swipe", "direction"), ("status", "goal_status")},
+}
+
+
+@pytest.mark.parametrize("space", [WEB, MOBILE])
+def test_every_enum_in_the_schema_is_what_the_action_accepts(space: ActionSpace) -> None:
+    enums = [(branch["properties"]["action"]["const"], name, prop["enum"])
+             for branch in action_schema(space)["anyOf"]
+             for name, prop in branch["properties"].items() if "enum" in prop]
+    assert {(a, f) for a, f, _ in enums} == _ENUM_ARGUMENTS[space.name]
+    for action, field, values in enums:
+        cls = space.actions[action]
+        for value in values:
+            assert getattr(cls(**{field: value}), field) == value
+        with pytest.raises(ActionError, match=f"{field} must be"):
             cls(**{field: "sideways"})
-    enum_fields = {(space, branch["properties"]["action"]["const"], name)
-                   for space in spaces for branch in action_schema(space)["anyOf"]
-                   for name, prop in branch["properties"].items() if "enum" in prop}
-    assert enum_fields == set(_CHOICES)
+
+
+def test_optional_arguments_are_left_out_never_null() -> None:
+    finish = next(b for b in action_schema("web")["anyOf"] if b["properties"]["action"]["const"] == "finish")
+    assert finish["required"] == ["action"]
+    assert finish["properties"]["answer"]["type"] == "string"
+    scroll = next(b for b in action_schema("mobile")["anyOf"] if b["properties"]["action"]["const"] == "scroll")
+    assert scroll["required"] == ["action", "direction"]
+    assert scroll["properties"]["index"] == {"description": "an element number >= 0", "minimum": 0,
+                                             "title": "Index", "type": "integer"}
 
 
 def test_unknown_space_is_a_config_error() -> None:
