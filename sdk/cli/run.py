@@ -239,9 +239,12 @@ def _refuse_ignored_flags(args: argparse.Namespace) -> None:
     add_commands(sub)
     run = sub.choices["run"]
     defaults = vars(run.parse_args(["--resume", args.resume]))
-    given = [k for k, v in vars(args).items() if k not in (*_RESUME_FLAGS, "command") and defaults.get(k) != v]
+    # Only run's own flags: the top-level parser adds -v/-q and a record of typed flags.
+    flags = {a.dest: a.option_strings[0] for a in run._actions if a.option_strings}
+    given = [k for k, v in vars(args).items()
+             if k in flags and k not in (*_RESUME_FLAGS, "command") and defaults.get(k) != v]
     if given:
-        names = [next(a.option_strings[0] for a in run._actions if a.dest == k) for k in sorted(given)]
+        names = [flags[k] for k in sorted(given)]
         raise ConfigError(f"--resume RUN_ID runs with the run's own flags; drop {', '.join(names)} "
                           "(only --approve, --secret, --quiet and --checkpoint-db may be given again)")
 
