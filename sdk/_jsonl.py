@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["iter_jsonl"]
+__all__ = ["iter_jsonl", "read_json"]
 
 
 def iter_jsonl(path: Path, *, error: type[Exception], fix: str, torn_tail_ok: bool = False) -> Iterator[tuple[str, Any]]:
@@ -28,3 +28,12 @@ def iter_jsonl(path: Path, *, error: type[Exception], fix: str, torn_tail_ok: bo
                 return
             raise error(f"{path}:{k + 1} is not JSON; {fix}") from None
         yield f"{path}:{k + 1}", record
+
+
+def read_json(path: Path, *, error: type[Exception], fix: str) -> Any:
+    """The JSON document in ``path``; one cut short by a crash or a full disk raises
+    ``error("<path> is cut short (not JSON); <fix>")``."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        raise error(f"{path} is cut short (not JSON); {fix}") from None

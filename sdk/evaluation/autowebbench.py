@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from collabui._jsonl import read_json
 from collabui._progress import progress_bar
 from collabui.actions import WEB, Action, Unknown
 from collabui.actions.web import ElementAction
@@ -267,11 +268,8 @@ def _read_rows(path: Path) -> dict[int, dict[str, Any]]:
 def _check_run(out: Path, identity: dict[str, Any]) -> None:
     run_file = out / _RUN_FILE
     if run_file.exists():
-        try:
-            previous = json.loads(run_file.read_text(encoding="utf-8"))
-        except ValueError:  # cut short by a crash or a full disk: the run's identity is unknown
-            raise ConfigError(f"{run_file} is cut short (not JSON); delete it to go on with this "
-                              "folder using these flags, or pass another --out") from None
+        previous = read_json(run_file, error=ConfigError,
+                             fix="delete it to go on with this folder using these flags, or pass another --out")
         if previous != identity:
             raise ConfigError(f"{out} holds predictions of another run ({previous}); use a new --out "
                               "folder or delete it to start over")

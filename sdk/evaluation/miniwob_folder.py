@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collabui._jsonl import read_json
 from collabui.config import TeamConfig
 from collabui.errors import ConfigError
 from collabui.redaction import redact_url
@@ -64,11 +65,8 @@ def check_out_dir(out: Path, config: MiniWoBEvalConfig) -> None:
     then store the fingerprint and the whole config (what ``--from`` repeats)."""
     path, wanted = out / "run.json", _fingerprint(config)
     if path.exists():
-        try:
-            found = json.loads(path.read_text(encoding="utf-8"))
-        except ValueError:  # cut short by a crash or a full disk: the run's identity is unknown
-            raise ConfigError(f"{path} is cut short (not JSON); delete it to go on with this folder "
-                              "using these flags, or pass another --out") from None
+        found = read_json(path, error=ConfigError,
+                          fix="delete it to go on with this folder using these flags, or pass another --out")
         changed = sorted(k for k in wanted if found.get(k, _LATER_FIELDS.get(k)) != wanted[k])
         if changed:
             raise ConfigError(f"{out} holds a run with other {', '.join(changed)}; use another --out "
