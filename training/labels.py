@@ -182,7 +182,7 @@ def label_traces(trace_paths: PathLike | Iterable[PathLike], critic: Critic, out
         resume: keep existing records and skip steps this critic already labelled; False
             overwrites the file.
         batch_size: steps scored per critic call (one batched model call for LLM critics).
-        progress: log one line per episode (INFO) and show a bar (on a terminal).
+        progress: log one line per episode (INFO) and show a bar (when stderr is a TTY).
 
     Raises:
         TraceError: an unreadable trace, or two traces with the same episode id.

@@ -376,7 +376,7 @@ def synthesize(env_names: Sequence[str], *, episodes_per_env: int, seed: int = 0
             multi-field typing steps where the page has two labelled fields).
         style: the agents' prompt style (``react`` or ``compact``), as configured at runtime.
         distractors: inclusive range of distractor elements added per instruction example.
-        progress: log one line per page (INFO) and show a bar (on a terminal).
+        progress: log one line per page (INFO) and show a bar (when stderr is a TTY).
         env_config: extra ``make_env`` options (e.g. ``{"headless": True}``).
 
     Raises:
