@@ -32,16 +32,21 @@ _HANGING = textwrap.dedent("""
 """)
 
 
+def _signal_and_wait(proc: subprocess.Popen, signum: int) -> float:
+    """Seconds from sending ``signum`` until the process ended."""
+    sent = time.monotonic()
+    proc.send_signal(signum)
+    proc.wait(timeout=30)
+    return time.monotonic() - sent
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_watchdog_bounds_a_hung_cleanup(signum):
     proc = subprocess.Popen([sys.executable, "-c", _HANGING], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
         child = psutil.Process(int(proc.stdout.readline()))
-        sent = time.monotonic()
-        proc.send_signal(signum)
-        proc.wait(timeout=30)
-        seconds = time.monotonic() - sent
+        seconds = _signal_and_wait(proc, signum)
     finally:
         proc.kill()
     assert seconds < STOP_BOUND_S and proc.returncode == 128 + signum, (seconds, proc.returncode)
@@ -85,10 +90,7 @@ def test_watchdog_ends_the_trace_of_a_stuck_episode(tmp_path):
                             stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "stuck", proc.stderr.read()
-        sent = time.monotonic()
-        proc.send_signal(signum)
-        proc.wait(timeout=30)
-        seconds = time.monotonic() - sent
+        seconds = _signal_and_wait(proc, signum)
     finally:
         proc.kill()
     assert seconds < STOP_BOUND_S and proc.returncode == 128 + signum, (seconds, proc.returncode,
