@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import random
 import shutil
 import time
 from collections.abc import Sequence
@@ -192,8 +193,6 @@ def length_window_order(lengths: Sequence[int], *, batch_size: int, window: int,
     step pulls towards those tasks' answers in turn. Random batches mix tasks (6.6 per batch) but
     pad 41% more. Windows of 4 batches give 4.8 tasks per batch for 13% padding (recipe data).
     """
-    import random
-
     rng = random.Random(seed)
     order = list(range(len(lengths)))
     rng.shuffle(order)

@@ -149,9 +149,9 @@ def _sft_config(args: argparse.Namespace, out: Path) -> Any:
                           lora_dropout=args.lora_dropout, lora_target_modules=list(ALL_LINEAR), max_length=512,
                           seed=0, lr_scheduler_type="cosine", warmup_steps=10,
                           # Random batches pad ~40% more than length-sorted ones; sorting within
-                          # small windows keeps most of that saving and still mixes tasks.
-                          length_window=args.length_window,
-                          train_sampling_strategy="random" if args.length_window else "group_by_length")
+                          # small windows keeps most of that saving and still mixes tasks (the
+                          # config then samples in that order; grouping applies with window 0).
+                          length_window=args.length_window, train_sampling_strategy="group_by_length")
 
 
 def onpolicy_round(args: argparse.Namespace, trained: Path, demo: Path, sft_dir: Path, out: Path) -> Path:
