@@ -32,17 +32,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from collabui.actions import WEB, Action, Unknown, web
+from collabui.actions import WEB, Action, Unknown
 from collabui.devices.base import Observation, StepOutcome
 from collabui.errors import ConfigError
-from collabui.models.baselines import (
-    PromptView,
-    Target,
-    lexical_score,
-    quoted_strings,
-    screen_targets,
-)
 from collabui.redaction import PASSWORD_MASK
+from collabui.training.candidates import rank_candidates
 from collabui.training.critic import Critic, ScoreMatrix, StepContext, to_action
 
 __all__ = [
@@ -61,7 +55,6 @@ __all__ = [
 #: Seconds between the two looks that tell a page that moves by itself (timers, animation).
 SETTLE_CHECK_S = 0.3
 _ID_SUFFIX = re.compile(r" \[[A-Z]+\]$")
-_TYPE_HINT = ("type", "enter", "input", "search", "fill", "write")
 
 
 @dataclass(frozen=True)
@@ -168,45 +161,6 @@ class Replayer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-# --------------------------------------------------------------------------- candidates
-
-
-def _typed(history: Sequence[Action]) -> set[str]:
-    return {a.content.casefold() for a in history if isinstance(a, web.TypeString)}
-
-
-def _typing(task: str, fields: list[Target], history: Sequence[Action]) -> list[Action]:
-    """Type each quoted string of the task not typed yet into each field not holding one; the
-    k-th string into the k-th field first (forms list their fields in the task's order). Indices
-    are the original ones, so after typing the first string the second one still goes to the
-    second field first."""
-    done = _typed(history)
-    quotes = list(dict.fromkeys(quoted_strings(task)))
-    pairs = [(abs(k - qi), k, qi) for k in range(len(fields)) for qi in range(len(quotes))
-             if quotes[qi].casefold() not in done and fields[k].text.casefold() not in done
-             and fields[k].text.casefold() != quotes[qi].casefold()]
-    return [web.TypeString(str(fields[k].ref), quotes[qi]) for _, k, qi in sorted(pairs)]
-
-
-def rank_candidates(task: str, obs: Observation, history: Sequence[Action] = ()) -> list[Action]:
-    """The actions worth trying on ``obs``, most promising first.
-
-    Clicks on every element (best lexical match with the task first), typing the task's quoted
-    strings into fields (first when the task asks to type), and each option of a drop-down.
-    """
-    # A disabled element only burns the action timeout (2 s on MiniWoB++).
-    targets = [t for t in screen_targets(PromptView(WEB, task, "None", obs.text))
-               if not t.text.casefold().endswith("disabled")]
-    scored = sorted(range(len(targets)), key=lambda k: (-lexical_score(task, targets[k].text), k))
-    clicks: list[Action] = [web.Click(str(targets[k].ref)) for k in scored]
-    typing = _typing(task, [t for t in targets if t.typeable], history)
-    selects: list[Action] = [web.Select(str(t.ref), o) for t in targets
-                             for o in sorted(t.selectable_options, key=lambda o: -lexical_score(task, o))]
-    wants_typing = any(w in task.casefold() for w in _TYPE_HINT)
-    ordered = [*typing, *selects, *clicks] if wants_typing else [*clicks, *selects, *typing]
-    return list({a.key(): a for a in ordered}.values())
 
 
 # --------------------------------------------------------------------------- search

@@ -209,7 +209,7 @@ def test_demonstrations_refuse_unknown_tasks(tmp_path):
 
 def test_typing_keeps_the_task_order_after_a_field_is_filled():
     from collabui.models.baselines import Target
-    from collabui.training.verified import _typing
+    from collabui.training.candidates import _typing
 
     task = 'Enter the username "tula" and the password "pv" and press login.'
     fields = [Target("B", "input", "", True), Target("D", "input", "", True)]
@@ -293,3 +293,11 @@ def test_critic_replays_shuffled_text_first_traces(tmp_path, critic):
     # The same trace with its settings dropped no longer replays: the settings are what matched.
     plain = dataclasses.replace(contexts[0], device={})
     assert "replayed page differs" in critic.score(plain).reasons[0][0]
+
+
+def test_search_types_unquoted_values_into_the_fields_their_labels_name(replayer):
+    # multi-layouts names its values without quotes and shuffles where the labels sit.
+    for seed in (1001, 1007, 1010):
+        found = search(replayer, "multi-layouts", seed, config=SearchConfig())
+        assert found.found, found.reason
+        assert sum(isinstance(a, web.TypeString) for a in found.actions) == 3

@@ -1,0 +1,43 @@
+"""The search's candidate order: labels read beside their fields, unquoted values matched to
+the field whose label the task mentions (pure functions; the search on real pages is in
+test_verified.py)."""
+
+from __future__ import annotations
+
+from collabui.actions import web
+from collabui.devices.base import Observation
+from collabui.training.candidates import field_labels, rank_candidates, unquoted_values
+
+LABEL_BEFORE = "< < <span| Year:> <input[A]| > > < <span| Genre:> <input[B]| > > <button[C]| Submit> >"
+LABEL_AFTER = "< < <input[A]| > <div| Director> > < <input[B]| > <div| Year> > <div[C]| Search> >"
+TASK = "Search for drama movies directed by Lee from year 1990."
+
+
+def test_labels_are_read_before_or_after_the_field_in_its_group():
+    assert field_labels(LABEL_BEFORE) == {"A": "Year:", "B": "Genre:"}
+    assert field_labels(LABEL_AFTER) == {"A": "Director", "B": "Year"}
+
+
+def test_each_mentioned_label_gets_the_word_beside_its_mention_first():
+    year, director, genre = unquoted_values(TASK, ["Year", "Director Name", "Genre"])
+    assert year[0] == "1990" and director[0] == "Lee"
+    # Genre is never mentioned: the one word no mentioned field claimed comes first.
+    assert genre[0] == "drama"
+    # Words that match a label ("directed", "year") or only say what to do are never values.
+    assert not {"directed", "year", "Search", "for"} & {*year, *director, *genre}
+
+
+def test_unquoted_values_are_typed_only_when_a_verb_asks_for_typing():
+    obs = Observation(text=LABEL_BEFORE, task=TASK)
+    candidates = rank_candidates(TASK, obs)
+    assert candidates[0] == web.TypeString("A", "1990")
+    assert web.TypeString("B", "drama") in candidates
+    focus = "Focus into the 2nd input box."
+    assert all(isinstance(a, web.Click) for a in rank_candidates(focus, Observation(text=LABEL_BEFORE, task=focus)))
+
+
+def test_a_typed_value_is_not_offered_again():
+    obs = Observation(text="< < <span| Year:> <input[A]| 1990> > < <span| Genre:> <input[B]| > > <button[C]| Submit> >",
+                      task=TASK)
+    typing = [a for a in rank_candidates(TASK, obs, [web.TypeString("A", "1990")]) if isinstance(a, web.TypeString)]
+    assert typing and all(a.element_id == "B" and a.content != "1990" for a in typing)

@@ -1,0 +1,147 @@
+"""The actions a search tries on a page, most promising first.
+
+Used by the verified search (:mod:`collabui.training.verified`) and so by the demonstrator and
+the verified critic. The order only decides how soon the search finds a completion; whatever it
+keeps, the environment's reward has verified.
+
+Typing values come from the task: its quoted strings when it has any. A task that names its
+values without quotes ("Search for drama movies directed by Lee from year 1990") gets the
+task's content words as values, each field trying first the word nearest to the task word that
+matches its label ("directed" ~ "Director:"), and fields whose label the task never mentions
+trying the words no other field claimed first.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from collabui.actions import WEB, Action, web
+from collabui.devices.base import Observation
+from collabui.devices.simplify import parse_elements
+from collabui.models.baselines import (
+    PromptView,
+    Target,
+    lexical_score,
+    quoted_strings,
+    screen_targets,
+)
+
+__all__ = ["rank_candidates", "unquoted_values", "field_labels"]
+
+_TYPE_HINT = ("type", "enter", "input", "search", "fill", "write")
+# Unquoted values are typed only when a verb asks for typing ("Focus into the 2nd input box"
+# mentions "input" but wants a click).
+_TYPE_VERBS = frozenset({"type", "enter", "search", "fill", "write"})
+_WORD = re.compile(r"[\w][\w'-]*", re.UNICODE)
+# Words that name what to do, not a value to type (English task sentences).
+_FUNCTION_WORDS = frozenset(
+    ["a", "an", "the", "and", "or", "of", "to", "in", "on", "at", "by", "for", "from", "with", "into", "as", "is", "are", "be", "that", "this", "these", "those", "then", "it", "its", "your", "you", "please", "search", "find", "enter", "type", "input", "fill", "write", "select", "click", "press", "hit", "submit", "field", "fields", "text", "box", "textbox", "form"])
+_MATCH_PREFIX = 4  # "directed" ~ "director", "years" ~ "year"
+
+
+def _typed(history: Sequence[Action]) -> set[str]:
+    return {a.content.casefold() for a in history if isinstance(a, web.TypeString)}
+
+
+def _stem(word: str) -> str:
+    return word.casefold()[:_MATCH_PREFIX]
+
+
+def field_labels(screen: str) -> dict[str, str]:
+    """Each field's label, keyed by element id: the text element beside it in the same group
+    (``<span| Year:> <input>`` or ``<input> <div| Genre>``), else the nearest text before it."""
+    elements = parse_elements(screen)
+    labels: dict[str, str] = {}
+    for j, el in enumerate(elements):
+        if el.id is None or el.tag not in {"input", "textarea"}:
+            continue
+        beside = [elements[k] for k in (j - 1, j + 1) if 0 <= k < len(elements)]
+        same_group = [e for e in beside if e.id is None and e.depth == el.depth and e.text.strip()]
+        before = [e for e in elements[:j] if e.id is None and e.text.strip()]
+        label = same_group[0] if same_group else (before[-1] if before else None)
+        labels[el.id] = label.text.strip() if label else ""
+    return labels
+
+
+def unquoted_values(task: str, labels: Sequence[str]) -> list[list[str]]:
+    """For each label, the task's content words in the order that field should try them.
+
+    A field whose label the task mentions tries the content words nearest that mention first
+    (counted in content words; the one after it on a tie: "directed by Lee"). The others try
+    first the words no mentioned field claimed, names and numbers before plain words.
+    """
+    words = [m.group(0) for m in _WORD.finditer(task)]
+    label_stems = {_stem(w) for label in labels for w in _WORD.findall(label) if len(w) >= 3}
+    content = [i for i, w in enumerate(words)
+               if w.casefold() not in _FUNCTION_WORDS and _stem(w) not in label_stems]
+    anchors = [_anchor(words, label) for label in labels]
+
+    def near(anchor: int) -> list[int]:
+        before = sum(1 for i in content if i < anchor)
+        return sorted(content, key=lambda i: (abs(content.index(i) - before + 0.5) if i < anchor
+                                              else abs(content.index(i) - before), i < anchor))
+
+    claimed = {near(a)[0] for a in anchors if a is not None and content}
+    out = []
+    for anchor in anchors:
+        order = near(anchor) if anchor is not None else sorted(
+            content, key=lambda i: (i in claimed, not _looks_like_value(words[i]), i))
+        out.append(list(dict.fromkeys(words[i] for i in order)))
+    return out
+
+
+def _looks_like_value(word: str) -> bool:
+    return any(c.isdigit() for c in word) or word[:1].isupper()
+
+
+def _anchor(words: Sequence[str], label: str) -> int | None:
+    """Where the task mentions the label (a word sharing a stem with one of the label's words)."""
+    stems = {_stem(w) for w in _WORD.findall(label) if len(w) >= 3}
+    return next((i for i, w in enumerate(words) if _stem(w) in stems), None)
+
+
+def _typing(task: str, fields: list[Target], history: Sequence[Action],
+            labels: dict[str, str] | None = None) -> list[Action]:
+    """Type each quoted string of the task not typed yet into each field not holding one; the
+    k-th string into the k-th field first (forms list their fields in the task's order). Indices
+    are the original ones, so after typing the first string the second one still goes to the
+    second field first. Without quoted strings, the task's content words (see the module)."""
+    done = _typed(history)
+    quotes = list(dict.fromkeys(quoted_strings(task)))
+    if not quotes and labels is not None:
+        return _typing_unquoted(task, fields, done, labels)
+    pairs = [(abs(k - qi), k, qi) for k in range(len(fields)) for qi in range(len(quotes))
+             if quotes[qi].casefold() not in done and fields[k].text.casefold() not in done
+             and fields[k].text.casefold() != quotes[qi].casefold()]
+    return [web.TypeString(str(fields[k].ref), quotes[qi]) for _, k, qi in sorted(pairs)]
+
+
+def _typing_unquoted(task: str, fields: list[Target], done: set[str],
+                     labels: dict[str, str]) -> list[Action]:
+    open_fields = [f for f in fields if not f.text.strip()]
+    ranked = unquoted_values(task, [labels.get(str(f.ref), "") for f in open_fields])
+    pairs = [(rank, k, value) for k, values in enumerate(ranked)
+             for rank, value in enumerate(v for v in values if v.casefold() not in done)]
+    return [web.TypeString(str(open_fields[k].ref), value) for _, k, value in sorted(pairs)]
+
+
+def rank_candidates(task: str, obs: Observation, history: Sequence[Action] = ()) -> list[Action]:
+    """The actions worth trying on ``obs``, most promising first.
+
+    Clicks on every element (best lexical match with the task first), typing the task's values
+    into fields (first when the task asks to type), and each option of a drop-down.
+    """
+    # A disabled element only burns the action timeout (2 s on MiniWoB++).
+    targets = [t for t in screen_targets(PromptView(WEB, task, "None", obs.text))
+               if not t.text.casefold().endswith("disabled")]
+    scored = sorted(range(len(targets)), key=lambda k: (-lexical_score(task, targets[k].text), k))
+    clicks: list[Action] = [web.Click(str(targets[k].ref)) for k in scored]
+    wants_typing = any(w in task.casefold() for w in _TYPE_HINT)
+    verbs = {w.casefold() for w in _WORD.findall(task)} & _TYPE_VERBS
+    labels = field_labels(obs.text) if verbs else None
+    typing = _typing(task, [t for t in targets if t.typeable], history, labels)
+    selects: list[Action] = [web.Select(str(t.ref), o) for t in targets
+                             for o in sorted(t.selectable_options, key=lambda o: -lexical_score(task, o))]
+    ordered = [*typing, *selects, *clicks] if wants_typing else [*clicks, *selects, *typing]
+    return list({a.key(): a for a in ordered}.values())
