@@ -9,6 +9,9 @@ Contract (Gymnasium-like, but the observation is text for language agents):
   failure (unknown element id, option not found) does *not* raise: it is reported in
   ``outcome.observation.last_action_error``. Infrastructure failures raise ``DeviceError``.
 * ``close()`` releases every resource (processes, servers); it is idempotent.
+* ``hide_on_screen(values, words=...)`` names text no screenshot may show from then on (secrets,
+  typed passwords); ``screenshot()`` takes the current screen again, hiding it. Optional: the
+  defaults hide nothing and take no screenshot (a device without screenshots).
 
 Every method has an ``a``-prefixed async twin usable from asyncio code (``areset``, ``aobserve``,
 ``aact``, ``aclose``); the defaults run the sync method in a worker thread.
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,6 +106,21 @@ class Device(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release all resources. Safe to call twice."""
+
+    def hide_on_screen(self, values: Collection[str], *, words: Collection[str] = ()) -> None:  # noqa: B027
+        """Hide text in every screenshot taken from now on: each of ``values`` wherever it
+        occurs, each of ``words`` where it stands as a whole word. Replaces the previous set.
+        The episode loop calls it with the episode's secrets and the passwords it knows
+        (``collabui.redaction``). Default (optional, hence not abstract): a device that takes
+        no screenshots, or cannot hide text in them, ignores it."""
+
+    def screenshot(self) -> bytes | None:
+        """The current screen as PNG, taken now with the hidden text hidden; None when the
+        device takes no screenshots (the default)."""
+        return None
+
+    async def ascreenshot(self) -> bytes | None:
+        return await asyncio.to_thread(self.screenshot)
 
     async def areset(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None) -> Observation:
         return await asyncio.to_thread(self.reset, seed=seed, options=options)

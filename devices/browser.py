@@ -22,7 +22,7 @@ import os
 import shutil
 import threading
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -30,6 +30,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
 from collabui.actions import WEB, Action
 from collabui.devices import simplify
+from collabui.devices._screen import ScreenMask, capture_hidden
 from collabui.devices.base import Device, Observation, StepOutcome
 from collabui.devices.navigation import BlockedNavigation, NavigationGuard, check_domains, site_of
 from collabui.errors import (
@@ -80,7 +81,8 @@ class BrowserConfig:
         start_url: page opened by ``reset()`` unless ``options={"url": ...}`` overrides it.
         task: task text reported in ``Observation.task`` (``options={"task": ...}`` overrides).
         screenshots: attach a PNG screenshot to every observation, and in ``extra["screenshot_area"]``
-            the part of the viewport it shows (``[x, y, width, height]``, CSS pixels).
+            the part of the viewport it shows (``[x, y, width, height]``, CSS pixels). Text given
+            to ``hide_on_screen`` is replaced by ``***`` on the page while it is taken.
         action_timeout_s: longest wait for one element action (click, type, ...).
         navigation_timeout_s: longest wait for a page load.
         extra_args: more Chromium command-line flags.
@@ -240,6 +242,8 @@ class BrowserDevice(Device):
         self._page_globals: dict[str, Any] = {}
         #: Observations taken since the last reset (one of the shuffle seed's parts).
         self._observations = 0
+        #: Text no screenshot shows (``hide_on_screen``; see ``devices._screen``).
+        self._screen_mask = ScreenMask()
         _LIVE.add(self)
 
     # ---- sync / async plumbing -------------------------------------------------------------
@@ -347,6 +351,15 @@ class BrowserDevice(Device):
 
     async def aobserve(self) -> Observation:
         return await self._acall(self._observe)
+
+    def hide_on_screen(self, values: Collection[str], *, words: Collection[str] = ()) -> None:
+        self._screen_mask = ScreenMask.of(values, words)
+
+    def screenshot(self) -> bytes | None:
+        return self._call(self._screenshot_now)
+
+    async def ascreenshot(self) -> bytes | None:
+        return await self._acall(self._screenshot_now)
 
     async def aact(self, action: Action) -> StepOutcome:
         return await self._acall(self._act, _require_action(action))
@@ -619,7 +632,16 @@ class BrowserDevice(Device):
                 if e["tag"] == "input" and e["text"].split(";")[0].strip() == "password"]
         return extra
 
-    async def _screenshot(self, page: Any) -> bytes:
+    async def _screenshot_now(self) -> bytes | None:
+        return await self._screenshot(self._current_page()) if self.config.screenshots else None
+
+    async def _screenshot(self, page: Any) -> bytes | None:
+        """The screenshot of an observation, with ``hide_on_screen``'s text hidden; None when
+        it could not be hidden (see ``devices._screen``)."""
+        return await capture_hidden(page, self._screen_mask, self._capture)
+
+    async def _capture(self, page: Any) -> bytes:
+        """The PNG capture itself (subclasses clip it)."""
         return await page.screenshot()
 
     def _screenshot_area(self, page: Any, snap: dict[str, Any]) -> list[int]:

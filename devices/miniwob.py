@@ -238,7 +238,7 @@ class MiniWoBEnv(BrowserDevice):
         # relies on that).
         return (self.config.shuffle_seed, self.task_name, self._seed, self._observations)
 
-    async def _screenshot(self, page: Any) -> bytes:
+    async def _capture(self, page: Any) -> bytes:
         x, y, width, height = self._screenshot_area(page, {})
         return await page.screenshot(clip={"x": x, "y": y, "width": width, "height": height})
 

@@ -28,6 +28,7 @@ __all__ = [
     "Element",
     "walk_script",
     "listener_script",
+    "conceal_script",
     "walk_options",
     "format_viewport",
     "element_selector",
@@ -67,6 +68,11 @@ def _js(name: str) -> str:
 def walk_script() -> str:
     """The DOM-walk function source, for ``page.evaluate(walk_script(), walk_options(...))``."""
     return _js("simplify.js")
+
+
+def conceal_script() -> str:
+    """The function that hides text for a screenshot and restores it (see ``devices._screen``)."""
+    return _js("conceal.js")
 
 
 def listener_script() -> str:

@@ -126,6 +126,8 @@ class _Run:
         self.header: dict[str, Any] | None = None  # as written to the trace
         #: The task came from the environment (not the caller): passwords typed are masked in it.
         self._env_task = False
+        #: What the device was last told to hide in screenshots (``Redactor.screen``).
+        self._screen: tuple[tuple[str, ...], tuple[str, ...]] | None = None
         self.recorder: EpisodeRecorder | None
         if self.session is not None and self.session.header is not None:
             self.recorder, self.header = self.session.recorder, self.session.header
@@ -173,6 +175,8 @@ class _Run:
         if not task:
             raise ConfigError("no task: pass task= (or --task) or use an environment that defines one")
         self._env_task = not self.task
+        if self._env_task:  # a password it names is masked from the first record on
+            self.redactor.learn_task(task)
         self.task = task
         self.result = EpisodeResult(task=task, trace_path=self.recorder.location if self.recorder else None)
         resumed = self.session is not None and self.session.header is not None
@@ -203,7 +207,33 @@ class _Run:
             # How the device showed the page (format, shuffle): a replay must show it the same way.
             header["device"] = dict(describe())
         self._write(header)
-        self.header = header  # only once written: end() then knows the trace has a header
+        self.header = self.redactor.data(header)  # as written; once written, end() knows there is one
+
+    @property
+    def shown_task(self) -> str:
+        """The task as recorded and printed: an environment's own with its passwords masked."""
+        task = self.task or ""
+        return self.redactor.text(task) if self._env_task else task
+
+    def _tell_screen(self) -> bool:
+        """Tell the device what its screenshots must hide (the episode's secrets and the
+        passwords known so far); True when that changed since it was last told."""
+        screen = self.redactor.screen()
+        if screen == self._screen:
+            return False
+        self._screen = screen
+        hide = getattr(self.device, "hide_on_screen", None)
+        if callable(hide):
+            hide(screen[0], words=screen[1])
+        return True
+
+    def _hide(self, obs: Observation) -> Generator[tuple[str, Any], Any, Observation]:
+        """``obs`` with a screenshot that hides every value known now: one taken before a
+        password became known (named by the task, typed by a proposal) is taken again, before
+        any action changed the page (None when the device could not hide it)."""
+        if not self._tell_screen() or obs.screenshot is None:
+            return obs
+        return dataclasses.replace(obs, screenshot=(yield ("screenshot", None)))
 
     def _mask_step(self, obs: Observation, step, outcome: StepOutcome | None):
         """The step as it may be recorded and shown: text typed into password fields (those the
@@ -302,18 +332,25 @@ class _Run:
 
     def loop(self, seed: int | None) -> Generator[tuple[str, Any], Any, EpisodeResult]:
         """The episode as a generator of device/team requests, so that the sync and the async
-        drivers share one loop: it yields ``("reset", seed)``, ``("step", args)`` and
-        ``("act", action)`` and receives their results (or their exceptions, thrown in)."""
+        drivers share one loop: it yields ``("reset", seed)``, ``("step", args)``,
+        ``("act", action)`` and ``("screenshot", None)`` and receives their results (or their
+        exceptions, thrown in)."""
         error: str | None = None
         try:
             self.open()
+            self._tell_screen()
             obs = self.redactor.observation((yield ("reset", seed)))
             self.begin(obs)
+            obs = self.redactor.observation(obs)  # a password the task names is known now
             obs = yield from self._replay(obs)
+            obs = yield from self._hide(obs)
             for t in range(self.session.first_t if self.session else 0, self.max_steps):
                 t0 = time.perf_counter()
                 step = yield ("step", (self.task, obs, self.history, t))
                 t1 = time.perf_counter()
+                self.redactor.watch(obs)  # what the proposals type into password fields, ...
+                self.redactor.learn_step(step)
+                obs = yield from self._hide(obs)  # ... hidden in this step's screenshot too
                 if _refused(step):  # not sent to the device; the agents read why next
                     outcome = _refusal(obs, step.approval)
                     self.record(t, obs, step, outcome, None, {"team_s": t1 - t0})
@@ -449,13 +486,21 @@ def _calls(team, device: Device, *, asynchronous: bool, run: _Run | None = None)
     stepper = run.session.runner if run is not None and run.session is not None else team
     if asynchronous:
         reset, step, act = device.areset, stepper.astep, device.aact
+        screenshot = getattr(device, "ascreenshot", _no_screenshot)
     else:
         reset, step, act = device.reset, stepper.step, device.act
+        screenshot = getattr(device, "screenshot", lambda: None)
     return {
         "reset": lambda seed: reset(seed=seed),
         "step": lambda args: step(*args[:3], t=args[3]),
         "act": act,
+        "screenshot": lambda _arg: screenshot(),
     }
+
+
+async def _no_screenshot() -> None:
+    """``ascreenshot`` of a device that has none."""
+    return None
 
 
 def run_episode(

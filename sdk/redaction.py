@@ -13,6 +13,11 @@
   types it into a field the observation lists in ``extra["password_fields"]``, or when the
   device reports it (``StepOutcome.info["masked_action"]``). Values are masked where they stand
   as a whole token (not inside a longer word), case-sensitively.
+* **Screenshots**: the device is told every secret value (each form) and every password
+  (``Device.hide_on_screen``), and hides them on the page while it takes a screenshot. A password
+  an environment's own task names (``the password "X"``, MiniWoB++'s enter-password and
+  login-user) is known from the reset: masked in the header, every record, the printed task line
+  and every screenshot from the first.
 * **URLs**: :func:`redact_url` removes userinfo (``user:pass@``) and credential query parameters
   (``api_key=...``) from any text, e.g. a model spec ``openai:M@https://user:key@host/v1``.
 """
@@ -39,6 +44,10 @@ _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#]*@")
 _CREDENTIAL_PARAM = re.compile(
     r"(?i)([?&;](?:api[_-]?key|apikey|key|token|access[_-]?token|auth|password|passwd|pwd|secret"
     r"|sig|signature)=)(?:\*\*\*(?=[&#\s'\x22)\]]|$)|[^&#\s]*)")  # masked already (a quoted spec): kept
+#: A password a task sentence names: ``password "X"``, ``password: X``, ``password is 'X'``.
+_TASK_PASSWORD = re.compile(
+    r"""(?i)\bpassword(?:\s+is|\s*[:=])?\s*(?:"([^"\n]{1,200})"|'([^'\n]{1,200})')"""
+    r"""|\bpassword\s*[:=]\s*([^\s"',;]{1,200})""")
 _BEARER = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}")
 #: Action fields that hold free text (ids, indices and directions are never masked).
 _FREE_TEXT = ("content", "text", "option", "url", "message", "answer", "app_name", "raw", "reason")
@@ -103,6 +112,11 @@ class Secrets:
         """``text`` with the placeholders of known secrets replaced by their values."""
         return _PLACEHOLDER.sub(lambda m: self._values.get(m.group(1), m.group(0)), text)
 
+    @property
+    def forms(self) -> tuple[str, ...]:
+        """Every value, also as a URL or a form carries it (what a screen may show)."""
+        return tuple(form for _, form in self._by_length)
+
     def holds_placeholder(self, text: str) -> bool:
         return any(m.group(1) in self._values for m in _PLACEHOLDER.finditer(text))
 
@@ -140,6 +154,17 @@ class Redactor:
             self.passwords.add(value)
             alternatives = "|".join(re.escape(v) for v in sorted(self.passwords, key=len, reverse=True))
             self._pattern = re.compile(rf"(?<![A-Za-z0-9])(?:{alternatives})(?![A-Za-z0-9])")
+
+    def learn_task(self, task: str) -> None:
+        """Mask the passwords an environment's own task names (``the password "X"``): known
+        before anything is typed. Never for a task the caller gave (it stays as given)."""
+        for match in _TASK_PASSWORD.finditer(task or ""):
+            self.add_password(next(group for group in match.groups() if group))
+
+    def screen(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """``(values, words)`` a screenshot must hide (``Device.hide_on_screen``): every secret
+        form anywhere, every password as a whole word (as in text)."""
+        return self.secrets.forms, tuple(sorted(self.passwords))
 
     def watch(self, observation: Any) -> None:
         """Note the password fields ``observation`` lists (``extra["password_fields"]``)."""

@@ -85,7 +85,7 @@ class _Episode:
             return None
         self.started = True
         run, cfg = self.run, self.team.config
-        return EpisodeStarted(episode_id=run.episode_id, task=run.task or "", env=run.env_name, seed=run.seed,
+        return EpisodeStarted(episode_id=run.episode_id, task=run.shown_task, env=run.env_name, seed=run.seed,
                               n_agents=cfg.n_agents, rounds=cfg.rounds, supersteps=self.team.supersteps,
                               max_steps=run.max_steps, trace_path=run.recorder.location if run.recorder else None)
 

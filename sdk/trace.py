@@ -45,6 +45,8 @@ __all__ = [
     "read_trace",
     "reopen_trace",
     "close_open_traces",
+    "written_elsewhere",
+    "end_trace_file",
     "validate_record",
     "trace_schema",
 ]
@@ -322,12 +324,66 @@ def close_open_traces(error: str, *, budget_s: float = 0.5) -> int:
     and close it, within ``budget_s`` seconds in all; return how many. For a process about to
     end without running its ``finally`` blocks (the stop watchdog of ``collabui.cli``): the
     episode loop writes the end record itself when it can, and a trace without one reads as a
-    run that died."""
+    run that died. The traces of :func:`written_elsewhere` get theirs too (the watchdog has
+    killed the workers writing them by then)."""
     deadline = time.monotonic() + budget_s
     closed = 0
     for recorder in list(_OPEN):
         closed += recorder.abandon(error, wait_s=max(0.0, deadline - time.monotonic()))
+    for path in sorted(_ELSEWHERE):
+        closed += end_trace_file(path, error, wait_s=max(0.0, deadline - time.monotonic())) is not None
     return closed
+
+
+#: Trace files episode workers (other processes) write for this process, until they end.
+_ELSEWHERE: set[Path] = set()
+_ELSEWHERE_LOCK = threading.Lock()
+
+
+def written_elsewhere(path: str | Path, *, done: bool = False) -> None:
+    """Note that another process writes the trace at ``path`` for this one (``done=True``:
+    it ended it), so that :func:`close_open_traces` ends it if this process must stop first."""
+    with _ELSEWHERE_LOCK:
+        (_ELSEWHERE.discard if done else _ELSEWHERE.add)(Path(path))
+
+
+def end_trace_file(path: str | Path, error: str, *, wait_s: float = 5.0) -> int | None:
+    """End the trace a process left when it died (killed in mid-episode): a torn last line is
+    cut and an ``end`` record carrying ``error`` appended, unless it ends already. Returns its
+    whole steps (None: no trace, or no header). Call it once its writer is gone."""
+    path = Path(path)
+    if not _ELSEWHERE_LOCK.acquire(timeout=wait_s):
+        return None
+    try:
+        _ELSEWHERE.discard(path)
+        data = path.read_bytes() if path.exists() else b""
+        whole = data[:data.rfind(b"\n") + 1]
+        records = [json.loads(line) for line in whole.splitlines() if line.strip()]
+        if not records or records[0].get("type") != "episode":
+            return None
+        recorder = _JsonlRecorder(path, append_at=len(whole))
+        for record in records[1:]:
+            recorder._note(record)
+        if records[-1].get("type") == "end":
+            recorder.close()  # the torn tail (if any) cut, nothing added
+        else:
+            recorder._started -= _age_s(records[0])
+            recorder.abandon(error, wait_s=wait_s)
+        return sum(r.get("type") == "step" for r in records)
+    finally:
+        _ELSEWHERE_LOCK.release()
+
+
+def _age_s(header: Mapping[str, Any]) -> float:
+    """Seconds since the header's ``created`` time (0 when it has none)."""
+    import datetime as dt
+
+    try:
+        created = dt.datetime.fromisoformat(str(header.get("created")))
+    except ValueError:
+        return 0.0
+    now = dt.datetime.now(created.tzinfo) if created.tzinfo else dt.datetime.now()
+    return max(0.0, (now - created).total_seconds())
 
 
 class JsonlTraceStore(TraceStore):

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 from collections.abc import Sequence
+from typing import NoReturn
 
 from collabui.errors import CollabUIError
 from collabui.redaction import redact_url
@@ -35,8 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The full ``collabui`` parser (every command group registered)."""
     from collabui.cli import _log, bench, eval, run, serve, trace_viewer, train
 
-    parser = argparse.ArgumentParser(prog="collabui", description="CollabUIAgents: a team of LLM agents "
-                                     "that operates browsers and phones.")
+    parser = _Parser(prog="collabui", description="CollabUIAgents: a team of LLM agents "
+                     "that operates browsers and phones.")
     sub = parser.add_subparsers(dest="command", required=True)
     run.add_commands(sub)
     train.add_commands(sub)
@@ -47,6 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
     for command in _leaf_commands(parser):
         _log.add_verbosity_flags(command)
     return parser
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, its usage errors masked: they quote the value given (a model spec
+    with its key, say). Subcommands get the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(redact_url(message))
 
 
 def _leaf_commands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
@@ -74,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _log.configure(_log.level_of(args))
     if argv is None:  # the bounded stop is for runs; training may be saving adapters on Ctrl-C
         _stopping.install(watchdog=args.command in ("run", "eval"))
+        threading.excepthook = _log.thread_excepthook
     if rest and not train.takes_extra_flags(args):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     commands = {"train": lambda: train.run_command(args, rest), "eval": lambda: eval.run_command(args),
@@ -92,3 +103,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _stopping.exit_code(exc)
     except BrokenPipeError:  # `collabui envs | head -1`: the reader has all it wanted
         return _stopping.quiet_broken_pipe()
+    except Exception as exc:  # noqa: BLE001 - a bug or a library's error: one masked line, exit 1
+        print(_log.unexpected_error(exc), file=sys.stderr)
+        return 1

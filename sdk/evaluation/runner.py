@@ -330,7 +330,7 @@ def run_episodes_on(workers: Any, specs: Sequence[EpisodeSpec], *, trace_dir: Pa
 def _remote_slot(handle: Any, trace_dir: Path) -> _Slot:
     async def run(spec: EpisodeSpec) -> dict[str, Any]:
         _clear(spec, trace_dir)
-        record, files = await handle.run(spec)
+        record, files = await handle.run(spec, trace_dir)
         for name, data in files.items():
             path = trace_dir / name
             path.parent.mkdir(parents=True, exist_ok=True)

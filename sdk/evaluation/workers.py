@@ -19,8 +19,16 @@ Backends, one handle interface (``run(spec)`` awaitable, ``close()``):
   private cluster turns token authentication on and saves a token in ``~/.ray`` unless
   ``RAY_AUTH_MODE=disabled``; every node and this process must agree on ``RAY_AUTH_MODE``.
 
-A worker writes an episode's trace and screenshots into its own temporary folder and returns
-the files with the record, so the nodes of a cluster need no shared filesystem.
+A Ray worker writes an episode's trace and screenshots into its own temporary folder and
+returns the files with the record, so the nodes of a cluster need no shared filesystem. A
+worker process on this machine writes them straight into the run's trace folder, one flushed
+record per step, so what it finished survives it: a worker that dies in mid-episode (killed,
+out of memory) leaves its trace there with every whole step, the driver ends it with an ``end``
+record (``WorkerDied: ...``), records the episode as an error in the manifest and starts a new
+process for the next episodes. A run stopped by SIGINT / SIGTERM ends the traces of the episodes
+its workers were running when it closes them, or its stop watchdog does after killing them
+(``collabui.trace.close_open_traces``); those episodes are not in the manifest and run again on
+resume, as in-process ones.
 
 Closing waits for the episodes in flight (each is bounded by ``max_steps``) up to
 ``close_timeout`` seconds, so every worker closes its browser itself; a worker still busy after
@@ -33,17 +41,21 @@ import asyncio
 import concurrent.futures
 import multiprocessing
 import os
+import signal
 import socket
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from collabui._processes import kill_tree
 from collabui.errors import ConfigError
 from collabui.evaluation.runner import EnvFactory, EnvPool, EpisodeSpec, RecordExtra, _run_one
+from collabui.trace import end_trace_file, written_elsewhere
 
 __all__ = ["WorkerSetup", "EpisodeWorker", "WorkerHandle", "WorkerPool", "RAY_EXTRA_HINT"]
 
@@ -85,10 +97,15 @@ class EpisodeWorker:
         self.envs = EnvPool(setup.env, setup.env_factory, options=dict(setup.env_options))
         self.where = _where()
 
-    def run(self, spec: EpisodeSpec) -> WorkerResult:
-        """Run one episode; return its record (with ``worker``: node and pid) and its files."""
+    def run(self, spec: EpisodeSpec, folder: str | None = None) -> WorkerResult:
+        """Run one episode; return its record (with ``worker``: node and pid) and its files,
+        or no files when ``folder`` (the run's trace folder, on this machine) was given: the
+        trace is written there as the episode runs."""
         if self.team is None:
             self.team = self.setup.team()
+        if folder is not None:
+            record = _run_one(self.team, spec, self.envs, Path(folder), self.setup.extra)
+            return {**record, "worker": self.where}, {}
         with tempfile.TemporaryDirectory(prefix="collabui-episode-") as tmp:
             folder = Path(tmp)
             record = _run_one(self.team, spec, self.envs, folder, self.setup.extra)
@@ -118,7 +135,9 @@ def _where() -> dict[str, Any]:
 class WorkerHandle(Protocol):
     """The driver's side of one worker."""
 
-    async def run(self, spec: EpisodeSpec) -> WorkerResult: ...
+    async def run(self, spec: EpisodeSpec, trace_dir: Path) -> WorkerResult:
+        """Run one episode; its files come back in the result or are in ``trace_dir`` already."""
+        ...
 
     def close(self, timeout: float) -> None: ...
 
@@ -134,10 +153,10 @@ def _child_init(setup: WorkerSetup) -> None:
     _CHILD_WORKER = EpisodeWorker(setup)
 
 
-def _child_run(spec: EpisodeSpec) -> WorkerResult:
+def _child_run(spec: EpisodeSpec, folder: str) -> WorkerResult:
     if _CHILD_WORKER is None:  # the pool's initializer sets it before any task; never expected
         raise RuntimeError("episode worker process was not initialized")
-    return _CHILD_WORKER.run(spec)
+    return _CHILD_WORKER.run(spec, folder)
 
 
 def _child_close() -> None:
@@ -145,14 +164,49 @@ def _child_close() -> None:
         _CHILD_WORKER.close()
 
 
-class _ProcessHandle:
-    def __init__(self, setup: WorkerSetup) -> None:
-        self.pool = concurrent.futures.ProcessPoolExecutor(
-            max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-            initializer=_child_init, initargs=(setup,))
+#: The end record's error of an episode whose worker was closed before it ended (a stopped run).
+STOPPED = "Interrupted: the run stopped while a worker ran this episode"
 
-    async def run(self, spec: EpisodeSpec) -> WorkerResult:
-        return await asyncio.wrap_future(self.pool.submit(_child_run, spec))
+
+class _ProcessHandle:
+    """One worker process (restarted when it dies); it writes traces into the run's folder."""
+
+    def __init__(self, setup: WorkerSetup) -> None:
+        self.setup = setup
+        self.pool = self._new_pool()
+        #: The trace of the episode in flight, until it returns (see close()).
+        self.running: Path | None = None
+
+    def _new_pool(self) -> concurrent.futures.ProcessPoolExecutor:
+        return concurrent.futures.ProcessPoolExecutor(
+            max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+            initializer=_child_init, initargs=(self.setup,))
+
+    async def run(self, spec: EpisodeSpec, trace_dir: Path) -> WorkerResult:
+        self.running = trace_dir / f"{spec.episode_id}.jsonl"
+        written_elsewhere(self.running)
+        started = time.perf_counter()
+        future = self.pool.submit(_child_run, spec, str(trace_dir))
+        process = next(iter(getattr(self.pool, "_processes", {}).values()), None)
+        try:
+            result = await asyncio.wrap_future(future)
+        except BrokenProcessPool:  # the process died (killed, out of memory) in mid-episode
+            return self._died(spec, process, time.perf_counter() - started)
+        written_elsewhere(self.running, done=True)
+        self.running = None
+        return result
+
+    def _died(self, spec: EpisodeSpec, process: Any, seconds: float) -> WorkerResult:
+        """The dead worker's episode as an error: its trace ended, a new process for the next."""
+        error = f"WorkerDied: {_death(process)} during this episode; its trace keeps the steps it finished"
+        steps = end_trace_file(self.running, error) if self.running else None
+        self.running = None
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.pool = self._new_pool()
+        record = {**asdict(spec), "success": False, "reward": 0.0, "steps": steps or 0, "error": error,
+                  "seconds": round(seconds, 3), "worker": {"node": socket.gethostname(),
+                                                           "pid": getattr(process, "pid", None)}}
+        return record, {}
 
     def close(self, timeout: float) -> None:
         try:
@@ -164,6 +218,20 @@ class _ProcessHandle:
                 kill_tree(process.pid)
         finally:
             self.pool.shutdown(wait=True, cancel_futures=True)
+            if self.running is not None:  # stopped in mid-episode: the worker is gone now
+                end_trace_file(self.running, STOPPED)
+                self.running = None
+
+
+def _death(process: Any) -> str:
+    """How a worker process ended: ``the worker process (pid N) was killed by SIGKILL``."""
+    pid = getattr(process, "pid", None)
+    if process is not None:
+        process.join(timeout=1)
+    code = getattr(process, "exitcode", None)
+    if code is not None and code < 0:
+        return f"the worker process (pid {pid}) was killed by {signal.Signals(-code).name}"
+    return f"the worker process (pid {pid}) ended" + (f" with exit code {code}" if code is not None else "")
 
 
 # -- Ray actors ---------------------------------------------------------------------------------
@@ -173,7 +241,7 @@ class _RayHandle:
     def __init__(self, actor: Any) -> None:
         self.actor = actor
 
-    async def run(self, spec: EpisodeSpec) -> WorkerResult:
+    async def run(self, spec: EpisodeSpec, trace_dir: Path) -> WorkerResult:
         from ray.exceptions import RayTaskError
 
         try:

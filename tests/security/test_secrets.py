@@ -76,10 +76,10 @@ def test_secret_typed_on_miniwob_never_written(tmp_path, capfd):
 
 
 @pytest.mark.browser
-def test_password_typed_without_secrets_is_masked_everywhere_but_the_task(tmp_path, capfd,
-                                                                         monkeypatch):
-    """Through the CLI (live view on stdout): only the task line printed before the team
-    typed anything shows the password."""
+def test_password_the_environment_names_is_masked_everywhere(tmp_path, capfd, monkeypatch):
+    """Through the CLI (live view on stdout), no secrets given: the environment's own task names
+    the password, so the printed task line, the trace header and every record mask it from the
+    start, as the typed value is masked."""
     monkeypatch.setattr("collabui.models.spec.load_model",
                         lambda spec, **kwargs: ScriptedChatModel(_form_filler))
     code = main(["run", "--env", "miniwob/enter-password", "--model", "scripted", "--agents", "2",
@@ -87,16 +87,33 @@ def test_password_typed_without_secrets_is_masked_everywhere_but_the_task(tmp_pa
                  "--no-screenshots", "--trace-dir", str(tmp_path)])
     out, err = capfd.readouterr()
     assert code == 0 and "success" in out, out + err
-    [line] = [line for line in out.splitlines() if PASSWORD in line]
-    assert line.startswith("task: Enter the password")  # the user's own sentence may stay
-    assert "***" in out and PASSWORD not in err
+    assert PASSWORD not in out + err
+    assert 'task: Enter the password "***" into both text fields and press submit.' in out
     trace = read_trace(next(tmp_path.glob("*.jsonl")))
-    # The environment's task named it: masked in the header too once typed (written before).
     assert trace.header["task"] == 'Enter the password "***" into both text fields and press submit.'
     for record in [*trace.steps, trace.end]:
         assert PASSWORD not in json.dumps(record), record.get("t")
     assert trace.steps[0]["executed"]["content"] == "***"
     assert trace.steps[0]["proposals"][0][0]["raw"].endswith('"content": "***"}')
+
+
+def test_task_password_masked_only_in_an_environments_task(tmp_path):
+    """The task the caller gives stays as given (their own input); the same sentence coming
+    from the environment has its password masked in the header and the result from the start."""
+    from collabui.devices.base import Observation
+    from collabui.devices.fake import FakeDevice
+
+    task = 'Log in with the password "hunter22" and press the button.'
+    model = ScriptedChatModel(['Action: {"action": "click", "element_id": "A"}'], cycle=True)
+    team = CollabAgentTeam(model, n_agents=1, rounds=1, max_steps=1)
+    given = team.run(task, FakeDevice([Observation(text="<button[A]| ok>")]), trace=tmp_path / "given")
+    from_env = team.run(None, FakeDevice([Observation(text="<button[A]| ok>")], task=task),
+                        trace=tmp_path / "env")
+    assert given.task == task and read_trace(given.trace_path).header["task"] == task
+    assert from_env.task == 'Log in with the password "***" and press the button.'
+    assert b"hunter22" not in _all_bytes(tmp_path / "env")
+    # The agents still read the real task: they have to type it.
+    assert "hunter22" in str(model.requests[-1].messages[-1]["content"])
 
 
 @pytest.mark.browser
@@ -211,6 +228,19 @@ def test_password_masking_respects_word_boundaries_and_ids():
     record = {"element_id": "ab", "content": "ab", "tree": {"id": "ab", "parts": ["ab"]}}
     assert redactor.data(record) == {"element_id": "ab", "content": "***",
                                      "tree": {"id": "ab", "parts": ["***"]}}
+
+
+@pytest.mark.parametrize(("task", "password"), [
+    ('Enter the password "D91YP" into both text fields and press submit.', "D91YP"),
+    ('Enter the username "keneth" and the password "91YP" into the text fields.', "91YP"),
+    ("Your password is 'x y z'.", "x y z"), ("password: hunter2, then log in", "hunter2"),
+    ("Reset your password now.", None)])
+def test_a_password_the_task_names_is_learned(task, password):
+    redactor = Redactor()
+    redactor.learn_task(task)
+    assert redactor.passwords == ({password} if password else set())
+    assert (password is None) == (redactor.text(task) == task)
+    assert redactor.screen() == ((), tuple(redactor.passwords))
 
 
 @pytest.mark.browser

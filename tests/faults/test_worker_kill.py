@@ -1,0 +1,103 @@
+"""`eval miniwob --workers N`: a worker process killed in mid-episode loses nothing it finished.
+
+Worker processes write their traces straight into the run's folder, one flushed record per
+step. Two real kills: SIGKILL of one worker while the run goes on (its episode becomes an error
+in the manifest, its trace keeps its steps and gets an ``end`` record, a new worker takes the
+next episodes), and SIGTERM to the command, whose stop watchdog kills the workers still busy
+(every trace of the run folder parses, keeps its steps and ends with an ``end`` record).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from collabui.evaluation.miniwob import MiniWoBEvalConfig, default_team, evaluate_miniwob
+from collabui.trace import read_trace
+from tests.evaluation.worker_kit import PIDS_ENV, slow_env
+from tests.faults.cli import STOP_BOUND_S, Child, report
+
+pytestmark = pytest.mark.faults
+
+
+def _running_trace(traces: Path, min_steps: int, timeout: float = 120) -> Path:
+    """A trace with at least ``min_steps`` steps and no end record yet (its episode runs)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for path in traces.glob("*.jsonl"):
+            lines = path.read_bytes().splitlines()
+            if sum(b'"type": "step"' in line for line in lines) >= min_steps \
+                    and not any(b'"type": "end"' in line for line in lines):
+                return path
+        time.sleep(0.05)
+    raise AssertionError(f"no episode got {min_steps} steps within {timeout} s")
+
+
+def test_a_killed_worker_keeps_its_steps_and_its_episode_is_an_error(tmp_path, monkeypatch):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    monkeypatch.setenv(PIDS_ENV, str(pids))  # the spawned workers inherit it
+    out = tmp_path / "eval"
+    config = MiniWoBEvalConfig(tasks="click-button,focus-text", episodes=2, model="lexical", workers=2,
+                               team=default_team("lexical", max_steps=8))
+    results: dict[str, Any] = {}
+    runner = threading.Thread(target=lambda: results.update(
+        evaluate_miniwob(config, out, env_factory=slow_env, progress=False)))
+    runner.start()
+    try:
+        path = _running_trace(out / "traces", min_steps=2)
+        seed = read_trace(path).header["seed"]
+        victim = int((pids / f"{seed}.pid").read_text())
+        os.kill(victim, signal.SIGKILL)
+    finally:
+        runner.join(timeout=180)
+    assert not runner.is_alive() and results["counts"]["episodes"] == 4
+    records = {r["episode_id"]: r for r in map(json.loads, (out / "episodes.jsonl").read_text().splitlines())}
+    killed = records.pop(path.stem)
+    assert killed["error"].startswith(f"WorkerDied: the worker process (pid {victim}) was killed by SIGKILL")
+    trace = read_trace(path)
+    assert killed["steps"] == len(trace.steps) >= 2 and not killed["success"]
+    assert [s["t"] for s in trace.steps] == list(range(len(trace.steps)))
+    assert trace.end["error"] == killed["error"] and trace.end["steps"] == killed["steps"]
+    # The run went on: the other three episodes ran to their step cap on live workers.
+    assert [(r["error"], r["steps"]) for r in records.values()] == [(None, 8)] * 3
+    report({"worker_sigkill_steps_kept": killed["steps"], "other_episodes_ok": len(records)})
+
+
+@pytest.mark.browser
+def test_sigterm_watchdog_kills_busy_workers_and_their_traces_end(tmp_path):
+    """Real MiniWoB++ pages on 2 workers, long episodes (the lexical baseline loops on
+    enter-password); SIGTERM to the command alone, so the workers go on until the watchdog
+    kills them: every trace of the run folder parses, keeps its whole steps, and ends."""
+    out = tmp_path / "eval"
+    child = Child.start(["eval", "miniwob", "--tasks", "enter-password", "--episodes", "4", "--model", "lexical",
+                         "--agents", "1", "--rounds", "1", "--max-steps", "60", "--workers", "2",
+                         "--no-screenshots", "--out", str(out)], tmp_path / "out.log")
+    try:
+        _running_trace(out / "traces", min_steps=2, timeout=180)
+        family = child.descendants()
+        seconds = child.signal_and_time(signal.SIGTERM, group=False)
+    finally:
+        child.cleanup()
+    log = child.output()
+    assert child.proc.returncode == 143 and seconds < STOP_BOUND_S, log[-2000:]
+    assert not [p for p in family if p.is_running() and p.status() != "zombie"], "a worker outlived the run"
+    traces = sorted((out / "traces").glob("*.jsonl"))
+    assert traces, log[-2000:]
+    steps = 0
+    for path in traces:
+        trace = read_trace(path)
+        assert trace.end is not None and trace.end["error"].startswith("Interrupted"), (path.name, trace.end)
+        assert trace.end["steps"] == len(trace.steps) and \
+            [s["t"] for s in trace.steps] == list(range(len(trace.steps))), path.name
+        steps += len(trace.steps)
+    assert steps >= 2
+    assert not (out / "episodes.jsonl").read_text()  # stopped episodes run again on resume
+    report({"worker_sigterm_traces": len(traces), "steps_kept": steps, "stop_s": round(seconds, 2)})
