@@ -28,8 +28,9 @@ next observation's ``last_action_error`` says so.
 
 After every action the device waits for the screen to settle: it dumps the hierarchy until two
 consecutive dumps list the same elements (or ``settle_timeout_s`` passes). When adb drops, the
-device reconnects once and retries the operation (a gesture may then run twice); if that fails
-too it raises :class:`PhoneConnectionError`.
+device reconnects once and retries the operation (a gesture may then run twice; tenacity); if
+the phone is still unreachable it raises :class:`PhoneConnectionError`, and a retried call that
+fails for another reason is a :class:`DeviceError`, as on the first try.
 
 Passwords: text typed into a password field is never returned in ``StepOutcome.info`` or the
 observation; ``info["masked_action"]`` then holds the action dict with ``text`` = ``"***"``:
@@ -39,13 +40,16 @@ traces must record it instead of the executed action.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import os
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
+
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from collabui.actions import MOBILE, Action, Unknown
 from collabui.devices import _android_apps as apps
@@ -228,24 +232,34 @@ class AndroidDevice(Device):
         return self._d
 
     def _u2(self, what: str, call: Callable[[Any], T]) -> T:
-        """Run one uiautomator2 call; reconnect and retry once when adb dropped."""
+        """Run one uiautomator2 call; when adb dropped, reconnect and run it once more."""
+        once_more = Retrying(stop=stop_after_attempt(2), retry=retry_if_exception(_is_connection_error),
+                             before_sleep=self._forget_connection,
+                             retry_error_callback=functools.partial(self._lost, what))
+        return once_more(self._u2_once, what, call)
+
+    def _u2_once(self, what: str, call: Callable[[Any], T]) -> T:
+        """One try: a lost connection is raised as it is (retried); any other failure of the
+        call becomes one DeviceError line."""
         try:
             return call(self._device())
         except (DeviceError, ConfigError):
             raise
-        except Exception as exc:  # noqa: BLE001 - classified below
-            if not _is_connection_error(exc):
-                raise DeviceError(f"phone operation '{what}' failed: {_first_line(exc)}; check "
-                                  "the phone screen (unlocked, no system dialog) and retry") from None
+        except Exception as exc:  # noqa: BLE001 - classified here
+            if _is_connection_error(exc):
+                raise
+            raise DeviceError(f"phone operation '{what}' failed: {_first_line(exc)}; check "
+                              "the phone screen (unlocked, no system dialog) and retry") from None
+
+    def _forget_connection(self, state: RetryCallState) -> None:
+        """adb dropped: the next call connects again, and asks again for what it cached."""
         self._d, self._apps, self._front = None, None, None
-        try:
-            return call(self._device())
-        except PhoneConnectionError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the retry failing is the finding
-            raise PhoneConnectionError(
-                f"lost the phone {self.serial or ''} during '{what}' and reconnecting failed: "
-                f"{_first_line(exc)}; check the cable or `adb connect`, then reset()") from None
+
+    def _lost(self, what: str, state: RetryCallState) -> NoReturn:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        raise PhoneConnectionError(
+            f"lost the phone {self.serial or ''} during '{what}' and reconnecting failed: "
+            f"{_first_line(exc) if exc else 'no answer'}; check the cable or `adb connect`, then reset()") from None
 
     # ---- observing -------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 
@@ -7,9 +8,12 @@ from collabui.trace import (
     MAX_RAW_CHARS,
     JsonlTraceStore,
     MemoryTraceStore,
+    action_schema,
     close_open_traces,
+    generated_trace_schema,
     read_trace,
     validate_record,
+    write_trace_schema,
 )
 
 HEADER = {
@@ -54,6 +58,40 @@ def test_invalid_record_is_refused_with_location():
         validate_record(bad)
     with pytest.raises(TraceError, match="type"):
         validate_record({"type": "nope"})
+
+
+SCHEMA_FILE = Path(__file__).resolve().parents[1] / "sdk" / "schemas" / "trace.schema.json"
+
+
+def test_committed_schema_has_the_action_definition_generated_from_the_action_models():
+    committed = json.loads(SCHEMA_FILE.read_text("utf-8"))
+    assert committed == generated_trace_schema(committed), (
+        "sdk/schemas/trace.schema.json is out of date with collabui.actions; run `make schema`")
+    names = {b["properties"]["action"]["const"] for b in action_schema()["anyOf"]}
+    assert {"click", "type_string", "finish", "navigate_home", "input_text", "unknown"} <= names
+
+
+def test_schema_writer_is_idempotent_and_fixes_a_stale_action_definition(tmp_path):
+    path = tmp_path / "trace.schema.json"
+    path.write_text(SCHEMA_FILE.read_text("utf-8"), "utf-8")
+    assert not write_trace_schema(path) and path.read_text("utf-8") == SCHEMA_FILE.read_text("utf-8")
+    stale = json.loads(SCHEMA_FILE.read_text("utf-8"))
+    stale["$defs"]["action"] = {"type": "object", "required": ["action"]}
+    path.write_text(json.dumps(stale), "utf-8")
+    assert write_trace_schema(path) and path.read_text("utf-8") == SCHEMA_FILE.read_text("utf-8")
+
+
+@pytest.mark.parametrize("action", [{"action": "click", "element_id": "B", "x": 1}, {"action": "click"},
+                                    {"action": "fly", "element_id": "B"}, {"action": "click", "element_id": "B C"}])
+def test_actions_the_models_refuse_are_refused_in_traces(action):
+    with pytest.raises(TraceError, match="executed"):
+        validate_record({**STEP, "executed": action})
+
+
+def test_mobile_and_cut_unknown_actions_are_valid_in_traces():
+    validate_record({**STEP, "executed": {"action": "click", "index": 3}})
+    cut = {"action": "unknown", "raw": "x" * MAX_RAW_CHARS, "reason": "no action", "raw_truncated": MAX_RAW_CHARS + 5}
+    validate_record({**STEP, "executed": cut})
 
 
 def test_trace_is_readable_after_a_crash_mid_write(tmp_path):

@@ -22,6 +22,7 @@ transformers, Playwright) are imported only when a command runs.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import threading
 from collections.abc import Sequence
@@ -31,6 +32,9 @@ from collabui.errors import CollabUIError
 from collabui.redaction import redact_url
 
 __all__ = ["main", "build_parser"]
+
+#: Notes (silenced by -q), warnings and errors, on stderr (configured by collabui.cli._log).
+log = logging.getLogger(__name__)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,10 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         paths.check_outputs(args)  # before Chromium, a model or a long run starts
         return commands.get(args.command, lambda: run.run_command(args))()
     except CollabUIError as exc:  # a message may quote a model spec or an endpoint URL
-        print(f"error: {redact_url(str(exc))}", file=sys.stderr)
+        log.error("%s", redact_url(str(exc)))
         return 2
     except KeyboardInterrupt as exc:  # SIGTERM too (collabui.cli._stopping.Interrupted)
-        print(f"interrupted ({exc or 'SIGINT'})", file=sys.stderr)
+        log.warning("interrupted (%s)", exc or "SIGINT")
         if argv is None:  # every finally has run: do not wait on threads stuck in a dead driver
             _stopping.exit_now(_stopping.exit_code(exc))
         return _stopping.exit_code(exc)

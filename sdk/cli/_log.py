@@ -4,7 +4,9 @@ Library modules never print progress; each logs to ``logging.getLogger(__name__)
 ``collabui``) and leaves the handling to the application. The command line is that application:
 :func:`configure` installs one stderr handler per command, at INFO by default, DEBUG with
 ``--verbose`` and WARNING with ``--quiet`` (:func:`add_verbosity_flags` gives every command the
-same pair). The results a command prints (tables, summaries, paths) stay on stdout.
+same pair). The results a command prints (tables, summaries, paths) stay on stdout; its own
+notes on stderr (``written F``, ``starting vLLM``) are INFO records of ``collabui.cli.*``
+loggers, so ``--quiet`` drops them, while warnings and errors (``error: ...``) always show.
 
 Every line goes through :class:`RedactingFormatter`, so a model spec with credentials logged
 anywhere (``openai:M@https://user:KEY@host/v1``, also inside an exception's traceback) reaches

@@ -78,6 +78,8 @@ def _watchdog(code: int, sleep: Callable[[float], None] = time.sleep) -> None:
     sleep(EXIT_AFTER_S - KILL_AFTER_S - TRACES_BUDGET_S)  # the main thread may still end them itself
     name = signal.Signals(code - 128).name
     _end_open_traces(f"Interrupted: {name} (cleanup took too long; stopped)")
+    # print, not logging: a thread stuck mid-record may hold the handler's lock, and this line
+    # must not wait before the exit below.
     print("interrupted (cleanup took too long; stopped)", file=sys.stderr, flush=True)
     os._exit(code)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import shlex
 import sys
 from pathlib import Path
@@ -27,6 +28,9 @@ from collabui.config import GUIDED_HELP, MODEL_HELP, SCREENSHOTS_HELP, TeamConfi
 from collabui.redaction import PASSWORD_MASK, redact_url
 
 __all__ = ["add_commands", "run_command", "miniwob_command", "miniwob_config"]
+
+#: Notes (silenced by -q), warnings and errors, on stderr (configured by collabui.cli._log).
+log = logging.getLogger(__name__)
 
 #: Flags written in every recorded command line, even at their defaults.
 _ALWAYS = ("tasks", "episodes", "model", "concurrency", "team.n_agents", "team.rounds", "team.topology",
@@ -149,10 +153,9 @@ def _report_errors(out: Path, counts: dict[str, Any]) -> int:
     if len(failed) == counts["episodes"] and not counts.get("steps"):
         raise DeviceError(f"no episode could start ({len(failed)}/{counts['episodes']}): {failed[0]['error']}")
     for record in failed:
-        print(f"episode {record['episode_id']} ended by an error after {record.get('steps', 0)} steps "
-              f"(counted as a failure): {record['error']}", file=sys.stderr)
-    print(f"{len(failed)}/{counts['episodes']} episodes ended by an error; the others ran normally (exit 1)",
-          file=sys.stderr)
+        log.warning("episode %s ended by an error after %s steps (counted as a failure): %s",
+                    record["episode_id"], record.get("steps", 0), record["error"])
+    log.warning("%d/%d episodes ended by an error; the others ran normally (exit 1)", len(failed), counts["episodes"])
     return 1
 
 
@@ -166,13 +169,13 @@ def _compare(args: argparse.Namespace) -> int:
     print(f"A = {label_a} ({args.a})\nB = {label_b} ({args.b})")
     sys.stdout.write(render_compare(rows, "A", "B"))
     if not rows:
-        print("no metric is shared by A and B (different harnesses?)", file=sys.stderr)
+        log.warning("no metric is shared by A and B (different harnesses?)")
     if args.out:
-        print(f"written {write_compare(rows, args.out, a=a, b=b)}", file=sys.stderr)
+        log.info("written %s", write_compare(rows, args.out, a=a, b=b))
     if args.plot:
         from collabui.evaluation.report import plot_results
 
-        print(f"written {plot_results([a, b], args.plot)}", file=sys.stderr)
+        log.info("written %s", plot_results([a, b], args.plot))
     return 0
 
 

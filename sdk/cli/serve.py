@@ -11,9 +11,9 @@ are flags generated from :class:`collabui.serving.vllm_server.VLLMServer`'s fiel
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import signal
-import sys
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -28,6 +28,9 @@ from collabui.cli.flags import (
 from collabui.errors import ConfigError
 
 __all__ = ["add_commands", "run_command", "parse_adapters"]
+
+#: Notes (silenced by -q), warnings and errors, on stderr (configured by collabui.cli._log).
+log = logging.getLogger(__name__)
 
 _SERVER_FLAGS = ("port", "kv_cache_gib", "max_model_len", "block_size", "enforce_eager", "ready_timeout_s")
 _RENAME = {"ready_timeout_s": "ready_timeout"}
@@ -133,16 +136,16 @@ def run_command(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        print(f"starting vLLM with {server.name} (30-120 s on a CPU) ...", file=sys.stderr, flush=True)
+        log.info("starting vLLM with %s (30-120 s on a CPU) ...", server.name)
         server.start()
         print(f"serving {server.name} at {server.base_url} (log {server.log_path})")
         print(f"  use: {_run_hint(server, args.adapters)}", flush=True)
-        print("Ctrl-C stops the server", file=sys.stderr, flush=True)
+        log.info("Ctrl-C stops the server")
         code = server.wait()
-        print(f"error: vLLM exited by itself with code {code}; see {server.log_path}", file=sys.stderr)
+        log.error("vLLM exited by itself with code %s; see %s", code, server.log_path)
         return 1
     except KeyboardInterrupt:
-        print("stopping vLLM", file=sys.stderr, flush=True)
+        log.info("stopping vLLM")
         return 0
     finally:
         server.stop()

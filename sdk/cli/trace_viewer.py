@@ -6,10 +6,13 @@ Not to be confused with :mod:`collabui.cli.view`, the live terminal view of ``co
 from __future__ import annotations
 
 import argparse
-import sys
+import logging
 from typing import Any
 
 __all__ = ["add_commands", "run_command"]
+
+#: Notes (silenced by -q), warnings and errors, on stderr (configured by collabui.cli._log).
+log = logging.getLogger(__name__)
 
 
 def add_commands(sub: Any) -> None:
@@ -40,6 +43,6 @@ def run_command(args: argparse.Namespace) -> int:
         import webbrowser
 
         if not webbrowser.open(out.resolve().as_uri()):
-            print(f"error: no browser to open {out}; open it yourself", file=sys.stderr)
+            log.error("no browser to open %s; open it yourself", out)
             return 1
     return 0

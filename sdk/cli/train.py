@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,9 @@ from collabui.cli.flags import add_config_flags, changed_flags, config_from_args
 from collabui.errors import ConfigError
 
 __all__ = ["add_commands", "run_command", "takes_extra_flags", "parse_dpo_options", "trl_config"]
+
+#: Notes (silenced by -q), warnings and errors, on stderr (configured by collabui.cli._log).
+log = logging.getLogger(__name__)
 
 _MARL_RENAME = {"episodes_per_task": "episodes", "eval_episodes_per_task": "eval_episodes"}
 _BASE_HELP = "model spec of the local base model: smollm2 | hf:PATH (default smollm2)"
@@ -210,7 +213,7 @@ def _dpo(args: argparse.Namespace, rest: list[str]) -> int:
         from collabui.training.report import plot_dpo_report
 
         plot_dpo_report(report, Path(args.out) / "dpo_report.png")
-    print(f"adapters in {args.out}; report {Path(args.out) / 'dpo_report.json'}", file=sys.stderr)
+    log.info("adapters in %s; report %s", args.out, Path(args.out) / "dpo_report.json")
     return 0
 
 
@@ -238,7 +241,7 @@ def _sft(args: argparse.Namespace, rest: list[str]) -> int:
                        init_adapter=args.init_adapter, resume=not args.no_resume, merge=args.merge)
     print(json.dumps({k: v for k, v in report.to_dict().items() if k != "loss"}, default=str))
     if report.merged_path:
-        print(f"next stage's base: --model hf:{report.merged_path}", file=sys.stderr)
+        log.info("next stage's base: --model hf:%s", report.merged_path)
     return 0
 
 
@@ -277,7 +280,7 @@ def _marl(args: argparse.Namespace) -> int:
                       "held_out_success": dict(report.success_curve()),
                       "complete": report.complete}))
     if not report.complete:
-        print("the run is incomplete; rerun the same command to continue", file=sys.stderr)
+        log.warning("the run is incomplete; rerun the same command to continue")
     return 0
 
 
@@ -288,7 +291,7 @@ def _demonstrate(args: argparse.Namespace) -> int:
     search = config_from_args(SearchConfig, args, only={"node_budget"})
     stats = generate_demonstrations(config_from_args(DemoConfig, args, skip={"search"}, search=search))
     print(json.dumps({k: v for k, v in stats.to_dict().items() if k != "per_task"}))
-    print(f"dataset in {Path(args.out_dir) / 'dataset'}; card {Path(args.out_dir) / 'README.md'}", file=sys.stderr)
+    log.info("dataset in %s; card %s", Path(args.out_dir) / "dataset", Path(args.out_dir) / "README.md")
     return 0 if stats.verified_steps else 1
 
 
@@ -297,7 +300,7 @@ def _report(args: argparse.Namespace) -> int:
 
     paths = write_training_report(args.run, args.out, plot=not args.no_plot)
     print(paths["md"].read_text(encoding="utf-8"))
-    print("report: " + ", ".join(str(p) for p in paths.values()), file=sys.stderr)
+    log.info("report: %s", ", ".join(str(p) for p in paths.values()))
     return 0
 
 

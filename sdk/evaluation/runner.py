@@ -40,6 +40,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+)
+
 from collabui._progress import Advance, progress_bar
 from collabui.devices.base import Device
 from collabui.errors import ConfigError, DeviceError, TraceError
@@ -366,12 +374,11 @@ def _run_one(team: Any, spec: EpisodeSpec, envs: EnvPool, trace_dir: Path,
              extra: RecordExtra | None) -> dict[str, Any]:
     device = _start(spec, envs, trace_dir)
     started = time.perf_counter()
-    try:
-        device.reset(seed=spec.seed, options={"task_name": spec.task})  # switch task in place
-    except DeviceError as exc:  # once more on a fresh browser; a second failure is real
-        _say_retry(spec, exc)
-        device = envs.replace(spec.task)
-        device.reset(seed=spec.seed, options={"task_name": spec.task})
+    for attempt in Retrying(**_reset_policy(spec)):
+        with attempt:
+            if attempt.retry_state.attempt_number > 1:
+                device = envs.replace(spec.task)
+            device.reset(seed=spec.seed, options={"task_name": spec.task})  # switch task in place
     result = team.run(None, device, seed=spec.seed, trace=trace_dir, episode_id=spec.episode_id,
                       env_name=f"{envs.prefix}/{spec.task}")
     return _record(spec, result, started, trace_dir, extra)
@@ -381,19 +388,25 @@ async def _arun_one(team: Any, spec: EpisodeSpec, envs: EnvPool, trace_dir: Path
                     extra: RecordExtra | None) -> dict[str, Any]:
     device = _start(spec, envs, trace_dir)  # building a device is cheap; Chromium starts in reset
     started = time.perf_counter()
-    try:
-        await device.areset(seed=spec.seed, options={"task_name": spec.task})
-    except DeviceError as exc:
-        _say_retry(spec, exc)
-        device = envs.replace(spec.task)
-        await device.areset(seed=spec.seed, options={"task_name": spec.task})
+    async for attempt in AsyncRetrying(**_reset_policy(spec)):
+        with attempt:
+            if attempt.retry_state.attempt_number > 1:
+                device = envs.replace(spec.task)
+            await device.areset(seed=spec.seed, options={"task_name": spec.task})
     result = await team.arun(None, device, seed=spec.seed, trace=trace_dir,
                              episode_id=spec.episode_id, env_name=f"{envs.prefix}/{spec.task}")
     return _record(spec, result, started, trace_dir, extra)
 
 
-def _say_retry(spec: EpisodeSpec, exc: Exception) -> None:
-    log.warning("[%s] reset failed (%s); retrying on a fresh browser", spec.episode_id, exc)
+def _reset_policy(spec: EpisodeSpec) -> dict[str, Any]:
+    """A failed reset is tried once more on a fresh device (the second try replaces it); a
+    second failure is real and raised as it is."""
+    def say(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        log.warning("[%s] reset failed (%s); retrying on a fresh browser", spec.episode_id, exc)
+
+    return {"stop": stop_after_attempt(2), "retry": retry_if_exception_type(DeviceError), "before_sleep": say,
+            "reraise": True}
 
 
 def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

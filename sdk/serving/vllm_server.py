@@ -45,6 +45,7 @@ from typing import Any, NoReturn
 import psutil
 from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
+from collabui._processes import descendants, kill_all
 from collabui.errors import ConfigError, ModelLoadError
 from collabui.serving.setup import default_flavor, vllm_python
 
@@ -450,15 +451,23 @@ class VLLMServer:
         return [m["id"] for m in data.get("data", [])]
 
     def stop(self) -> None:
-        """Stop the server and every process it started (its process group). Idempotent.
+        """Stop the server and every process it started. Idempotent.
 
-        SIGTERM first, SIGKILL for whatever is left after ``stop_timeout_s``.
+        SIGTERM to its process group first, SIGKILL for whatever of the group is left after
+        ``stop_timeout_s``; then SIGKILL every descendant listed before the signals that still
+        runs, so one that left the group (a session of its own) does not survive either.
         """
         with self._lock:
             proc, self._proc = self._proc, None
             atexit.unregister(self.stop)
         if proc is None:
             return
+        tree = descendants(proc.pid)  # now: once the server is gone they belong to init
+        self._end_group(proc)
+        kill_all(tree)
+
+    def _end_group(self, proc: subprocess.Popen[bytes]) -> None:
+        """SIGTERM the server's process group, SIGKILL what is left of it after the grace."""
         pgid = proc.pid  # start_new_session: the server leads its own group
         _signal_group(pgid, signal.SIGTERM)
         try:

@@ -3,6 +3,8 @@ evaluation on shuffled held-out pages, and the README table rendered from result
 
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,13 +44,13 @@ def test_every_system_is_a_valid_shuffled_heldout_evaluation(tmp_path):
     # Trained rows load the recipe's bundle, whose own prompt style the team applies (auto).
     assert rows["trained_single"]["model"] == f"trained:{tmp_path / 'merged'}"
     assert "prompt_style" not in rows["trained_single"]["team"] and rows["base_single"]["team"]["prompt_style"] == "react"
-    assert rows["random"]["episodes"] >= 25 and args.episodes * len(HELDOUT_TASKS) >= 100
+    assert rows["random"]["episodes"] >= 25 and args.evaluation.episodes * len(HELDOUT_TASKS) >= 100
     shapes = {name: (c.team.n_agents, c.team.rounds) for name, c in
               ((n, recipe.eval_config(args, f)) for n, f in rows.items())}
     assert shapes["random"] == shapes["lexical"] == shapes["trained_single"] == (1, 1)  # baselines: one agent
     assert shapes["trained_team"] == (4, 3)
     team = recipe.eval_config(args, rows["trained_single"]).team
-    assert (team.seed, team.max_steps, team.max_new_tokens) == (args.eval_seed, args.max_steps, 128)
+    assert (team.seed, team.max_steps, team.max_new_tokens) == (args.evaluation.team.seed, args.evaluation.team.max_steps, 128)
     rollouts = recipe._on_training_tasks(args, tmp_path / "merged", seed=5000, episodes=2)
     assert (rollouts.team.seed, rollouts.team.n_agents, rollouts.team.max_new_tokens) == (5000, 1, 96)
 
@@ -67,6 +69,75 @@ def test_negative_counts_are_refused_with_the_flag_named(capsys):
     with pytest.raises(SystemExit):
         recipe._args(["--validate", "-2"])
     assert "--validate must be >= 0, got -2" in capsys.readouterr().err
+
+
+#: recipe.json's "args" at the defaults, as the recipe wrote them before RecipeConfig existed
+#: (its --no-balance flag is now --balance/--no-balance, recorded as balance).
+DEFAULT_ARGS = {"out": "runs/recipe", "demo_minutes": 10.0, "demo_workers": 4, "sft_examples": 2000,
+                "sft_epochs": 1.0, "balance": True, "lr": 3e-4, "lora_r": 32, "batch": 8, "lora_dropout": 0.0,
+                "length_window": 32, "element_format": "html", "style": "trained", "episodes": 13,
+                "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "critic_episodes": 6, "team": False,
+                "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
+                "dpo_lr": 5e-5, "validate": 0, "publish": False, "table": False}
+
+
+def test_flags_and_defaults_are_the_recipes_and_land_in_the_composed_configs():
+    recipe = _recipe()
+    assert recipe._args([]) == recipe.RecipeConfig()
+    assert recipe.flag_values(recipe._args([])) == DEFAULT_ARGS
+    config = recipe._args(["--demo-minutes", "1.5", "--demo-workers", "2", "--sft-epochs", "2", "--lr", "1e-4",
+                           "--batch", "4", "--lora-r", "8", "--lora-dropout", "0.1", "--length-window", "0",
+                           "--episodes", "5", "--eval-seed", "3", "--max-steps", "4", "--no-balance", "--team",
+                           "--no-onpolicy-dpo", "--out", "runs/x"])
+    assert (config.demo.minutes, config.demo.workers, config.demo.seeds) == (1.5, 2, 400)
+    sft = config.sft
+    assert (sft.num_train_epochs, sft.learning_rate, sft.per_device_train_batch_size, sft.lora_r, sft.lora_dropout,
+            sft.length_window) == (2.0, 1e-4, 4, 8, 0.1, 0)
+    assert (config.evaluation.episodes, config.evaluation.team.seed, config.evaluation.team.max_steps) == (5, 3, 4)
+    assert config.evaluation.tasks.split(",") == list(HELDOUT_TASKS)
+    assert (config.balance, config.teams, config.onpolicy_dpo, config.out_dir) == (False, True, False, "runs/x")
+    assert recipe.flag_values(config)["lr"] == 1e-4 and recipe.flag_values(config)["team"] is True
+
+
+def test_stage_configs_are_the_ones_the_recipe_always_built(tmp_path, monkeypatch):
+    """The SFT, demonstration and bundle settings at the defaults, written out as the recipe
+    built them before its config was composed: a training run's behaviour does not change."""
+    from collabui.training.demonstrate import DemoConfig
+    from collabui.training.sft import AgentSFTConfig
+
+    recipe = _recipe()
+    config = recipe._args([])
+    old_sft = AgentSFTConfig(output_dir=str(tmp_path / "sft" / "trl"), num_train_epochs=1.0, learning_rate=3e-4,
+                             per_device_train_batch_size=8, lora_r=32, lora_alpha=64, lora_dropout=0.0,
+                             lora_target_modules=list(recipe.ALL_LINEAR), max_length=512, seed=0,
+                             lr_scheduler_type="cosine", warmup_steps=10, length_window=32,
+                             train_sampling_strategy="group_by_length")
+    assert recipe._sft_config(config, tmp_path / "sft").to_dict() == old_sft.to_dict()
+    window0 = recipe._sft_config(recipe._args(["--length-window", "0", "--lora-r", "8"]), tmp_path)
+    assert (window0.train_sampling_strategy, window0.lora_alpha) == ("group_by_length", 16)
+    seen = {}
+    monkeypatch.setattr("collabui.training.demonstrate.generate_demonstrations", lambda c: seen.update(demo=c))
+    monkeypatch.setattr("collabui.models.bundle.write_bundle", lambda out, **kw: seen.update(bundle=kw))
+    recipe.demonstrate(config, tmp_path / "demo")
+    assert seen["demo"] == DemoConfig(out_dir=str(tmp_path / "demo"), tasks=TRAIN_TASKS, seeds=400, minutes=10.0,
+                                      workers=4)
+    recipe.bundle(config, tmp_path / "sft", tmp_path / "bundle")
+    assert seen["bundle"]["made_by"] == (
+        "cookbook/cpu_recipe/recipe.py --batch 8 --demo-minutes 10.0 --dpo-lr 5e-05 --element-format html "
+        "--length-window 32 --lora-dropout 0.0 --lora-r 32 --lr 0.0003 --onpolicy-dpo True --onpolicy-episodes 0 "
+        "--round2-demo-rows 400 --sft-epochs 1.0 --sft-examples 2000 --style trained")
+    clock = recipe._Clock(tmp_path / "recipe.json", config)
+    clock.run("x", lambda: None)
+    assert json.loads((tmp_path / "recipe.json").read_text())["args"] == DEFAULT_ARGS
+
+
+def test_recipe_runs_as_a_script(tmp_path):
+    results = {"systems": {"random": {"successes": 1, "episodes": 8, "rate": 0.125, "ci95": [0.02, 0.47]}}}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    done = subprocess.run([sys.executable, str(RECIPE), "--out", str(tmp_path), "--table"], capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "| random | 1/8 = 12.5% |" in done.stdout
 
 
 def _pair(k: int, agent: int) -> dict:

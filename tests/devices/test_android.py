@@ -318,6 +318,29 @@ def test_reconnects_once_when_adb_drops_then_raises_a_typed_error():
         device.observe()
 
 
+def test_a_reconnect_is_tried_once_and_its_own_failure_is_raised_as_it_is():
+    """The retry after a drop is one more try, not more: a connect that fails then, or a
+    call that fails then for another reason, is the error raised."""
+    fake = FakeU2("launcher")
+    serials: list[str | None] = []
+
+    def connect(serial):
+        serials.append(serial)
+        if len(serials) == 2:
+            raise PhoneConnectionError("cannot connect to phone emulator-5554: offline")
+        return fake
+
+    device = AndroidDevice("emulator-5554", connect=connect, home_on_reset=False, settle_poll_s=0)
+    fake.failures = [ConnectionResetError("adb connection reset")]
+    with pytest.raises(PhoneConnectionError, match="cannot connect to phone emulator-5554: offline"):
+        device.observe()
+    assert len(serials) == 2 and fake.calls.count(("dump_hierarchy",)) == 1
+    fake.failures = [ConnectionResetError("gone"), RuntimeError("UiAutomation confused")]
+    with pytest.raises(DeviceError, match="phone operation 'dump_hierarchy' failed: UiAutomation") as info:
+        device.observe()
+    assert not isinstance(info.value, PhoneConnectionError) and len(serials) == 4
+
+
 def test_android_device_passes_check_device():
     device, _ = make(FakeU2("settings_list"), home_on_reset=False)
     check_device(device, probe_action=mobile.Tap(3))

@@ -225,6 +225,31 @@ def test_a_failed_reset_is_retried_on_a_fresh_device(tmp_path, concurrency, capl
     assert any("reset failed" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
 
 
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_a_reset_failing_on_the_fresh_device_too_is_raised(tmp_path, concurrency, caplog):
+    """Two tries per episode (the first device, then a fresh one), never a third: the second
+    failure is real and raised as it is."""
+    from collabui.errors import DeviceError
+
+    devices = []
+
+    def make(name):
+        device = _fake_factory(devices)(name)
+        n = len(devices)
+
+        def broken(*args, **kwargs):
+            raise DeviceError(f"reset failed on device {n}")
+
+        device.reset, device.areset = broken, _async(broken)
+        return device
+
+    with pytest.raises(DeviceError, match="reset failed on device 2"):
+        evaluate_miniwob(_config(tasks="click-button", episodes=1, concurrency=concurrency), tmp_path,
+                         model=ScriptedChatModel(lambda r: OK), env_factory=make, progress=False)
+    assert len(devices) == 2
+    assert sum("reset failed on device 1" in r.getMessage() for r in caplog.records) == 1
+
+
 def _async(fn):
     async def wrapper(*args, **kwargs):
         return fn(*args, **kwargs)

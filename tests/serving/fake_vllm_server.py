@@ -8,6 +8,8 @@ line in ``$FAKE_VLLM_RECORD``. ``$FAKE_VLLM_MODE`` picks a misbehaviour:
 * ``hang``         never listen;
 * ``child``        also start a child process (same group) and write its pid to
                    ``$FAKE_VLLM_CHILD_PID``;
+* ``tree``         start a child that ignores SIGTERM, which starts a grandchild in a session
+                   (and process group) of its own; write both pids to ``$FAKE_VLLM_CHILD_PID``;
 * ``ignore-term``  ignore SIGTERM (must be SIGKILLed);
 * ``barrier``      hold each chat request until ``$FAKE_VLLM_BARRIER`` are in flight (or 10 s),
                    so the record shows whether requests really overlapped.
@@ -93,6 +95,23 @@ class Handler(BaseHTTPRequestHandler):
         print("request", fmt % args, file=sys.stderr, flush=True)
 
 
+_TREE_CHILD = """
+import signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], start_new_session=True)
+print(grandchild.pid, flush=True)
+time.sleep(3600)
+"""
+
+
+def _start_tree(pid_file: str) -> None:
+    """A child that ignores SIGTERM, and its grandchild outside the server's process group."""
+    child = subprocess.Popen([sys.executable, "-c", _TREE_CHILD], stdout=subprocess.PIPE, text=True)
+    grandchild = child.stdout.readline().strip()
+    with open(pid_file, "w") as f:
+        f.write(f"{child.pid} {grandchild}")
+
+
 def main() -> None:
     args = _args()
     print(f"fake vllm: model={args.model} kv={os.environ.get('VLLM_CPU_KVCACHE_SPACE')}", flush=True)
@@ -107,6 +126,8 @@ def main() -> None:
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
         with open(os.environ["FAKE_VLLM_CHILD_PID"], "w") as f:
             f.write(str(child.pid))
+    if MODE == "tree":
+        _start_tree(os.environ["FAKE_VLLM_CHILD_PID"])
     Handler.names = [args.served_model_name] + [m.split("=", 1)[0] for m in args.lora_modules]
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     print("Application startup complete.", flush=True)

@@ -153,6 +153,20 @@ def test_stop_kills_the_whole_process_group(fake_server, tmp_path: Path) -> None
     server.stop()  # idempotent
 
 
+def test_stop_leaves_no_descendant_even_outside_the_group(fake_server, tmp_path: Path) -> None:
+    """A real process tree: the server's child ignores SIGTERM and its grandchild left the
+    group (a session of its own), so neither killpg nor waiting ends it; stop() does."""
+    pid_file = tmp_path / "tree.pid"
+    server = fake_server("tree", stop_timeout_s=0.5, env={"FAKE_VLLM_CHILD_PID": str(pid_file)})
+    server.start()
+    child, grandchild = map(int, pid_file.read_text().split())
+    assert _alive(child) and _alive(grandchild) and grandchild not in group_members(server.pid)
+    started = time.monotonic()
+    server.stop()
+    assert not _alive(child) and not _alive(grandchild)
+    assert time.monotonic() - started < 5
+
+
 def test_sigterm_ignored_falls_back_to_sigkill(fake_server) -> None:
     server = fake_server("ignore-term", stop_timeout_s=0.5)
     server.start()
