@@ -37,11 +37,19 @@ _WORD = re.compile(r"[\w][\w'-]*", re.UNICODE)
 # Words that name what to do, not a value to type (English task sentences).
 _FUNCTION_WORDS = frozenset(
     ["a", "an", "the", "and", "or", "of", "to", "in", "on", "at", "by", "for", "from", "with", "into", "as", "is", "are", "be", "that", "this", "these", "those", "then", "it", "its", "your", "you", "please", "search", "find", "enter", "type", "input", "fill", "write", "select", "click", "press", "hit", "submit", "field", "fields", "text", "box", "textbox", "form"])
+_MASKED_VALUE = re.compile(r"; \*+$")  # "password; ***": the device shows a typed password as a mask
 _MATCH_PREFIX = 4  # "directed" ~ "director", "years" ~ "year"
 
 
-def _typed(history: Sequence[Action]) -> set[str]:
-    return {a.content.casefold() for a in history if isinstance(a, web.TypeString)}
+def _kept(history: Sequence[Action], fields: Sequence[Target]) -> set[str]:
+    """The values typed earlier that a field still holds. A value whose typing did not stick (a
+    popup took the focus first) may be typed again. A password field shows only a mask: each
+    filled one accounts for one typed value no field shows."""
+    shown = " ".join(f.text.casefold() for f in fields)
+    typed = list(dict.fromkeys(a.content.casefold() for a in history if isinstance(a, web.TypeString)))
+    unseen = [v for v in typed if v not in shown]
+    masked = sum(1 for f in fields if _MASKED_VALUE.search(f.text))
+    return {*(v for v in typed if v in shown), *unseen[:masked]}
 
 
 def _stem(word: str) -> str:
@@ -107,7 +115,7 @@ def _typing(task: str, fields: list[Target], history: Sequence[Action],
     k-th string into the k-th field first (forms list their fields in the task's order). Indices
     are the original ones, so after typing the first string the second one still goes to the
     second field first. Without quoted strings, the task's content words (see the module)."""
-    done = _typed(history)
+    done = _kept(history, fields)
     quotes = list(dict.fromkeys(quoted_strings(task)))
     if not quotes and labels is not None:
         return _typing_unquoted(task, fields, done, labels)

@@ -41,3 +41,12 @@ def test_a_typed_value_is_not_offered_again():
                       task=TASK)
     typing = [a for a in rank_candidates(TASK, obs, [web.TypeString("A", "1990")]) if isinstance(a, web.TypeString)]
     assert typing and all(a.element_id == "B" and a.content != "1990" for a in typing)
+
+
+def test_a_value_whose_typing_did_not_stick_may_be_typed_again():
+    task = 'Enter the username "tula" and the password "pv" and press login.'
+    history = [web.TypeString("A", "tula"), web.TypeString("B", "pv")]
+    lost = Observation(text="< <input[A]| tula> <input[B]| password> <button[C]| OK> >", task=task)
+    kept = Observation(text="< <input[A]| tula> <input[B]| password; **> <button[C]| OK> >", task=task)
+    assert web.TypeString("B", "pv") in rank_candidates(task, lost, history)
+    assert not [a for a in rank_candidates(task, kept, history) if isinstance(a, web.TypeString)]

@@ -301,3 +301,16 @@ def test_search_types_unquoted_values_into_the_fields_their_labels_name(replayer
         found = search(replayer, "multi-layouts", seed, config=SearchConfig())
         assert found.found, found.reason
         assert sum(isinstance(a, web.TypeString) for a in found.actions) == 3
+
+
+def test_search_types_again_what_a_popup_interrupted(replayer):
+    # login-user-popup: a "session timeout" popup takes the focus while the password is typed.
+    # The value did not stick, so the search types it again after Cancel instead of learning a
+    # detour (clicking the empty field to raise the popup first).
+    found = search(replayer, "login-user-popup", 1000, config=SearchConfig())
+    assert found.found, found.reason
+    typed = [a.content for a in found.actions if isinstance(a, web.TypeString)]
+    assert typed.count("EiT") == 2 and typed[0] == "tula"
+    fields = [a for a, obs in zip(found.actions, found.observations)
+              if isinstance(a, web.Click) and f"<input[{a.element_id}]" in obs.text]
+    assert not fields, f"clicked a field: {fields}"
