@@ -86,9 +86,11 @@ def unquoted_values(task: str, labels: Sequence[str]) -> list[list[str]]:
     anchors = [_anchor(words, label) for label in labels]
 
     def near(anchor: int) -> list[int]:
-        before = sum(1 for i in content if i < anchor)
-        return sorted(content, key=lambda i: (abs(content.index(i) - before + 0.5) if i < anchor
-                                              else abs(content.index(i) - before), i < anchor))
+        # Distance in content words: the k-th before the mention and the k-th after it tie,
+        # and the one after wins ("directed by Lee").
+        split = sum(1 for i in content if i < anchor)
+        rank = {i: (split - k if k < split else k - split + 1, k < split) for k, i in enumerate(content)}
+        return sorted(content, key=rank.__getitem__)
 
     claimed = {near(a)[0] for a in anchors if a is not None and content}
     out = []
