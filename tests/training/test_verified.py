@@ -311,6 +311,6 @@ def test_search_types_again_what_a_popup_interrupted(replayer):
     assert found.found, found.reason
     typed = [a.content for a in found.actions if isinstance(a, web.TypeString)]
     assert typed.count("EiT") == 2 and typed[0] == "tula"
-    fields = [a for a, obs in zip(found.actions, found.observations)
+    fields = [a for a, obs in zip(found.actions, found.observations, strict=True)
               if isinstance(a, web.Click) and f"<input[{a.element_id}]" in obs.text]
     assert not fields, f"clicked a field: {fields}"
