@@ -37,6 +37,7 @@ from collabui.actions import WEB, Action
 from collabui.devices.base import Observation
 from collabui.errors import ConfigError
 from collabui.prompts import history_entry
+from collabui.redaction import Redactor
 from collabui.training.task_lists import TRAIN_TASKS
 from collabui.training.verified import Replayer, SearchConfig, SearchResult, search
 
@@ -145,6 +146,11 @@ def render_trajectory(rep: Replayer, task_name: str, seed: int, found: SearchRes
     history: list[str] = []
     if obs is None:
         return None
+    # A row shows what an agent is shown at runtime: collabui.episode masks the passwords an
+    # environment's task names (and what is typed into password fields) in the history entries
+    # and the page; the target action keeps the value, as the agent must type it.
+    redactor = Redactor()
+    redactor.learn_task(obs.task or "")
     actions = found.actions or []
     for t, (seen, searched) in enumerate(zip(found.observations, actions, strict=True)):
         # The search saw the page with its own ids; this replay's observations carry others.
@@ -154,18 +160,20 @@ def render_trajectory(rep: Replayer, task_name: str, seed: int, found: SearchRes
         base = {"task_name": task_name, "seed": seed, "t": t, "steps": len(actions),
                 "task": obs.task or "", "history": list(history), "verified_reward": 1.0,
                 "source": "search"}
-        rows.append(_row(base, "page", obs, action))
+        rows.append(_row(base, "page", redactor.observation(obs), action))
         current_action, current_obs = action, obs
         for k in range(renderings - 1):
             again = rep.env.observe()
             mapped = map_action(action, obs.extra.get("tree"), again.extra.get("tree"))
             if mapped is None:
                 break
-            rows.append(_row(base, f"rendering-{k + 2}", again, mapped))
+            rows.append(_row(base, f"rendering-{k + 2}", redactor.observation(again), mapped))
             # The DOM carries the last rendering's ids: act with those.
             current_action, current_obs = mapped, again
         out = rep.act(current_action)
-        history.append(history_entry(current_action, current_obs))
+        redactor.watch(current_obs)
+        redactor.learn([current_action])
+        history.append(history_entry(redactor.action(current_action), redactor.observation(current_obs)))
         if out.done:
             return rows if out.reward > 0 and t == len(actions) - 1 else None
         obs = out.observation

@@ -18,6 +18,7 @@ from collabui.training.demonstrate import (
     generate_demonstrations,
     map_action,
     read_steps,
+    render_trajectory,
 )
 from collabui.training.verified import (
     EnvVerifiedCritic,
@@ -314,3 +315,16 @@ def test_search_types_again_what_a_popup_interrupted(replayer):
     fields = [a for a, obs in zip(found.actions, found.observations, strict=True)
               if isinstance(a, web.Click) and f"<input[{a.element_id}]" in obs.text]
     assert not fields, f"clicked a field: {fields}"
+
+
+def test_demonstration_rows_mask_the_task_password_as_the_runtime_does(replayer):
+    # collabui.episode shows the agents a typed password as "***" in the history; rows that
+    # showed it in full would teach a history no trained agent ever reads.
+    found = search(replayer, "login-user-popup", 1000, config=SearchConfig())
+    rows = render_trajectory(replayer, "login-user-popup", 1000, found, renderings=1)
+    assert rows is not None and len(rows) == len(found.actions)
+    histories = [" ".join(r["history"]) for r in rows]
+    assert not any("EiT" in h for h in histories), histories
+    assert "'***'" in histories[-1] and "tula" in histories[-1]
+    assert [r["action"].get("content") for r in rows].count("EiT") == 2  # targets keep the value
+    assert all('password "EiT"' in r["task"] for r in rows)
