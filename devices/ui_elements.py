@@ -22,14 +22,16 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+# What a password field's text (and a masked typed password) becomes: the redaction layer's
+# mask, so that a masked field on screen and a masked value in a trace read the same.
+from collabui.redaction import PASSWORD_MASK
+
 __all__ = ["UIElement", "Bounds", "render_line", "render_elements", "parse_line",
            "parse_lines", "MAX_LABEL", "PASSWORD_MASK"]
 
 Bounds = tuple[int, int, int, int]
 #: Longest label shown; longer ones end with an ellipsis.
 MAX_LABEL = 80
-#: What a password field's text (and a masked typed password) becomes.
-PASSWORD_MASK = "***"
 
 _FLAGS = ("clickable", "long_clickable", "editable", "scrollable", "checkable", "selected",
           "focused", "password")
