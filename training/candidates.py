@@ -145,7 +145,14 @@ def rank_candidates(task: str, obs: Observation, history: Sequence[Action] = ())
     # A disabled element only burns the action timeout (2 s on MiniWoB++).
     targets = [t for t in screen_targets(PromptView(WEB, task, "None", obs.text))
                if not t.text.casefold().endswith("disabled")]
-    scored = sorted(range(len(targets)), key=lambda k: (-lexical_score(task, targets[k].text), k))
+    # A quoted value inside an element's text (an autocomplete suggestion "Bermuda" for a task
+    # naming "Ber" and "uda") matches no whole word, so it breaks ties between equal scores.
+    quotes = [q.casefold() for q in quoted_strings(task) if q.strip()]
+
+    def inside(k: int) -> int:
+        return sum(q in targets[k].text.casefold() for q in quotes)
+
+    scored = sorted(range(len(targets)), key=lambda k: (-lexical_score(task, targets[k].text), -inside(k), k))
     clicks: list[Action] = [web.Click(str(targets[k].ref)) for k in scored]
     wants_typing = any(w in task.casefold() for w in _TYPE_HINT)
     verbs = {w.casefold() for w in _WORD.findall(task)} & _TYPE_VERBS

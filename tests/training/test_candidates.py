@@ -50,3 +50,15 @@ def test_a_value_whose_typing_did_not_stick_may_be_typed_again():
     kept = Observation(text="< <input[A]| tula> <input[B]| password; **> <button[C]| OK> >", task=task)
     assert web.TypeString("B", "pv") in rank_candidates(task, lost, history)
     assert not [a for a in rank_candidates(task, kept, history) if isinstance(a, web.TypeString)]
+
+
+def test_a_suggestion_holding_the_quoted_values_is_clicked_before_other_unmatched_elements():
+    # use-autocomplete: "Bermuda" matches neither "Ber" nor "uda" as a word, so without the
+    # tie-break it came after the label and the button (and past the search's branch limit).
+    task = 'Enter an item that starts with "Ber" and ends with "uda".'
+    screen = ("< < <label[A]| Tags:> <input[B]| Ber> <button[C]| Submit> > "
+              "<ul[D]| <li[E]| <div| Benin> > <li[F]| <div| Bermuda> > > >")
+    clicks = [a for a in rank_candidates(task, Observation(text=screen, task=task), [web.TypeString("B", "Ber")])
+              if isinstance(a, web.Click)]
+    order = [a.element_id for a in clicks]
+    assert order.index("F") < min(order.index("A"), order.index("C"), order.index("E")), order
