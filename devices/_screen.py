@@ -8,12 +8,17 @@ frame of the page gets the values replaced by ``***`` in its text nodes and its 
 and placeholders, the screenshot is taken, and the page is restored in ``finally``. A frame
 that cannot be masked (it is navigating) means no screenshot for that observation, never an
 unmasked one. The observation text is read before, from the page as it is.
+
+The matching rule has one owner, :class:`ScreenMask`: its ``pattern`` is what ``conceal.js``
+replaces in a page and what ``ScreenMask.hides`` looks for in a phone's UI hierarchy text (the
+Android device paints over those elements instead, ``devices._android_screen``).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from collabui.devices import simplify
@@ -28,6 +33,11 @@ class ScreenMask:
 
     values: tuple[str, ...] = ()
     words: tuple[str, ...] = ()
+    #: The rule as one regular expression ("" when there is nothing to hide); see ``_pattern``.
+    pattern: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pattern", _pattern(self.values, self.words))
 
     @classmethod
     def of(cls, values: Collection[str], words: Collection[str] = ()) -> ScreenMask:
@@ -36,8 +46,27 @@ class ScreenMask:
     def __bool__(self) -> bool:
         return bool(self.values or self.words)
 
+    def hides(self, text: str) -> bool:
+        """Whether ``text`` holds something this mask hides (a value anywhere, a whole word)."""
+        return bool(self.pattern and text) and re.search(self.pattern, text) is not None
+
     def argument(self) -> dict[str, Any]:
-        return {"values": list(self.values), "words": list(self.words), "mask": PASSWORD_MASK}
+        """What ``conceal.js`` gets: the same pattern, so the page and the phone hide alike."""
+        return {"pattern": self.pattern, "mask": PASSWORD_MASK}
+
+
+def _pattern(values: Collection[str], words: Collection[str]) -> str:
+    """Each value anywhere, each word not inside a longer word (as ``collabui.redaction`` masks
+    passwords in text); longest first, so that a value holding another is replaced whole.
+    ``re.escape`` only adds escapes JavaScript reads as the character itself, so the same
+    source compiles in Python and in the page (``new RegExp(pattern, 'g')``)."""
+    anywhere = [re.escape(v) for v in _longest_first(values)]
+    whole = [rf"(?<![A-Za-z0-9]){re.escape(w)}(?![A-Za-z0-9])" for w in _longest_first(words)]
+    return "|".join(anywhere + whole)
+
+
+def _longest_first(items: Collection[str]) -> list[str]:
+    return sorted((i for i in items if i), key=len, reverse=True)
 
 
 async def capture_hidden(page: Any, mask: ScreenMask,

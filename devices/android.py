@@ -35,17 +35,21 @@ fails for another reason is a :class:`DeviceError`, as on the first try.
 Passwords: text typed into a password field is never returned in ``StepOutcome.info`` or the
 observation; ``info["masked_action"]`` then holds the action dict with ``text`` = ``"***"``:
 traces must record it instead of the executed action.
+
+Screenshots (``screenshots=True``, and ``screenshot()``) have opaque boxes painted over every
+element whose text or content description holds what ``hide_on_screen`` named, and over every
+password field that holds text, placed by the dump the observation was read from; when such an
+element cannot be placed, the observation has no screenshot (``devices._android_screen``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import io
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
@@ -53,6 +57,8 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_at
 
 from collabui.actions import MOBILE, Action, Unknown
 from collabui.devices import _android_apps as apps
+from collabui.devices._android_screen import hidden_boxes, masked_png
+from collabui.devices._screen import ScreenMask
 from collabui.devices.base import Device, Observation, StepOutcome
 from collabui.devices.hierarchy import Screen, parse_hierarchy
 from collabui.devices.ui_elements import PASSWORD_MASK, UIElement, render_elements
@@ -82,7 +88,8 @@ class AndroidConfig:
 
     Attributes:
         task: task text reported in ``Observation.task`` (``reset(options={"task": ...})``).
-        screenshots: attach a PNG screenshot to every observation.
+        screenshots: attach a PNG screenshot to every observation (and let ``screenshot()``
+            take one), with what ``hide_on_screen`` names and password fields painted over.
         settle_timeout_s: longest wait for two equal consecutive hierarchy dumps.
         settle_poll_s: pause between two dumps while settling (not a fixed settle time).
         wait_s: longest time the ``wait`` action waits for the screen to change.
@@ -221,6 +228,8 @@ class AndroidDevice(Device):
         #: (the allowlist's packages, home and system packages) once asked (see _front_rules).
         self._front: tuple[set[str], set[str]] | None = None
         self._last_allowed: str | None = None  # the last allowlisted app seen in front
+        #: Text no screenshot shows (``hide_on_screen``; see ``devices._android_screen``).
+        self._screen_mask = ScreenMask()
 
     # ---- connection ------------------------------------------------------------------------
 
@@ -283,7 +292,7 @@ class AndroidDevice(Device):
     def _observation(self, screen: Screen, settled: bool, error: str | None) -> Observation:
         self._screen = screen
         current = self._foreground(screen)
-        shot = self._screenshot() if self.config.screenshots else None
+        shot = self._screenshot(screen, settled) if self.config.screenshots else None
         extra = {"package": current.get("package"), "activity": current.get("activity"),
                  "screen_size": list(screen.size), "keyboard": screen.keyboard is not None,
                  "elements": len(screen.elements), "settled": settled, "serial": self.serial,
@@ -303,11 +312,21 @@ class AndroidDevice(Device):
         current.setdefault("package", screen.foreground)
         return current
 
-    def _screenshot(self) -> bytes:
+    def _screenshot(self, screen: Screen, settled: bool) -> bytes | None:
+        """A PNG of ``screen`` with what it must hide painted over; None when that cannot be
+        done (an element to hide has no usable bounds: never an unmasked screenshot)."""
+        boxes = hidden_boxes(screen, self._screen_mask)
+        if boxes is None:
+            return None
         image = self._u2("screenshot", lambda d: d.screenshot())
-        buffer = io.BytesIO()
-        image.save(buffer, format="PNG")
-        return buffer.getvalue()
+        if not settled:
+            # The screen was still changing: the pixels may already show the next dump's
+            # screen, so what that one shows is hidden as well.
+            later = hidden_boxes(self._dump(), self._screen_mask)
+            if later is None:
+                return None
+            boxes += later
+        return masked_png(image, boxes, screen.size)
 
     # ---- public API ------------------------------------------------------------------------
 
@@ -353,6 +372,19 @@ class AndroidDevice(Device):
             screen, settled, blocked = self._keep_to_allowed_apps(*self._settle(), info)
             error = "; ".join(e for e in (error, blocked) if e) or None
             return StepOutcome(self._observation(screen, settled, error), 0.0, done, info)
+
+    def hide_on_screen(self, values: Collection[str], *, words: Collection[str] = ()) -> None:
+        self._screen_mask = ScreenMask.of(values, words)
+
+    def screenshot(self) -> bytes | None:
+        """The screen now, read again (settled as for an observation) and captured with the
+        hidden text and password fields painted over; None without ``screenshots`` or when it
+        cannot be hidden."""
+        if not self.config.screenshots:
+            return None
+        with self._lock:
+            self._device()
+            return self._screenshot(*self._settle())
 
     def close(self) -> None:
         with self._lock:

@@ -14,18 +14,23 @@ What is listed (one :class:`~collabui.devices.ui_elements.UIElement` each, in do
 A clickable container without a label of its own (a settings row, a list item) takes the text of
 its non-interactive descendants, which are then not listed again: one line per row instead of a
 nameless container plus loose text, and tapping the row is what tapping its text does anyway.
+
+``Screen.texts`` keeps, apart from what is listed, every node of the dump that holds text, with
+its own bounds, system bars and keyboard included: what a screenshot of that screen may have to
+hide (``devices._android_screen``).
 """
 
 from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from collabui.devices.ui_elements import Bounds, UIElement
 from collabui.errors import DeviceError
 
-__all__ = ["Screen", "parse_hierarchy", "parse_bounds", "SYSTEM_UI", "is_ime_package"]
+__all__ = ["Screen", "NodeText", "parse_hierarchy", "parse_bounds", "SYSTEM_UI", "is_ime_package"]
 
 SYSTEM_UI = "com.android.systemui"
 _BOUNDS = re.compile(r"\[(-?\d+),(-?\d+)\]\[(-?\d+),(-?\d+)\]")
@@ -33,6 +38,29 @@ _EDIT_CLASSES = ("EditText", "AutoCompleteTextView", "SearchAutoComplete")
 _IME_MARKERS = ("inputmethod", "keyboard", "swiftkey", "com.github.uiautomator")
 #: Labels absorbed into a container's label, at most (a row rarely needs more).
 _MAX_ABSORBED = 4
+
+
+@dataclass(frozen=True)
+class NodeText:
+    """The text of one node of a dump, where the node is drawn.
+
+    Attributes:
+        text, content_desc, hint: the node's attributes ("" when absent).
+        bounds: the node's own bounds in screen pixels, unclipped; None when the dump has none
+            or they are malformed.
+        password: the node is a password field.
+    """
+
+    text: str
+    content_desc: str = ""
+    bounds: Bounds | None = None
+    password: bool = False
+    hint: str = ""
+
+    @property
+    def holds_password(self) -> bool:
+        """A password field with text in it (Android reports an empty field's hint as text)."""
+        return self.password and bool(self.text) and self.text != self.hint
 
 
 @dataclass(frozen=True)
@@ -44,6 +72,9 @@ class Screen:
         size: screen (width, height) in pixels.
         keyboard: bounds of the soft keyboard when it is up, else None.
         foreground: the package that owns most of the screen (None if unknown).
+        texts: every node of the dump that holds text or is a password field, listed or not
+            (see the module docstring); not compared: two dumps are the same screen when they
+            list the same elements.
     """
 
     elements: tuple[UIElement, ...]
@@ -51,6 +82,7 @@ class Screen:
     keyboard: Bounds | None = None
     foreground: str | None = None
     packages: tuple[str, ...] = field(default=())
+    texts: tuple[NodeText, ...] = field(default=(), repr=False, compare=False)
 
 
 def parse_bounds(value: str) -> Bounds | None:
@@ -161,6 +193,20 @@ def _roots(xml: str) -> list[ET.Element]:
     return [c for c in root if c.tag == "node"] if root.tag == "hierarchy" else [root]
 
 
+def _texts(nodes: Iterable[ET.Element]) -> Iterator[NodeText]:
+    """Every node under ``nodes`` with text, a content description or a password flag, in
+    document order, skipping what the parser skips as not drawn (``visible-to-user="false"``)
+    but not the keyboard or the system bars: they are in a screenshot's pixels."""
+    for node in nodes:
+        if node.get("visible-to-user", "true").lower() == "false":
+            continue
+        text, desc, password = node.get("text", ""), node.get("content-desc", ""), _flag(node, "password")
+        if text or desc or password:
+            yield NodeText(text, desc, parse_bounds(node.get("bounds", "")), password,
+                           node.get("hint", ""))
+        yield from _texts(c for c in node if c.tag == "node")
+
+
 def _area(bounds: Bounds | None) -> int:
     return 0 if bounds is None else max(bounds[2] - bounds[0], 0) * max(bounds[3] - bounds[1], 0)
 
@@ -199,4 +245,5 @@ def parse_hierarchy(xml: str, *, screen: tuple[int, int] | None = None,
         walker.visit(root, str(k), None, full)
     elements = tuple(e for e in walker.out if e is not None)
     packages = tuple(dict.fromkeys(p for p, _ in apps if p))
-    return Screen(elements, (width, height), keyboard, foreground or None, packages)
+    return Screen(elements, (width, height), keyboard, foreground or None, packages,
+                  tuple(_texts(roots)))

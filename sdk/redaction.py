@@ -14,7 +14,8 @@
   device reports it (``StepOutcome.info["masked_action"]``). Values are masked where they stand
   as a whole token (not inside a longer word), case-sensitively.
 * **Screenshots**: the device is told every secret value (each form) and every password
-  (``Device.hide_on_screen``), and hides them on the page while it takes a screenshot. A password
+  (``Device.hide_on_screen``), and hides them in every screenshot (a browser on the page while it
+  takes it, a phone by painting over the elements that show them). A password
   an environment's own task names (``the password "X"``, MiniWoB++'s enter-password and
   login-user) is known from the reset: masked in the header, every record, the printed task line
   and every screenshot from the first.

@@ -1,10 +1,11 @@
 // Hides values in what a page draws while a screenshot is taken, then puts the page back.
-// page.evaluate(source, {values, words, mask}) replaces, in every text node (shadow roots
-// included) and in every input's and textarea's value and placeholder, each of `values`
-// wherever it occurs and each of `words` where it stands as a whole word (not inside a longer
-// one, like collabui.redaction's password masking), by `mask`; it returns how many strings it
-// changed. page.evaluate(source, null) restores them (a string the page changed meanwhile is
-// left as the page set it) and returns how many it restored.
+// page.evaluate(source, {pattern, mask}) replaces, in every text node (shadow roots included)
+// and in every input's and textarea's value and placeholder, what `pattern` matches by `mask`;
+// it returns how many strings it changed. `pattern` is collabui.devices._screen.ScreenMask's
+// (values anywhere, words where they stand whole): the rule has one owner, in Python, which the
+// Android device also uses to find the elements it paints over. page.evaluate(source, null)
+// restores them (a string the page changed meanwhile is left as the page set it) and returns
+// how many it restored.
 // Not covered: text drawn in canvas or images, CSS generated content, closed shadow roots.
 (arg) => {
   const KEY = '__collabuiConcealed';
@@ -17,14 +18,8 @@
     }
     return restored;
   }
-  const escape = (v) => v.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-  const byLength = (a, b) => b.length - a.length;
-  const alternatives = [
-    ...arg.values.filter(Boolean).sort(byLength).map(escape),
-    ...arg.words.filter(Boolean).sort(byLength).map((w) => `(?<![A-Za-z0-9])${escape(w)}(?![A-Za-z0-9])`),
-  ];
-  if (!alternatives.length) return 0;
-  const pattern = new RegExp(alternatives.join('|'), 'g');
+  if (!arg.pattern) return 0;
+  const pattern = new RegExp(arg.pattern, 'g');
   const changed = [];
   const hide = (node, prop) => {
     const value = node[prop];

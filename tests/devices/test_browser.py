@@ -11,6 +11,7 @@ import pytest
 
 from collabui.actions import Unknown, web
 from collabui.devices import BrowserConfig, BrowserDevice, make_env
+from collabui.devices._screen import ScreenMask
 from collabui.devices.simplify import (
     format_viewport,
     parse_elements,
@@ -276,6 +277,24 @@ def test_misuse_gives_one_line_errors():
             dev.observe()
         with pytest.raises(ActionError, match="needs an Action, got dict"):
             dev.act({"action": "click", "element_id": "A"})
+
+
+@pytest.mark.browser
+def test_screen_mask_pattern_matches_alike_in_python_and_in_the_page(device, site):
+    """ScreenMask's one pattern: what the page hides (conceal.js compiles it) is what the Android
+    device looks for in its hierarchy (``ScreenMask.hides``), special characters included."""
+    mask = ScreenMask.of(["a.b*c", "x&y", "p q", "[z]", "{1}", "d-e", "#~%", "back\\slash", "ü€"],
+                         ["ab", "h$t"])
+    texts = ["a.b*c", "aXbbc", "1x&y2", "p q", "z", "[z]", "{1}", "1", "d-e", "de", "#~%",
+             "back\\slash", "backslash", "ü€!", "ab", "cab", "(ab)", "h$t", "ah$t", "ht"]
+    _open(device, site)
+
+    async def in_page(page):
+        return await page.evaluate("([p, ts]) => ts.map((t) => new RegExp(p).test(t))",
+                                   [mask.pattern, texts])
+
+    found = device._call(in_page, device._current_page())
+    assert found == [mask.hides(t) for t in texts] and any(found) and not all(found)
 
 
 def test_viewport_format():
