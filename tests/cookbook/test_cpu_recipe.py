@@ -34,10 +34,10 @@ def test_every_system_is_a_valid_shuffled_heldout_evaluation(tmp_path):
     args = recipe._args(["--team"])
     rows = recipe.systems(args, tmp_path / "merged")
     assert {"random", "lexical", "base_single", "trained_single", "base_team", "trained_team"} <= set(rows)
-    assert "trained_team_unshuffled" in rows
+    assert {"trained_team_unshuffled", "trained_single_unshuffled"} <= set(rows)
     for name, fields in rows.items():
         config = recipe.eval_config(args, fields)
-        assert config.shuffle_elements == (name != "trained_team_unshuffled")
+        assert config.shuffle_elements == (not name.endswith("_unshuffled"))
         assert config.tasks.split(",") == list(HELDOUT_TASKS)
         # Trained models read the format they learned; the others the html their prompts show.
         assert config.element_format == (args.element_format if name.startswith("trained") else "html")
