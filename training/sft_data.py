@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from collabui.actions import get_action_space
@@ -90,7 +90,7 @@ def prompt_messages(row: dict[str, Any], *, style: str = "trained",
 
 def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_format: str = "html",
              limit: int | None = None, seed: int = 0, renderings: Sequence[str] | None = None,
-             balance: bool = False) -> list[dict[str, Any]]:
+             balance: bool = False, by_step: bool = False) -> list[dict[str, Any]]:
     """Prompt-completion rows (TRL's conversational format) from demonstration rows.
 
     Args:
@@ -100,6 +100,8 @@ def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_
         renderings: keep only these renderings (e.g. ``("page",)``); None keeps all.
         balance: draw the ``limit`` rows round-robin over tasks, so a task with many easy
             one-click steps does not crowd out the rarer multi-step ones.
+        by_step: with ``balance``, round-robin over (task, step index) pairs instead: a 4-step
+            form gets a share for each of its steps, not one share for all four.
     """
     out = []
     for row in rows:
@@ -113,17 +115,17 @@ def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_
                     "task_name": row["task_name"], "seed": int(row["seed"]), "t": int(row["t"])})
     random.Random(seed).shuffle(out)
     if balance:
-        out = _round_robin(out)
+        out = _round_robin(out, (lambda r: (r["task_name"], r["t"])) if by_step else (lambda r: r["task_name"]))
     return out[:limit] if limit is not None else out
 
 
-def _round_robin(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``rows`` reordered one task at a time in turn (each task's rows keep their order), so any
-    prefix of the result is as even over tasks as the data allows."""
-    by_task: dict[str, list[dict[str, Any]]] = {}
+def _round_robin(rows: list[dict[str, Any]], group: Callable[[dict[str, Any]], Hashable]) -> list[dict[str, Any]]:
+    """``rows`` reordered one group at a time in turn (each group's rows keep their order), so
+    any prefix of the result is as even over the groups as the data allows."""
+    groups: dict[Hashable, list[dict[str, Any]]] = {}
     for row in rows:
-        by_task.setdefault(row["task_name"], []).append(row)
-    queues = list(by_task.values())
+        groups.setdefault(group(row), []).append(row)
+    queues = list(groups.values())
     out: list[dict[str, Any]] = []
     for k in range(max((len(q) for q in queues), default=0)):
         out.extend(q[k] for q in queues if k < len(q))

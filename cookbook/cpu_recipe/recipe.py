@@ -120,6 +120,8 @@ class RecipeConfig:
     sft_examples: int = field(default=2000, metadata={"help": "SFT rows drawn from the data"})
     balance: bool = field(default=True, metadata={
         "help": "draw SFT rows round-robin over training tasks (--no-balance: at random)"})
+    balance_steps: bool = field(default=False, metadata={
+        "help": "with --balance: round-robin over (task, step) pairs, so a multi-step task gets a share per step"})
     sft: AgentSFTConfig = field(default_factory=_sft_template, metadata={
         "help": "stage 2", "skip_flags": _skip_all_but(AgentSFTConfig, _SFT_FLAGS)})
     element_format: str = field(default="html", metadata={"choices": ("html", "text-first"),
@@ -234,7 +236,7 @@ def _demo_rows(config: RecipeConfig, demo: Path) -> list[dict[str, Any]]:
     from collabui.training.sft_data import sft_rows
 
     return sft_rows(read_steps(demo / "steps.jsonl"), style=config.style, element_format=config.element_format,
-                    seed=0, balance=config.balance)
+                    seed=0, balance=config.balance, by_step=config.balance_steps)
 
 
 def _sft_config(config: RecipeConfig, out: Path) -> AgentSFTConfig:

@@ -235,6 +235,13 @@ def test_balanced_sft_rows_share_the_limit_over_tasks():
     plain = sft_rows(rows, limit=20)
     assert sum(r["task_name"] == "few" for r in plain) < 10  # random draws follow the data's skew
     assert picked[0]["completion"][0]["content"] == 'Action: {"action": "click", "element_id": "A"}'
+    # By step: a 4-step task gets a share per step, a 1-step task one share.
+    steps = [{**row("form", s), "t": t} for s in range(30) for t in range(4)] + [row("click", s) for s in range(30)]
+    by_task = sft_rows(steps, limit=20, balance=True)
+    by_step = sft_rows(steps, limit=20, balance=True, by_step=True)
+    assert sum(r["task_name"] == "form" for r in by_task) == 10
+    assert sum(r["task_name"] == "form" for r in by_step) == 16
+    assert sorted(r["t"] for r in by_step if r["task_name"] == "form") == [0] * 4 + [1] * 4 + [2] * 4 + [3] * 4
 
 
 def test_critic_scores_a_step_that_changes_nothing_as_wasted(replayer, critic):
