@@ -226,8 +226,11 @@ class _ProcessHandle:
 def _death(process: Any) -> str:
     """How a worker process ended: ``the worker process (pid N) was killed by SIGKILL``."""
     pid = getattr(process, "pid", None)
-    if process is not None:
-        process.join(timeout=1)
+    # The pool's own thread may be reaping the same process: a join that loses that race
+    # reads no exit code although the process is gone, so ask again until that thread is done.
+    deadline = time.monotonic() + 5
+    while process is not None and process.exitcode is None and time.monotonic() < deadline:
+        process.join(timeout=0.1)
     code = getattr(process, "exitcode", None)
     if code is not None and code < 0:
         return f"the worker process (pid {pid}) was killed by {signal.Signals(-code).name}"
