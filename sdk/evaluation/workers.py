@@ -19,13 +19,14 @@ Backends, one handle interface (``run(spec)`` awaitable, ``close()``):
   private cluster turns token authentication on and saves a token in ``~/.ray`` unless
   ``RAY_AUTH_MODE=disabled``; every node and this process must agree on ``RAY_AUTH_MODE``.
 
-A Ray worker writes an episode's trace and screenshots into its own temporary folder and
-returns the files with the record, so the nodes of a cluster need no shared filesystem. A
-worker process on this machine writes them straight into the run's trace folder, one flushed
-record per step, so what it finished survives it: a worker that dies in mid-episode (killed,
-out of memory) leaves its trace there with every whole step, the driver ends it with an ``end``
-record (``WorkerDied: ...``), records the episode as an error in the manifest and starts a new
-process for the next episodes. A run stopped by SIGINT / SIGTERM ends the traces of the episodes
+A worker process on this machine writes an episode's trace and screenshots straight into the
+run's trace folder, one flushed record per step. A Ray worker writes them into its own temporary
+folder and streams each whole trace line to the driver as it is written (a Ray generator), the
+screenshots coming back with the record, so the nodes of a cluster need no shared filesystem.
+Either way what a worker finished survives it: a worker that dies in mid-episode (killed, out
+of memory, its node lost) leaves its trace in the run's folder with every whole step, the driver
+ends it with an ``end`` record (``WorkerDied: ...``), records the episode as an error in the
+manifest and starts a new worker (process or actor) for the next episodes. A run stopped by SIGINT / SIGTERM ends the traces of the episodes
 its workers were running when it closes them, or its stop watchdog does after killing them
 (``collabui.trace.close_open_traces``); those episodes are not in the manifest and run again on
 resume, as in-process ones.
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -46,7 +48,7 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -96,25 +98,52 @@ class EpisodeWorker:
         self.setup, self.team = setup, None
         self.envs = EnvPool(setup.env, setup.env_factory, options=dict(setup.env_options))
         self.where = _where()
+        self._episodes: concurrent.futures.ThreadPoolExecutor | None = None
 
-    def run(self, spec: EpisodeSpec, folder: str | None = None) -> WorkerResult:
-        """Run one episode; return its record (with ``worker``: node and pid) and its files,
-        or no files when ``folder`` (the run's trace folder, on this machine) was given: the
-        trace is written there as the episode runs."""
+    def run(self, spec: EpisodeSpec, folder: str) -> WorkerResult:
+        """Run one episode, its trace written into ``folder`` as it runs; return its record
+        (with ``worker``: node and pid) and no files (they are in ``folder``)."""
         if self.team is None:
             self.team = self.setup.team()
-        if folder is not None:
-            record = _run_one(self.team, spec, self.envs, Path(folder), self.setup.extra)
-            return {**record, "worker": self.where}, {}
+        record = _run_one(self.team, spec, self.envs, Path(folder), self.setup.extra)
+        return {**record, "worker": self.where}, {}
+
+    def stream(self, spec: EpisodeSpec, poll_s: float = 0.2) -> Iterator[tuple[str, Any]]:
+        """Run one episode in a temporary folder, yielding tagged items as it goes: ``where``
+        (this worker's place), then ``append`` (bytes: new whole trace lines) as they are
+        written, or ``rewrite`` (bytes: the whole trace, when its writer swapped the header),
+        last ``done`` with ``(record, files)``, the files being the rest (screenshots). A driver
+        that applies them keeps every finished step should this worker die (a Ray generator
+        streams them)."""
+        yield "where", self.where
+        if self._episodes is None:  # one thread for every episode: devices and models stay on it
+            self._episodes = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="collabui-episode")
         with tempfile.TemporaryDirectory(prefix="collabui-episode-") as tmp:
             folder = Path(tmp)
-            record = _run_one(self.team, spec, self.envs, folder, self.setup.extra)
+            trace, sent = folder / f"{spec.episode_id}.jsonl", b""
+            future = self._episodes.submit(self.run, spec, tmp)
+            while True:
+                finished = future.done()  # read before the file: the last lines are then on disk
+                data = trace.read_bytes() if trace.exists() else b""
+                whole = data[:data.rfind(b"\n") + 1]
+                if whole.startswith(sent) and len(whole) > len(sent):
+                    yield "append", whole[len(sent):]
+                elif not whole.startswith(sent):
+                    yield "rewrite", whole
+                sent = whole
+                if finished:
+                    break
+                concurrent.futures.wait([future], timeout=poll_s)
+            record, _ = future.result()  # the episode's own exception, if it raised one
             files = {p.relative_to(folder).as_posix(): p.read_bytes()
-                     for p in sorted(folder.rglob("*")) if p.is_file()}
-        return {**record, "worker": self.where}, files
+                     for p in sorted(folder.rglob("*")) if p.is_file() and p != trace}
+        yield "done", (record, files)
 
     def close(self) -> None:
         """Close the devices, then the team's model."""
+        if self._episodes is not None:
+            self._episodes.shutdown(wait=True)
+            self._episodes = None
         self.envs.close()
         close = getattr(self.team, "close", None)
         self.team = None
@@ -198,15 +227,11 @@ class _ProcessHandle:
 
     def _died(self, spec: EpisodeSpec, process: Any, seconds: float) -> WorkerResult:
         """The dead worker's episode as an error: its trace ended, a new process for the next."""
-        error = f"WorkerDied: {_death(process)} during this episode; its trace keeps the steps it finished"
-        steps = end_trace_file(self.running, error) if self.running else None
-        self.running = None
+        trace, self.running = self.running, None
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.pool = self._new_pool()
-        record = {**asdict(spec), "success": False, "reward": 0.0, "steps": steps or 0, "error": error,
-                  "seconds": round(seconds, 3), "worker": {"node": socket.gethostname(),
-                                                           "pid": getattr(process, "pid", None)}}
-        return record, {}
+        where = {"node": socket.gethostname(), "pid": getattr(process, "pid", None)}
+        return _died_record(spec, _death(process), trace, seconds, where), {}
 
     def close(self, timeout: float) -> None:
         try:
@@ -221,6 +246,17 @@ class _ProcessHandle:
             if self.running is not None:  # stopped in mid-episode: the worker is gone now
                 end_trace_file(self.running, STOPPED)
                 self.running = None
+
+
+def _died_record(spec: EpisodeSpec, death: str, trace: Path | None, seconds: float,
+                 where: Mapping[str, Any], why: str = "") -> dict[str, Any]:
+    """The manifest record of an episode whose worker died (``death``: how; ``why``: what the
+    backend said), its trace ended."""
+    said = f" ({why.rstrip('.')})" if why else ""
+    error = f"WorkerDied: {death} during this episode{said}; its trace keeps the steps it finished"
+    steps = end_trace_file(trace, error) if trace is not None else None
+    return {**asdict(spec), "success": False, "reward": 0.0, "steps": steps or 0, "error": error,
+            "seconds": round(seconds, 3), "worker": dict(where)}
 
 
 def _death(process: Any) -> str:
@@ -241,19 +277,48 @@ def _death(process: Any) -> str:
 
 
 class _RayHandle:
-    def __init__(self, actor: Any) -> None:
-        self.actor = actor
+    """One actor (replaced when it dies); its trace lines stream into the run's folder."""
+
+    def __init__(self, new_actor: Callable[[], Any]) -> None:
+        self.new_actor = new_actor
+        self.actor = new_actor()
 
     async def run(self, spec: EpisodeSpec, trace_dir: Path) -> WorkerResult:
-        from ray.exceptions import RayTaskError
+        from ray.exceptions import RayActorError, RayTaskError
 
+        trace = trace_dir / f"{spec.episode_id}.jsonl"
+        written_elsewhere(trace)
+        started, where, result = time.perf_counter(), {}, None
         try:
-            return await asyncio.wrap_future(self.actor.run.remote(spec).future())
+            async for ref in self.actor.stream.remote(spec):
+                kind, item = await ref
+                if kind == "where":
+                    where = item
+                elif kind == "done":
+                    result = item
+                else:
+                    _apply(trace, kind, item)
+        except RayActorError as exc:  # killed, out of memory, its node lost: a new actor
+            self._replace()
+            return _died_record(spec, f"the Ray worker ({_place(where)}) died", trace,
+                                time.perf_counter() - started, where, why=_first_line(exc)), {}
         except RayTaskError as exc:  # the worker's own exception, not Ray's multi-line wrapper
+            written_elsewhere(trace, done=True)
             cause = getattr(exc, "cause", None)
             if isinstance(cause, BaseException):
                 raise cause from None
             raise
+        written_elsewhere(trace, done=True)
+        if result is None:  # a generator that ended without its record: never expected
+            raise RuntimeError(f"the Ray worker ({_place(where)}) returned no record for {spec.episode_id}")
+        return result
+
+    def _replace(self) -> None:
+        import ray
+
+        with contextlib.suppress(Exception):  # usually dead already
+            ray.kill(self.actor)
+        self.actor = self.new_actor()
 
     def close(self, timeout: float) -> None:
         import ray
@@ -264,6 +329,29 @@ class _RayHandle:
             pass
         finally:
             ray.kill(self.actor)
+
+
+def _apply(trace: Path, kind: str, data: bytes) -> None:
+    """One streamed change to a trace: lines appended, or the whole file (written aside, then
+    renamed over it, so a kill leaves the old file or the new one)."""
+    if kind == "append":
+        with trace.open("ab") as sink:
+            sink.write(data)
+        return
+    part = trace.with_name(trace.name + ".part")
+    part.write_bytes(data)
+    os.replace(part, trace)
+
+
+def _place(where: Mapping[str, Any]) -> str:
+    """``pid 123 on 127.0.0.2`` from a worker's place (``place unknown``: it died before telling)."""
+    return " on ".join(str(where[k]) if k != "pid" else f"pid {where[k]}"
+                       for k in ("pid", "ip") if where.get(k) is not None) or "place unknown"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _import_ray(address: str) -> Any:
@@ -304,8 +392,7 @@ def _connect_ray(address: str, workers: int) -> bool:
         raise ConfigError(f"the Ray cluster at {address} refused this process's token; set RAY_AUTH_MODE "
                           "(and the token, for token mode) the same on every node and here") from None
     except (ConnectionError, RuntimeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"cannot join the Ray cluster at {address}: {first}; check the address "
+        raise ConfigError(f"cannot join the Ray cluster at {address}: {_first_line(exc)}; check the address "
                           "(`ray status` on the head prints it)") from None
     return True
 
@@ -321,7 +408,7 @@ def _ray_actors(setup: WorkerSetup, n: int, address: str) -> list[_RayHandle]:
         raise ConfigError(f"{n} Ray workers need {n} CPUs on the cluster at {address} (one each), it has "
                           f"{total:g}; lower --workers or start the nodes with a larger --num-cpus")
     remote = ray.remote(EpisodeWorker).options(num_cpus=1, scheduling_strategy="SPREAD", max_restarts=0)
-    return [_RayHandle(remote.remote(setup)) for _ in range(n)]
+    return [_RayHandle(lambda: remote.remote(setup)) for _ in range(n)]
 
 
 class WorkerPool:

@@ -20,7 +20,7 @@ import pytest
 
 from collabui.errors import ConfigError, DeviceError
 from collabui.evaluation.miniwob import MiniWoBEvalConfig, default_team, evaluate_miniwob
-from collabui.evaluation.workers import EpisodeWorker, WorkerPool, WorkerSetup
+from collabui.evaluation.workers import EpisodeWorker, WorkerPool, WorkerSetup, _apply
 from collabui.trace import read_trace
 from tests.evaluation.worker_kit import broken_env, fake_env, real_or_broken_env
 from tests.processes import chromium_descendants
@@ -84,7 +84,7 @@ def test_bad_worker_settings_are_one_line_errors(tmp_path, monkeypatch):
         evaluate_miniwob(_config(ray="auto"), tmp_path / "b", env_factory=fake_env, progress=False)
 
 
-def test_episode_worker_returns_the_trace_files_and_closes_its_team():
+def test_episode_worker_streams_its_trace_and_closes_its_team(tmp_path):
     closed = []
 
     class Team:
@@ -101,9 +101,16 @@ def test_episode_worker_returns_the_trace_files_and_closes_its_team():
     from collabui.evaluation.runner import EpisodeSpec
 
     worker = EpisodeWorker(WorkerSetup(team=Team, env="miniwob", env_factory=fake_env))
-    record, files = worker.run(EpisodeSpec("click-button", 3, "e0"))
+    items = list(worker.stream(EpisodeSpec("click-button", 3, "e0"), poll_s=0.01))
     worker.close()
-    assert record["success"] and record["worker"]["pid"] > 0 and list(files) == ["e0.jsonl"]
+    kinds = [kind for kind, _ in items]
+    assert kinds[0] == "where" and kinds[-1] == "done" and set(kinds[1:-1]) <= {"append", "rewrite"}
+    trace = tmp_path / "e0.jsonl"
+    for kind, item in items[1:-1]:
+        _apply(trace, kind, item)  # what the driver does with them
+    record, files = items[-1][1]
+    assert record["success"] and record["worker"]["pid"] == os.getpid() and files == {}
+    assert [s["executed"] for s in read_trace(trace).steps] == [{"action": "click", "element_id": "B"}]
     assert closed == [True]
 
 

@@ -101,3 +101,41 @@ def test_sigterm_watchdog_kills_busy_workers_and_their_traces_end(tmp_path):
     assert steps >= 2
     assert not (out / "episodes.jsonl").read_text()  # stopped episodes run again on resume
     report({"worker_sigterm_traces": len(traces), "steps_kept": steps, "stop_s": round(seconds, 2)})
+
+
+def test_a_killed_ray_worker_keeps_its_streamed_steps_and_a_new_actor_goes_on(tmp_path, monkeypatch):
+    """A Ray actor writes into its own temporary folder; its trace lines reach the run's folder
+    as they are written, so its SIGKILL loses no finished step, and a new actor runs the rest."""
+    pytest.importorskip("ray", reason="needs the ray extra (make test installs it)")
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # else Ray saves a token in the user's ~/.ray
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    monkeypatch.setenv(PIDS_ENV, str(pids))  # the private cluster's workers inherit it
+    out = tmp_path / "eval"
+    config = MiniWoBEvalConfig(tasks="click-button", episodes=3, model="lexical", workers=1, ray="local",
+                               team=default_team("lexical", max_steps=6))
+    results: dict[str, Any] = {}
+    runner = threading.Thread(target=lambda: results.update(
+        evaluate_miniwob(config, out, env_factory=slow_env, progress=False)))
+    runner.start()
+    try:
+        path = _running_trace(out / "traces", min_steps=2, timeout=180)
+        seed = read_trace(path).header["seed"]
+        victim = int((pids / f"{seed}.pid").read_text())
+        os.kill(victim, signal.SIGKILL)
+    finally:
+        runner.join(timeout=240)
+    assert not runner.is_alive() and results["counts"]["episodes"] == 3
+    records = {r["episode_id"]: r for r in map(json.loads, (out / "episodes.jsonl").read_text().splitlines())}
+    killed = records.pop(path.stem)
+    assert killed["error"].startswith(f"WorkerDied: the Ray worker (pid {victim} on ") and \
+        "\n" not in killed["error"], killed["error"]
+    trace = read_trace(path)
+    assert killed["steps"] == len(trace.steps) >= 2 and not killed["success"]
+    assert [s["t"] for s in trace.steps] == list(range(len(trace.steps)))
+    assert trace.end["error"] == killed["error"]
+    # The episodes after it ran whole on a new actor (another process).
+    assert [(r["error"], r["steps"]) for r in records.values()] == [(None, 6)] * 2
+    assert {r["worker"]["pid"] for r in records.values()} - {victim}
+    report({"ray_worker_sigkill_steps_kept": killed["steps"], "other_episodes_ok": len(records),
+            "error": killed["error"]})
