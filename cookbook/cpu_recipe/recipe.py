@@ -422,6 +422,66 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def train(config: RecipeConfig, out: Path, clock: _Clock) -> Path:
+    """Stages 1-2 (demonstrations unless done, SFT, the optional on-policy round): the trained
+    model's bundle."""
+    if not (out / "demo" / "demo_stats.json").is_file():
+        clock.run("1 demonstrations", lambda: demonstrate(config, out / "demo"))
+    sft_dir = clock.run("2 sft", lambda: sft(config, out / "demo", out / "sft"))
+    if not config.onpolicy_episodes:
+        return bundle(config, sft_dir, out / "bundle")
+    # With an on-policy round the SFT model is only the round's starting point (bundle-sft/).
+    start = bundle(config, sft_dir, out / "bundle-sft")
+    sft_dir = clock.run("2b on-policy round",
+                        lambda: onpolicy_round(config, start, out / "demo", sft_dir, out / "onpolicy"))
+    dpo_dir = (clock.run("2c on-policy DPO", lambda: onpolicy_dpo(config, sft_dir, out / "onpolicy"))
+               if config.onpolicy_dpo else None)
+    return bundle(config, sft_dir, out / "bundle", dpo_dir)
+
+
+def checks(config: RecipeConfig, trained: Path, out: Path, clock: _Clock) -> dict[str, Any]:
+    """Validation on the training tasks (with ``--validate``) and the verified critic's check:
+    the results.json fields they fill."""
+    found: dict[str, Any] = {}
+    if config.validate:
+        # Its own folder per model: the SFT model's figure stays when a round is added later.
+        folder = out / ("validation-round" if config.onpolicy_episodes else "validation")
+        val = found["validation"] = _row(clock.run("5 validation", lambda: validate(config, trained, folder)))
+        print(f"[recipe] validation (training tasks, new seeds): {val['successes']}/{val['episodes']} "
+              f"{json.dumps(val['per_task'])}", file=sys.stderr)
+    check = found["critic_check"] = clock.run("4 critic check", lambda: critic_check(config, out / "critic_check"))
+    print(f"[recipe] verified critic: coverage {check['coverage_a']}, agreement with the oracle "
+          f"{check['agreement']} over {check['entries_both']} entries", file=sys.stderr)
+    return found
+
+
+def run_facts(config: RecipeConfig, out: Path, clock: _Clock) -> dict[str, Any]:
+    """What results.json says about the run beside its rows: tasks, format, data, minutes."""
+    demo = {k: v for k, v in json.loads((out / "demo" / "demo_stats.json").read_text()).items() if k != "per_task"}
+    facts = {"train_tasks": list(TRAIN_TASKS), "heldout_tasks": list(HELDOUT_TASKS), "shuffled": True,
+             "element_format": config.element_format, "max_steps": config.evaluation.team.max_steps, "demo": demo,
+             # Training time: the search's own clock (kept across resumes) plus SFT.
+             "minutes": round(demo["seconds"] / 60 + clock.minutes("2 ", "2b ", "2c "), 1)}
+    if config.onpolicy_episodes:
+        facts["onpolicy_round"] = json.loads((out / "onpolicy" / "round.json").read_text())
+    return facts
+
+
+def wanted_rows(config: RecipeConfig, rows: dict[str, Any]) -> list[str]:
+    """The rows ``--systems`` asks for (all by default), in the recipe's order.
+
+    Raises:
+        ConfigError: a name that is not a row (``--team`` adds the teams).
+    """
+    if not config.systems:
+        return list(rows)
+    wanted = {w.strip() for w in config.systems.split(",")} - {"", "none"}
+    unknown = sorted(wanted - set(rows))
+    if unknown:
+        raise ConfigError(f"unknown system(s) {unknown}; choose from {sorted(rows)} (--team adds the teams)")
+    return [name for name in rows if name in wanted]
+
+
 def main(argv: list[str] | None = None) -> int:
     config = _args(argv)
     out = Path(config.out_dir)
@@ -430,50 +490,21 @@ def main(argv: list[str] | None = None) -> int:
         print(table(json.loads(path.read_text())))
         return 0
     out.mkdir(parents=True, exist_ok=True)
+    try:  # before hours of training, not after
+        names = wanted_rows(config, systems(config, out / "bundle"))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     clock = _Clock(out / "recipe.json", config)
-    if not (out / "demo" / "demo_stats.json").is_file():
-        clock.run("1 demonstrations", lambda: demonstrate(config, out / "demo"))
-    sft_dir = clock.run("2 sft", lambda: sft(config, out / "demo", out / "sft"))
-    # With an on-policy round the SFT model is only the round's starting point (bundle-sft/).
-    trained = bundle(config, sft_dir, out / ("bundle-sft" if config.onpolicy_episodes else "bundle"))
-    if config.onpolicy_episodes:
-        sft_dir = clock.run("2b on-policy round",
-                            lambda: onpolicy_round(config, trained, out / "demo", sft_dir, out / "onpolicy"))
-        dpo_dir = (clock.run("2c on-policy DPO", lambda: onpolicy_dpo(config, sft_dir, out / "onpolicy"))
-                   if config.onpolicy_dpo else None)
-        trained = bundle(config, sft_dir, out / "bundle", dpo_dir)
-    if config.validate:
-        # Its own folder per model: the SFT model's figure stays when a round is added later.
-        folder = out / ("validation-round" if config.onpolicy_episodes else "validation")
-        val = _row(clock.run("5 validation", lambda: validate(config, trained, folder)))
-        print(f"[recipe] validation (training tasks, new seeds): {val['successes']}/{val['episodes']} "
-              f"{json.dumps(val['per_task'])}", file=sys.stderr)
-    check = clock.run("4 critic check", lambda: critic_check(config, out / "critic_check"))
-    print(f"[recipe] verified critic: coverage {check['coverage_a']}, agreement with the oracle "
-          f"{check['agreement']} over {check['entries_both']} entries", file=sys.stderr)
+    trained = train(config, out, clock)
+    rows = systems(config, trained)
+    found = checks(config, trained, out, clock)
     path = out / "results.json"
     # Rows of earlier runs into this folder stay: --systems can add rows one session at a time.
     results: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {"systems": {}}
-    if config.validate:
-        results["validation"] = val
-    results.update({"critic_check": check, "train_tasks": list(TRAIN_TASKS), "heldout_tasks": list(HELDOUT_TASKS),
-                    "shuffled": True, "element_format": config.element_format, "max_steps": config.evaluation.team.max_steps})
-    results["demo"] = {k: v for k, v in json.loads((out / "demo" / "demo_stats.json").read_text()).items()
-                       if k != "per_task"}
-    # Training time: the search's own clock (kept across resumes) plus SFT.
-    results["minutes"] = round(results["demo"]["seconds"] / 60 + clock.minutes("2 ", "2b ", "2c "), 1)
-    if config.onpolicy_episodes:
-        results["onpolicy_round"] = json.loads((out / "onpolicy" / "round.json").read_text())
-    rows = systems(config, trained)
-    wanted = [w.strip() for w in config.systems.split(",") if w.strip() not in ("", "none")] if config.systems else None
-    unknown = sorted(set(wanted or ()) - set(rows))
-    if unknown:
-        print(f"error: unknown system(s) {unknown}; choose from {sorted(rows)} (--team adds the teams)", file=sys.stderr)
-        return 2
-    for name, fields in rows.items():
-        if wanted is not None and name not in wanted:
-            continue
-        done = clock.run(f"3 eval {name}", lambda n=name, f=fields: evaluate(config, n, f, out / "eval"))
+    results.update({**found, **run_facts(config, out, clock)})
+    for name in names:
+        done = clock.run(f"3 eval {name}", lambda n=name: evaluate(config, n, rows[n], out / "eval"))
         results["systems"][name] = _row(done)
         results["eval_minutes"] = clock.minutes("3 ")
         path.write_text(json.dumps(results, indent=1))  # after every row: an interrupted run keeps them
@@ -487,6 +518,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[recipe] training {results['minutes']} min, evaluation {results['eval_minutes']} min; "
           f"{out / 'results.json'}", file=sys.stderr)
     return 0
+
 
 
 if __name__ == "__main__":

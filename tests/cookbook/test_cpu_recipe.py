@@ -64,6 +64,41 @@ def test_table_is_generated_from_results(tmp_path):
     assert recipe.main(["--out", str(tmp_path), "--table"]) == 0
 
 
+RANDOM_ROW = {"successes": 3, "episodes": 25, "rate": 0.12, "ci95": [0.04, 0.3], "per_task": {}}
+
+
+def _fake_results(successes: int) -> dict:
+    return {"overall": {"success_rate": {"successes": successes, "n": 10, "value": successes / 10,
+                                         "ci95": [0.0, 1.0]}},
+            "breakdown": {"per_task": {"click-test": {"success_rate": {"value": successes / 10}}}}}
+
+
+def test_main_adds_the_asked_rows_to_the_folders_results_and_refuses_unknown_ones_first(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """main's orchestration, its stages replaced: an unknown --systems name is refused before
+    any training; asked rows are evaluated against the trained bundle and added beside the rows
+    of earlier runs; validation and the critic check land in results.json."""
+    recipe = _recipe()
+    monkeypatch.setattr(recipe, "train", lambda *a: pytest.fail("trained before checking --systems"))
+    assert recipe.main(["--out", str(tmp_path), "--systems", "lexical,trained_sngle"]) == 2
+    assert "unknown system(s) ['trained_sngle']" in capsys.readouterr().err
+    (tmp_path / "results.json").write_text(json.dumps({"systems": {"random": RANDOM_ROW}}))
+    evaluated = []
+    monkeypatch.setattr(recipe, "train", lambda config, out, clock: out / "bundle-x")
+    monkeypatch.setattr(recipe, "checks", lambda *a: {"validation": {"successes": 7}, "critic_check": {"c": 1}})
+    monkeypatch.setattr(recipe, "run_facts", lambda *a: {"minutes": 1.0})
+    monkeypatch.setattr(recipe, "evaluate", lambda config, name, fields, out: (
+        evaluated.append((name, fields["model"])) or _fake_results(len(evaluated))))
+    assert recipe.main(["--out", str(tmp_path), "--systems", "trained_single,lexical"]) == 0
+    # In the recipe's row order, the trained row reading the bundle train() returned.
+    assert evaluated == [("lexical", "lexical"), ("trained_single", f"trained:{tmp_path / 'bundle-x'}")]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert list(results["systems"]) == ["random", "lexical", "trained_single"]
+    assert results["systems"]["random"] == RANDOM_ROW and results["systems"]["trained_single"]["successes"] == 2
+    assert results["validation"] == {"successes": 7} and results["minutes"] == 1.0
+    assert "eval_minutes" in results and "| trained_single | 2/10 = 20.0% |" in capsys.readouterr().out
+
+
 def test_negative_counts_are_refused_with_the_flag_named(capsys):
     recipe = _recipe()
     with pytest.raises(SystemExit):
