@@ -4,8 +4,10 @@ moment of the capture, then put back (``js/conceal.js``).
 Chromium draws what is typed into a password field as dots, but a value shown as text (a task
 that names the password, a page that echoes what it got, a secret typed into a plain field) is
 drawn in clear. The episode tells the device what to hide (``Device.hide_on_screen``); every
-frame of the page gets the values replaced by ``***`` in its text nodes and its fields' values
-and placeholders, the screenshot is taken, and the page is restored in ``finally``. A frame
+frame of the page gets the values replaced by ``***`` in its text nodes (open and closed shadow
+roots included) and its fields' values and placeholders, an opaque box over each canvas that was
+given such a value to draw (an init script, ``js/screen_hooks.js``, keeps closed roots and the
+text canvases draw), the screenshot is taken, and the page is restored in ``finally``. A frame
 that cannot be masked (it is navigating) means no screenshot for that observation, never an
 unmasked one. The observation text is read before, from the page as it is.
 

@@ -418,6 +418,7 @@ class BrowserDevice(Device):
         self._context.set_default_timeout(c.action_timeout_s * 1000)
         self._context.set_default_navigation_timeout(c.navigation_timeout_s * 1000)
         await self._context.add_init_script(simplify.listener_script())
+        await self._context.add_init_script(simplify.screen_hooks_script())
         # Context-level routing sees every tab, popup and iframe of this context.
         await self._context.route("**/*", self._route)
         # A page opened by the site (target=_blank, window.open) becomes the current tab, as in

@@ -28,6 +28,7 @@ __all__ = [
     "Element",
     "walk_script",
     "listener_script",
+    "screen_hooks_script",
     "conceal_script",
     "walk_options",
     "format_viewport",
@@ -78,6 +79,12 @@ def conceal_script() -> str:
 def listener_script() -> str:
     """Init script that marks elements given click listeners (so the walk lists them)."""
     return _js("listeners.js")
+
+
+def screen_hooks_script() -> str:
+    """Init script that keeps closed shadow roots and the text canvases draw, for
+    ``conceal.js`` (see ``devices._screen``)."""
+    return _js("screen_hooks.js")
 
 
 def walk_options(

@@ -178,3 +178,45 @@ def test_secret_echoed_by_a_page_is_hidden_in_every_screenshot(tmp_path, site):
         for value in (user, password, "Tr0ub4dor%263"):
             assert value not in spy.seen[png], (t, value)
     assert "got ?user=***&pw=***" in spy.seen[shots[-1]]
+
+
+HIDDEN_PLACES = """<html><head><title>Hidden places</title><style>body {{ font: 16px sans-serif; }}</style></head>
+<body><div id="closed"></div>
+<canvas id="drawn" width="220" height="40"></canvas> <canvas id="typed" width="220" height="40"></canvas>
+<canvas id="chart" width="120" height="40"></canvas>
+<script>
+document.getElementById('closed').attachShadow({{mode: 'closed'}}).innerHTML = '<i>closed {v}</i>';
+const draw = (id, texts) => {{
+  const g = document.getElementById(id).getContext('2d');
+  g.font = '16px sans-serif';
+  texts.forEach((t, k) => g.fillText(t, 4 + 11 * k, 24));
+}};
+draw('drawn', ['pw: {v}']);
+draw('typed', Array.from('{v}'));  // one character at a time, as a text editor on canvas does
+draw('chart', ['Chart {chart}']);
+</script></body></html>"""
+
+
+@pytest.mark.parametrize("hide", [{"values": ["Hunter22"]}, {"words": ["Hunter22"]}])
+def test_closed_shadow_roots_and_canvas_text_are_hidden_too(tmp_path, hide):
+    """Where the DOM does not show the text (a closed shadow root, a canvas given the value to
+    draw, whole or a character at a time), the masked screenshot does not depend on the value:
+    the page showing one value and the page showing another give the same pixels; unmasked,
+    they differ. A canvas that never drew it (the chart) is not covered: its own text shows."""
+    pages = {"a": {"v": "Hunter22", "chart": "42"}, "b": {"v": "Zebra987", "chart": "42"},
+             "c": {"v": "Hunter22", "chart": "97"}}
+    for name, fields in pages.items():
+        (tmp_path / f"{name}.html").write_text(HIDDEN_PLACES.format(**fields))
+    other = {k: [w.replace("Hunter22", "Zebra987") for w in v] for k, v in hide.items()}
+    with serve(tmp_path) as site, BrowserDevice(start_url=site.url("a.html"), screenshots=True) as device:
+        clear_a, _ = _shots(device, site, "a")
+        clear_b, _ = _shots(device, site, "b")
+        hidden_a, _ = _shots(device, site, "a", **hide)
+        hidden_b, _ = _shots(device, site, "b", **other)
+        clear_c, _ = _shots(device, site, "c")
+        hidden_c, _ = _shots(device, site, "c", **hide)
+        again_c = device._call(device._capture, device._current_page())  # restored after the capture
+    assert _pixels(clear_a) != _pixels(clear_b)  # the value is drawn: the comparison can fail
+    assert _pixels(hidden_a) == _pixels(hidden_b)
+    assert _pixels(hidden_c) != _pixels(hidden_a)  # the chart's text is not covered
+    assert _pixels(again_c) == _pixels(clear_c)
