@@ -89,10 +89,28 @@ def add_commands(sub: Any) -> None:
     a.add_argument("--limit", type=int, default=None, help="at most this many records (default all)")
     a.add_argument("--guided-json", action="store_true", help=GUIDED_HELP)
 
+    from collabui.evaluation.throughput import ThroughputConfig
+
+    t = esub.add_parser("throughput", help="episodes per hour against worker count (a benchmark: run it on a "
+                        "quiet machine)")
+    add_config_flags(t, ThroughputConfig)
+
 
 def run_command(args: argparse.Namespace) -> int:
     """Run a parsed ``collabui eval ...``; return the exit code."""
-    return {"miniwob": _miniwob, "compare": _compare, "autowebbench": _autowebbench}[args.eval_command](args)
+    commands = {"miniwob": _miniwob, "compare": _compare, "autowebbench": _autowebbench, "throughput": _throughput}
+    return commands[args.eval_command](args)
+
+
+def _throughput(args: argparse.Namespace) -> int:
+    from collabui.evaluation.throughput import (
+        ThroughputConfig,
+        format_throughput,
+        measure_throughput,
+    )
+
+    print(format_throughput(measure_throughput(config_from_args(ThroughputConfig, args))), end="")
+    return 0
 
 
 def miniwob_config(args: argparse.Namespace) -> Any:

@@ -1,6 +1,6 @@
 """Episodes per hour against the number of workers: the scale-out benchmark of ``eval miniwob``.
 
-    python -m collabui.evaluation.throughput --model lexical --workers 1,2,4 --tasks easy --episodes 2
+    collabui eval throughput --model lexical --workers 1,2,4 --tasks easy --episodes 2
 
 For each worker count it runs the same MiniWoB++ evaluation (same tasks, episodes and seeds)
 into a fresh temporary folder and prints wall seconds and episodes per hour, start-up included
@@ -13,17 +13,36 @@ and its load; run it on a quiet one.
 
 from __future__ import annotations
 
-import argparse
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from collabui.errors import CollabUIError, ConfigError
+from collabui.errors import ConfigError
 
-__all__ = ["ThroughputRow", "measure_throughput", "format_throughput", "main"]
+__all__ = ["ThroughputConfig", "ThroughputRow", "measure_throughput", "format_throughput"]
+
+
+@dataclass(frozen=True)
+class ThroughputConfig:
+    """One throughput measurement (``collabui eval throughput``'s flags)."""
+
+    model: str = field(default="lexical", metadata={"help": "model spec (lexical: environment-bound)"})
+    workers: tuple[int, ...] = field(default=(1, 2, 4), metadata={
+        "help": "worker counts to time, e.g. 1,2,4", "metavar": "N"})
+    tasks: str = field(default="easy", metadata={"help": "suite or comma-separated task names"})
+    episodes: int = field(default=2, metadata={"help": "episodes per task"})
+    max_steps: int = field(default=10, metadata={"help": "steps per episode"})
+    seed: int = field(default=0, metadata={"help": "seed of the episodes' pages"})
+    ray: str | None = field(default=None, metadata={
+        "help": "run every count as Ray actors on the cluster at ADDRESS", "metavar": "ADDRESS"})
+
+    def __post_init__(self) -> None:
+        if not self.workers or min(self.workers) < 1:
+            raise ConfigError(f"--workers takes worker counts >= 1 like 1,2,4, got {self.workers!r}")
+        if self.episodes < 1 or self.max_steps < 1:
+            raise ConfigError("--episodes and --max-steps must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -40,19 +59,18 @@ class ThroughputRow:
         return 3600.0 * self.episodes / self.seconds if self.seconds > 0 else float("inf")
 
 
-def measure_throughput(counts: Sequence[int], *, model: str = "lexical", tasks: str = "easy",
-                       episodes: int = 2, max_steps: int = 10, seed: int = 0, ray: str | None = None,
-                       env_factory: Any = None) -> list[ThroughputRow]:
+def measure_throughput(config: ThroughputConfig, *, env_factory: Any = None) -> list[ThroughputRow]:
     """Run the evaluation once per worker count (each in a fresh folder) and time it."""
     from collabui.evaluation.miniwob import MiniWoBEvalConfig, default_team, evaluate_miniwob
 
     rows = []
-    for workers in counts:
-        config = MiniWoBEvalConfig(model=model, tasks=tasks, episodes=episodes, workers=workers, ray=ray,
-                                   team=default_team(model, max_steps=max_steps, seed=seed))
+    for workers in config.workers:
+        evaluation = MiniWoBEvalConfig(model=config.model, tasks=config.tasks, episodes=config.episodes,
+                                       workers=workers, ray=config.ray,
+                                       team=default_team(config.model, max_steps=config.max_steps, seed=config.seed))
         with tempfile.TemporaryDirectory(prefix="collabui-throughput-") as out:
             started = time.perf_counter()
-            results = evaluate_miniwob(config, out, env_factory=env_factory, progress=False)
+            results = evaluate_miniwob(evaluation, out, env_factory=env_factory, progress=False)
             seconds = time.perf_counter() - started
         rate = results["overall"]["success_rate"]
         rows.append(ThroughputRow(workers, int(rate["n"]), int(rate["successes"]), seconds))
@@ -68,39 +86,3 @@ def format_throughput(rows: Sequence[ThroughputRow]) -> str:
         lines.append(f"| {row.workers} | {row.episodes} | {row.successes} | {row.seconds:.1f} | "
                      f"{row.episodes_per_hour:.0f} | {row.episodes_per_hour / base:.2f}x |")
     return "\n".join(lines) + "\n"
-
-
-def _counts(text: str) -> list[int]:
-    try:
-        counts = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        counts = []
-    if not counts or min(counts) < 1:
-        raise ConfigError(f"--workers takes worker counts >= 1 like 1,2,4, got {text!r}")
-    return counts
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m collabui.evaluation.throughput",
-                                     description="MiniWoB++ episodes per hour against worker count")
-    parser.add_argument("--model", default="lexical", help="model spec (default lexical: environment-bound)")
-    parser.add_argument("--workers", default="1,2,4", help="worker counts, comma-separated (default 1,2,4)")
-    parser.add_argument("--tasks", default="easy", help="suite or task names (default easy)")
-    parser.add_argument("--episodes", type=int, default=2, help="episodes per task (default 2)")
-    parser.add_argument("--max-steps", type=int, default=10, help="steps per episode (default 10)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--ray", default=None, metavar="ADDRESS", help="run every count as Ray actors there")
-    args = parser.parse_args(argv)
-    try:
-        rows = measure_throughput(_counts(args.workers), model=args.model, tasks=args.tasks,
-                                  episodes=args.episodes, max_steps=args.max_steps, seed=args.seed,
-                                  ray=args.ray)
-    except CollabUIError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(format_throughput(rows), end="")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -169,14 +169,21 @@ def test_cli_ray_address_nobody_answers_is_one_line(tmp_path, capsys):
 
 
 def test_throughput_benchmark_times_each_worker_count(capsys):
-    from collabui.evaluation.throughput import format_throughput, main, measure_throughput
+    from collabui.cli import main
+    from collabui.evaluation.throughput import (
+        ThroughputConfig,
+        format_throughput,
+        measure_throughput,
+    )
 
-    rows = measure_throughput([1], tasks="click-button", episodes=2, max_steps=1, env_factory=fake_env)
+    config = ThroughputConfig(workers=(1,), tasks="click-button", episodes=2, max_steps=1)
+    rows = measure_throughput(config, env_factory=fake_env)
     assert [(r.workers, r.episodes, r.successes) for r in rows] == [(1, 2, 2)] and rows[0].seconds > 0
     table = format_throughput(rows)
     assert table.splitlines()[0].startswith("| workers | episodes |") and "| 1.00x |" in table
-    assert main(["--workers", "0,2"]) == 2
-    assert "--workers takes worker counts >= 1" in capsys.readouterr().err
+    assert main(["eval", "throughput", "--workers", "0,2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --workers takes worker counts >= 1 like 1,2,4")
 
 
 class _ClickB(BaseHTTPRequestHandler):
