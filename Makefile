@@ -39,7 +39,7 @@ demo: setup
 
 test: setup vllm
 	$(VENV)/bin/ruff check sdk topologies devices training tests cookbook
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --durations=30
 
 # The trace schema's action definition, generated from the action models (tests/test_trace.py
 # fails while the committed one differs).
