@@ -122,6 +122,9 @@ class RecipeConfig:
         "help": "draw SFT rows round-robin over training tasks (--no-balance: at random)"})
     balance_steps: bool = field(default=False, metadata={
         "help": "with --balance: round-robin over (task, step) pairs, so a multi-step task gets a share per step"})
+    hindsight: int = field(default=0, metadata={
+        "metavar": "N", "help": "add up to N hindsight-relabelled rows per first-step click on a quoted text (the "
+        "same page, the instruction quoting another element's text: collabui.training.hindsight) before drawing"})
     sft: AgentSFTConfig = field(default_factory=_sft_template, metadata={
         "help": "stage 2", "skip_flags": _skip_all_but(AgentSFTConfig, _SFT_FLAGS)})
     element_format: str = field(default="html", metadata={"choices": ("html", "text-first"),
@@ -152,7 +155,7 @@ class RecipeConfig:
     table: bool = field(default=False, metadata={"help": "print the README table of results.json and exit"})
 
     def __post_init__(self) -> None:
-        for name in ("validate", "onpolicy_episodes", "round2_demo_rows"):
+        for name in ("validate", "onpolicy_episodes", "round2_demo_rows", "hindsight"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{flag_of(name)} must be >= 0, got {getattr(self, name)}")
 
@@ -233,9 +236,12 @@ def _demo_rows(config: RecipeConfig, demo: Path) -> list[dict[str, Any]]:
     """All demonstration rows in the recipe's fixed order (balanced over tasks): SFT takes the
     first ``--sft-examples``, the on-policy round the next ``--round2-demo-rows``."""
     from collabui.training.demonstrate import read_steps
+    from collabui.training.hindsight import hindsight_rows
     from collabui.training.sft_data import sft_rows
 
-    return sft_rows(read_steps(demo / "steps.jsonl"), style=config.style, element_format=config.element_format,
+    steps = read_steps(demo / "steps.jsonl")
+    steps += hindsight_rows(steps, per_row=config.hindsight)
+    return sft_rows(steps, style=config.style, element_format=config.element_format,
                     seed=0, balance=config.balance, by_step=config.balance_steps)
 
 
@@ -315,7 +321,8 @@ def bundle(config: RecipeConfig, sft_dir: Path, out: Path, dpo_dir: Path | None 
     made_by = "cookbook/cpu_recipe/recipe.py " + " ".join(
         f"--{k.replace('_', '-')} {v}" for k, v in sorted(flag_values(config).items())
         if k in {"demo_minutes", "sft_examples", "sft_epochs", "lr", "lora_r", "batch", "element_format", "style",
-                 "onpolicy_episodes", "round2_demo_rows", "onpolicy_dpo", "dpo_lr", "lora_dropout", "length_window"})
+                 "onpolicy_episodes", "round2_demo_rows", "onpolicy_dpo", "dpo_lr", "lora_dropout", "length_window",
+                 "balance_steps", "hindsight"})
     agents = {"agent0": dpo_dir} if dpo_dir is not None else {}
     return write_bundle(out, base="smollm2", merge={"stage1": sft_dir}, agents=agents,
                         team={"prompt_style": config.style, "max_new_tokens": 128,
