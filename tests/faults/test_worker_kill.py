@@ -40,6 +40,24 @@ def _running_trace(traces: Path, min_steps: int, timeout: float = 120) -> Path:
     raise AssertionError(f"no episode got {min_steps} steps within {timeout} s")
 
 
+def _kill_a_worker_mid_episode(config: MiniWoBEvalConfig, out: Path, pids: Path) -> tuple[dict[str, Any], Path, int]:
+    """Run ``config`` (slow fake pages) into ``out``, SIGKILL the worker of the first episode
+    that has 2 steps, and return the run's results, that episode's trace and the killed pid."""
+    results: dict[str, Any] = {}
+    runner = threading.Thread(target=lambda: results.update(
+        evaluate_miniwob(config, out, env_factory=slow_env, progress=False)))
+    runner.start()
+    try:
+        path = _running_trace(out / "traces", min_steps=2, timeout=180)
+        seed = read_trace(path).header["seed"]
+        victim = int((pids / f"{seed}.pid").read_text())
+        os.kill(victim, signal.SIGKILL)
+    finally:
+        runner.join(timeout=240)
+    assert not runner.is_alive(), "the run did not end after its worker was killed"
+    return results, path, victim
+
+
 def test_a_killed_worker_keeps_its_steps_and_its_episode_is_an_error(tmp_path, monkeypatch):
     pids = tmp_path / "pids"
     pids.mkdir()
@@ -47,18 +65,8 @@ def test_a_killed_worker_keeps_its_steps_and_its_episode_is_an_error(tmp_path, m
     out = tmp_path / "eval"
     config = MiniWoBEvalConfig(tasks="click-button,focus-text", episodes=2, model="lexical", workers=2,
                                team=default_team("lexical", max_steps=8))
-    results: dict[str, Any] = {}
-    runner = threading.Thread(target=lambda: results.update(
-        evaluate_miniwob(config, out, env_factory=slow_env, progress=False)))
-    runner.start()
-    try:
-        path = _running_trace(out / "traces", min_steps=2)
-        seed = read_trace(path).header["seed"]
-        victim = int((pids / f"{seed}.pid").read_text())
-        os.kill(victim, signal.SIGKILL)
-    finally:
-        runner.join(timeout=180)
-    assert not runner.is_alive() and results["counts"]["episodes"] == 4
+    results, path, victim = _kill_a_worker_mid_episode(config, out, pids)
+    assert results["counts"]["episodes"] == 4
     records = {r["episode_id"]: r for r in map(json.loads, (out / "episodes.jsonl").read_text().splitlines())}
     killed = records.pop(path.stem)
     assert killed["error"].startswith(f"WorkerDied: the worker process (pid {victim}) was killed by SIGKILL")
@@ -114,18 +122,8 @@ def test_a_killed_ray_worker_keeps_its_streamed_steps_and_a_new_actor_goes_on(tm
     out = tmp_path / "eval"
     config = MiniWoBEvalConfig(tasks="click-button", episodes=3, model="lexical", workers=1, ray="local",
                                team=default_team("lexical", max_steps=6))
-    results: dict[str, Any] = {}
-    runner = threading.Thread(target=lambda: results.update(
-        evaluate_miniwob(config, out, env_factory=slow_env, progress=False)))
-    runner.start()
-    try:
-        path = _running_trace(out / "traces", min_steps=2, timeout=180)
-        seed = read_trace(path).header["seed"]
-        victim = int((pids / f"{seed}.pid").read_text())
-        os.kill(victim, signal.SIGKILL)
-    finally:
-        runner.join(timeout=240)
-    assert not runner.is_alive() and results["counts"]["episodes"] == 3
+    results, path, victim = _kill_a_worker_mid_episode(config, out, pids)
+    assert results["counts"]["episodes"] == 3
     records = {r["episode_id"]: r for r in map(json.loads, (out / "episodes.jsonl").read_text().splitlines())}
     killed = records.pop(path.stem)
     assert killed["error"].startswith(f"WorkerDied: the Ray worker (pid {victim} on ") and \
