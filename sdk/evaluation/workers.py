@@ -23,13 +23,13 @@ A worker process on this machine writes an episode's trace and screenshots strai
 run's trace folder, one flushed record per step. A Ray worker writes them into its own temporary
 folder and streams each whole trace line to the driver as it is written (a Ray generator), the
 screenshots coming back with the record, so the nodes of a cluster need no shared filesystem.
-Either way what a worker finished survives it: a worker that dies in mid-episode (killed, out
-of memory, its node lost) leaves its trace in the run's folder with every whole step, the driver
+Either way what a worker finished survives it: a worker that dies in mid-episode (killed, out of
+memory, its node lost) leaves its trace in the run's folder with every whole step, the driver
 ends it with an ``end`` record (``WorkerDied: ...``), records the episode as an error in the
-manifest and starts a new worker (process or actor) for the next episodes. A run stopped by SIGINT / SIGTERM ends the traces of the episodes
-its workers were running when it closes them, or its stop watchdog does after killing them
-(``collabui.trace.close_open_traces``); those episodes are not in the manifest and run again on
-resume, as in-process ones.
+manifest and starts a new worker (process or actor) for the next episodes. A run stopped by
+SIGINT / SIGTERM ends the traces of the episodes its workers were running when it closes them,
+or its stop watchdog does after killing them (``collabui.trace.close_open_traces``); those
+episodes are not in the manifest and run again on resume, as in-process ones.
 
 Closing waits for the episodes in flight (each is bounded by ``max_steps``) up to
 ``close_timeout`` seconds, so every worker closes its browser itself; a worker still busy after
