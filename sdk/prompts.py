@@ -129,8 +129,9 @@ def render_observation(obs: Observation, *, max_chars: int = 6000) -> str:
 
 def history_entry(action: Action, observation: Observation | None = None, *, note: str | None = None) -> str:
     """How an executed action reads in later prompts' history: its call form with the element
-    named by its screen line instead of its id, ``click(<button| Submit>)``, and ``note`` in
-    brackets after it (``click(<button| Pay>) [refused]``).
+    named by its screen line instead of its id, ``click(<button| Submit>)``, a form field also by
+    its label, ``type_string(<input| > (Username), 'kim')``, and ``note`` in brackets after it
+    (``click(<button| Pay>) [refused]``).
 
     Ids name elements of one observation only: a device that shuffles them (or a page that
     re-renders) gives the same button another id at the next step, and agents reading
@@ -153,9 +154,27 @@ def _named_call(action: Action, observation: Observation | None) -> str:
                                  with_id=False)
     if name is None:
         return action.to_call()
+    label = _field_label(tree, str(element_id))
+    if label:
+        name = f"{name} ({label})"
     args = [name if key == "element_id" else repr(value)
             for key, value in action.args().items() if value is not None]
     return f"{action.name}({', '.join(args)})"
+
+
+#: Elements whose own text does not say which one they are: every empty field reads
+#: ``<input| >`` and both fields of a password form ``<input| password>``.
+_FIELD_TAGS = frozenset({"input", "textarea", "select"})
+
+
+def _field_label(tree: simplify.Node, element_id: str) -> str:
+    """The text that names a form field (its label), or ``""`` for other elements. Without it
+    the history of a filled form lists the same ``type_string(<input| >, ...)`` for every field
+    and a small model loses track of which fields are done."""
+    for element in simplify.flat_elements(tree):
+        if element["id"] == element_id:
+            return element["context"] if element["tag"] in _FIELD_TAGS else ""
+    return ""
 
 
 def _history(history: Sequence[str]) -> str:

@@ -61,7 +61,7 @@ def test_history_names_the_element_by_its_screen_line_not_its_id():
 
     html = _page(render(_TREE, "html"), _TREE)
     assert history_entry(Click("D"), html) == "click(<button| Log in>)"
-    assert history_entry(TypeString("Q", "kvu", False), html) == "type_string(<input| >, 'kvu', False)"
+    assert history_entry(TypeString("Q", "kvu", False), html) == "type_string(<input| > (Username), 'kvu', False)"
     text_first = _page(render(_TREE, "text-first"), _TREE)
     assert history_entry(Click("D"), text_first) == 'click(button "Log in")'
     # No tree (a phone, a stored text) or an id not on the page: the call form stays.

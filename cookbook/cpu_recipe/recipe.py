@@ -191,6 +191,27 @@ def flag_values(config: RecipeConfig) -> dict[str, Any]:
             functools.reduce(getattr, path.split("."), config) for path in paths}
 
 
+#: The settings that shape the trained model, written into the bundle's ``made_by`` command.
+_TAUGHT = ("balance_steps", "batch", "demo_minutes", "dpo_lr", "element_format", "hindsight", "length_window",
+           "lora_dropout", "lora_r", "lr", "onpolicy_dpo", "onpolicy_episodes", "round2_demo_rows",
+           "sft_epochs", "sft_examples", "style")
+
+
+def made_by_command(config: RecipeConfig) -> str:
+    """The recipe command line that trains ``config``'s model: its shaping settings as flags the
+    parser accepts (a switch as ``--x`` or ``--no-x``, and only when it differs from its default)."""
+    values, defaults = flag_values(config), flag_values(_args([]))
+    words = ["cookbook/cpu_recipe/recipe.py"]
+    for name in _TAUGHT:
+        flag, value = "--" + name.replace("_", "-"), values[name]
+        if isinstance(value, bool):
+            if value != defaults[name]:
+                words.append(flag if value else "--no-" + flag[2:])
+        else:
+            words += [flag, str(value)]
+    return " ".join(words)
+
+
 class _Clock:
     """Seconds per stage, kept in ``recipe.json`` across resumed runs."""
 
@@ -318,11 +339,7 @@ def bundle(config: RecipeConfig, sft_dir: Path, out: Path, dpo_dir: Path | None 
     answering in the taught prompt style; ``--publish`` makes it ``smollm2-trained``."""
     from collabui.models.bundle import write_bundle
 
-    made_by = "cookbook/cpu_recipe/recipe.py " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in sorted(flag_values(config).items())
-        if k in {"demo_minutes", "sft_examples", "sft_epochs", "lr", "lora_r", "batch", "element_format", "style",
-                 "onpolicy_episodes", "round2_demo_rows", "onpolicy_dpo", "dpo_lr", "lora_dropout", "length_window",
-                 "balance_steps", "hindsight"})
+    made_by = made_by_command(config)
     agents = {"agent0": dpo_dir} if dpo_dir is not None else {}
     return write_bundle(out, base="smollm2", merge={"stage1": sft_dir}, agents=agents,
                         team={"prompt_style": config.style, "max_new_tokens": 128,

@@ -158,13 +158,24 @@ def test_stage_configs_are_the_ones_the_recipe_always_built(tmp_path, monkeypatc
                                       workers=4)
     recipe.bundle(config, tmp_path / "sft", tmp_path / "bundle")
     assert seen["bundle"]["made_by"] == (
-        "cookbook/cpu_recipe/recipe.py --balance-steps False --batch 8 --demo-minutes 10.0 --dpo-lr 5e-05 "
-        "--element-format html --hindsight 0 "
-        "--length-window 32 --lora-dropout 0.0 --lora-r 32 --lr 0.0003 --onpolicy-dpo True --onpolicy-episodes 0 "
+        "cookbook/cpu_recipe/recipe.py --batch 8 --demo-minutes 10.0 --dpo-lr 5e-05 --element-format html "
+        "--hindsight 0 --length-window 32 --lora-dropout 0.0 --lora-r 32 --lr 0.0003 --onpolicy-episodes 0 "
         "--round2-demo-rows 400 --sft-epochs 1.0 --sft-examples 2000 --style trained")
     clock = recipe._Clock(tmp_path / "recipe.json", config)
     clock.run("x", lambda: None)
     assert json.loads((tmp_path / "recipe.json").read_text())["args"] == DEFAULT_ARGS
+
+
+def test_made_by_is_a_command_the_recipe_accepts():
+    """The bundle's ``made_by`` parses back to the settings that trained it (switches as
+    ``--x``/``--no-x``, not ``--x True``)."""
+    recipe = _recipe()
+    config = recipe._args(["--balance-steps", "--no-onpolicy-dpo", "--hindsight", "2", "--lr", "1e-4"])
+    words = recipe.made_by_command(config).split()
+    assert "--balance-steps" in words and "--no-onpolicy-dpo" in words and "True" not in words
+    again = recipe._args(words[1:])
+    assert {k: recipe.flag_values(again)[k] for k in recipe._TAUGHT} == \
+        {k: recipe.flag_values(config)[k] for k in recipe._TAUGHT}
 
 
 def test_recipe_runs_as_a_script(tmp_path):

@@ -71,7 +71,9 @@ def test_secret_typed_on_miniwob_never_written(tmp_path, capfd):
     assert b"<secret:pw>" in written
     trace = read_trace(next(tmp_path.glob("*.jsonl")))
     assert trace.steps[0]["executed"]["content"] == "<secret:pw>"
-    assert trace.steps[2]["history"] == ["type_string(<input| password>, '<secret:pw>', False)"] * 2
+    # Each field named by its label too: the history tells which of the two is filled.
+    assert trace.steps[2]["history"] == [f"type_string(<input| password> ({label}), '<secret:pw>', False)"
+                                         for label in ("Password", "Verify password")]
     assert PASSWORD not in repr(result)
 
 
