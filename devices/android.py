@@ -61,7 +61,7 @@ from collabui.devices._android_screen import hidden_boxes, masked_png
 from collabui.devices._screen import ScreenMask
 from collabui.devices.base import Device, Observation, StepOutcome
 from collabui.devices.hierarchy import Screen, parse_hierarchy
-from collabui.devices.ui_elements import PASSWORD_MASK, UIElement, render_elements
+from collabui.devices.ui_elements import PASSWORD_MASK, UIElement, element_record, render_elements
 from collabui.errors import ActionError, ConfigError, DeviceClosedError, DeviceError
 
 __all__ = ["AndroidConfig", "AndroidDevice", "PhoneConnectionError", "Connect", "SYSTEM_PACKAGES", "gesture_path"]
@@ -297,7 +297,8 @@ class AndroidDevice(Device):
                  "screen_size": list(screen.size), "keyboard": screen.keyboard is not None,
                  "elements": len(screen.elements), "settled": settled, "serial": self.serial,
                  "seed": self._seed,
-                 "password_fields": [i for i, e in enumerate(screen.elements) if e.password]}
+                 "password_fields": [i for i, e in enumerate(screen.elements) if e.password],
+                 "ui_elements": [element_record(i, e) for i, e in enumerate(screen.elements)]}
         return Observation(text=render_elements(screen.elements), task=self._task,
                            url=current.get("package"), last_action_error=error,
                            screenshot=shot, extra=extra)

@@ -27,7 +27,7 @@ from typing import Any
 from collabui.actions import MOBILE, Action, Unknown, mobile
 from collabui.devices.browser import BrowserConfig
 from collabui.devices.miniwob import MiniWoBEnv
-from collabui.devices.ui_elements import PASSWORD_MASK, UIElement, render_elements
+from collabui.devices.ui_elements import PASSWORD_MASK, UIElement, element_record, render_elements
 from collabui.errors import ConfigError
 
 __all__ = ["MiniWoBMobileEnv", "elements_script", "DEVICE_NAME"]
@@ -135,8 +135,12 @@ class MiniWoBMobileEnv(MiniWoBEnv):
         return render_elements(self._elements)
 
     def _snapshot_extra(self, snap: dict[str, Any]) -> dict[str, Any]:
+        # Read from this snapshot: the browser asks for the extra before the text, so
+        # self._elements still holds the previous screen's elements here.
+        elements = [_element(item) for item in snap["elements"]]
         extra = super()._snapshot_extra(snap)
-        extra["password_fields"] = [i for i, e in enumerate(self._elements) if e.password]
+        extra["password_fields"] = [i for i, e in enumerate(elements) if e.password]
+        extra["ui_elements"] = [element_record(i, e) for i, e in enumerate(elements)]
         return extra
 
     def describe(self) -> Mapping[str, Any]:

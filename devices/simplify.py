@@ -7,8 +7,11 @@ elements carry a short upper-case id that the walk also writes on the element as
 
 * :func:`render_html`: AutoWebBench-style simplified HTML, ``<button[B]| Submit>``;
 * :func:`render_text_first`: one line per element or text run, ``button "Submit" [B]``;
-* :func:`flat_elements`: the interactive elements as dicts, for baselines, synthesis and critics;
-* :func:`parse_elements`: reads either text back (for texts stored without their tree).
+* :func:`flat_elements`: the interactive elements as dicts, for synthesis and critics;
+* :func:`screen_elements`: every node as an :class:`Element`, for the baselines, the candidate
+  ranking and the oracle: from the tree when the observation has one, else read back from the
+  text (texts stored without their tree, prompts written by hand: :func:`parse_elements`).
+  Other modules read the structure through these functions; none parses the text itself.
 """
 
 from __future__ import annotations
@@ -40,7 +43,10 @@ __all__ = [
     "element_name",
     "observation_format",
     "flat_elements",
+    "tree_elements",
+    "screen_elements",
     "parse_elements",
+    "parse_tree",
 ]
 
 #: The attribute the DOM walk writes on every interactive element it lists.
@@ -320,6 +326,31 @@ class Element:
     depth: int
 
 
+def tree_elements(tree: Node | None) -> list[Element]:
+    """Every node of ``tree`` as an :class:`Element`, in document order: what
+    :func:`parse_elements` reads from the tree's html rendering, exactly (a text holding ``<``
+    or ``>`` stays whole)."""
+    out: list[Element] = []
+    if tree is not None:
+        _tree_elements(tree, 0, out)
+    return out
+
+
+def _tree_elements(node: Node, depth: int, out: list[Element]) -> None:
+    own = _join([p for p in node["parts"] if isinstance(p, str)])
+    out.append(Element(node["tag"], node["id"], own, _join(_all_runs(node)), depth))
+    for part in node["parts"]:
+        if not isinstance(part, str):
+            _tree_elements(part, depth + 1, out)
+
+
+def screen_elements(text: str, tree: Node | None = None) -> list[Element]:
+    """The elements of one observation: from the walk's ``tree`` (``Observation.extra["tree"]``)
+    when there is one, else read back from its ``text`` (a text stored without its tree, a prompt
+    written by hand)."""
+    return tree_elements(tree) if tree is not None else parse_elements(text)
+
+
 def parse_elements(text: str) -> list[Element]:
     """Read an observation text (either format) back into a flat, document-ordered element list.
 
@@ -352,33 +383,35 @@ def _parse_text_first(text: str) -> list[Element]:
 
 
 def _parse_html(text: str) -> list[Element]:
-    closed: list[tuple[int, Element]] = []
-    # Each open frame: [opening order, tag, id, own text runs, all text runs]
-    stack: list[list[Any]] = []
-    opened = 0
+    out: list[Element] = []
+    for root in parse_tree(text):
+        _tree_elements(root, 0, out)
+    return out
+
+
+def parse_tree(text: str) -> list[Node]:
+    """Read simplified HTML back into its top-level nodes (usually one root), for texts stored
+    without their tree; text outside every node is dropped, a node the text cuts off is kept
+    with what it holds. See :func:`parse_elements` for what may be mis-split."""
+    roots: list[Node] = []
+    stack: list[Node] = []
     pos = 0
     while pos < len(text):
         match = _OPEN.match(text, pos)
         if match:
-            stack.append([opened, match.group(1) or "", match.group(2), [], []])
-            opened += 1
+            node: Node = {"tag": match.group(1) or "", "id": match.group(2), "parts": []}
+            (stack[-1]["parts"] if stack else roots).append(node)
+            stack.append(node)
             pos = match.end()
             continue
         if text[pos] == ">" and stack:
-            seq, tag, eid, own, everything = stack.pop()
-            full = " ".join(" ".join(everything).split())
-            closed.append((seq, Element(tag, eid, " ".join(" ".join(own).split()), full,
-                                        len(stack))))
-            if stack:
-                stack[-1][4].append(full)
+            stack.pop()
             pos += 1
             continue
         ends = [i for i in (text.find("<", pos + 1), text.find(">", pos + 1)) if i != -1]
         nxt = min(ends, default=len(text))
         chunk = text[pos:nxt].strip()
         if stack and chunk:
-            stack[-1][3].append(chunk)
-            stack[-1][4].append(chunk)
+            stack[-1]["parts"].append(chunk)
         pos = nxt
-    # Elements close in post-order; sorting by opening order restores document order.
-    return [element for _, element in sorted(closed, key=lambda item: item[0])]
+    return roots

@@ -19,15 +19,16 @@ pixels (CSS pixels for the browser). Password fields never show their text.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 # What a password field's text (and a masked typed password) becomes: the redaction layer's
 # mask, so that a masked field on screen and a masked value in a trace read the same.
 from collabui.redaction import PASSWORD_MASK
 
-__all__ = ["UIElement", "Bounds", "render_line", "render_elements", "parse_line",
-           "parse_lines", "MAX_LABEL", "PASSWORD_MASK"]
+__all__ = ["UIElement", "Bounds", "render_line", "render_elements", "element_record", "screen_records",
+           "parse_line", "parse_lines", "MAX_LABEL", "PASSWORD_MASK"]
 
 Bounds = tuple[int, int, int, int]
 #: Longest label shown; longer ones end with an ellipsis.
@@ -97,11 +98,14 @@ class UIElement:
         return (self.type, self.resource_id, self.text, self.content_desc, self.bounds)
 
 
-def _quote(value: str) -> str:
+def _shown(value: str) -> str:
+    """A label as the line shows it: whitespace collapsed, cut at MAX_LABEL."""
     value = " ".join(value.split())
-    if len(value) > MAX_LABEL:
-        value = value[:MAX_LABEL - 1] + "\u2026"
-    return json.dumps(value, ensure_ascii=False)
+    return value[:MAX_LABEL - 1] + "\u2026" if len(value) > MAX_LABEL else value
+
+
+def _quote(value: str) -> str:
+    return json.dumps(_shown(value), ensure_ascii=False)
 
 
 def _short_id(resource_id: str) -> str:
@@ -122,16 +126,37 @@ def render_line(index: int, element: UIElement) -> str:
     if not label and not element.hint and element.resource_id:
         # An icon-only control: its resource id is the only clue to what it does.
         parts.append(f"id={_short_id(element.resource_id)}")
-    flags = [name.replace("_", "-") for name in _FLAGS if getattr(element, name)]
-    if element.checkable:
-        flags[flags.index("checkable")] = "checked" if element.checked else "unchecked"
-    if not element.enabled:
-        flags.append("disabled")
+    flags = _flags(element)
     if flags:
         parts.append(f"({', '.join(flags)})")
     left, top, right, bottom = element.bounds
     parts.append(f"[{left},{top}][{right},{bottom}]")
     return " ".join(parts)
+
+
+def _flags(element: UIElement) -> list[str]:
+    flags = [name.replace("_", "-") for name in _FLAGS if getattr(element, name)]
+    if element.checkable:
+        flags[flags.index("checkable")] = "checked" if element.checked else "unchecked"
+    if not element.enabled:
+        flags.append("disabled")
+    return flags
+
+
+def element_record(index: int, element: UIElement) -> dict[str, Any]:
+    """What the indexed line of ``element`` says, as a record: ``{"index", "type", "label",
+    "flags", "bounds"}``, equal to what :func:`parse_line` reads back from that line. Devices
+    keep these in ``Observation.extra["ui_elements"]``, for readers that act on elements."""
+    label = _shown(element.label) if element.label or element.editable else ""
+    return {"index": index, "type": element.type, "label": label, "flags": _flags(element),
+            "bounds": tuple(element.bounds)}
+
+
+def screen_records(text: str, records: Sequence[Mapping[str, Any]] | None = None) -> list[Mapping[str, Any]]:
+    """The element records of one phone screen: the device's ``records`` when it kept them
+    (``Observation.extra["ui_elements"]``), else read back from its ``text`` (a text stored
+    without them, a prompt written by hand)."""
+    return list(records) if records is not None else list(parse_lines(text))
 
 
 def render_elements(elements: Sequence[UIElement], *, empty: str = "(no visible elements)") -> str:

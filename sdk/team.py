@@ -106,8 +106,21 @@ class _StepState(TypedDict, total=False):
     history: list[str]
     proposals: Annotated[dict[tuple[int, int], Proposal], _merge]
     vote: VoteResult
+    structure: dict[str, Any] | None  # the screen's structure, for models that read it (ChatRequest)
     approval_context: dict[str, Any]  # what flagging reads of the page (collabui.approval)
     approval: dict[str, Any] | None
+
+
+#: What a device keeps of a screen's structure in ``Observation.extra`` (web tree, phone records).
+_STRUCTURE_KEYS = ("tree", "ui_elements")
+
+
+def _structure(observation: Observation | str) -> dict[str, Any] | None:
+    """The structure of the screen the agents read, as the device gave it; None for a text."""
+    if isinstance(observation, str):
+        return None
+    found = {k: observation.extra[k] for k in _STRUCTURE_KEYS if k in observation.extra}
+    return found or None
 
 
 def _resolve_topology(config: TeamConfig):
@@ -271,6 +284,7 @@ class CollabAgentTeam:
             max_new_tokens=self.config.max_new_tokens,
             adapter=self.config.agent_adapter(i),
             seed=seed,
+            structure=state.get("structure"),
         )
         return request, messages
 
@@ -347,6 +361,7 @@ class CollabAgentTeam:
             "t": t,
             "task": task,
             "observation": rendered,
+            "structure": _structure(observation),
             "history": list(history),
             "proposals": {},
         }

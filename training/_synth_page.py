@@ -1,9 +1,10 @@
 """Simplified-HTML trees for data synthesis: parse, shuffle, add distractors, relabel, render.
 
 The DOM walk (``devices/js/simplify.js``) renders nested ``<tag[ID]| parts>`` nodes and gives
-interactive elements ids in pre-order (A, B, ..., Z, AA, ...). :func:`parse_tree` reads such text
-into :class:`Node` trees and :func:`render` writes them back byte for byte (same spacing rules as
-the walk), so a synthesized observation looks exactly like one the agents read at runtime.
+interactive elements ids in pre-order (A, B, ..., Z, AA, ...). :func:`page_roots` takes the
+walk's tree (or a text without one, read back by ``collabui.devices.simplify``) as :class:`Node`
+trees and :func:`render` writes them back byte for byte (same spacing rules as the walk), so a
+synthesized observation looks exactly like one the agents read at runtime.
 
 :func:`make_variant` is what stops position from paying: it shuffles sibling elements (except a
 label + field pair, whose order carries the "field labelled X" meaning), inserts a few distractor
@@ -14,12 +15,12 @@ its page id in ``Node.page_id``, so an action on the variant maps back to the re
 from __future__ import annotations
 
 import random
-import re
 from dataclasses import dataclass, field
 
-__all__ = ["Node", "parse_tree", "render", "walk", "make_variant", "id_for", "FIELD_TAGS"]
+from collabui.devices import simplify
 
-_OPEN = re.compile(r"<([a-z0-9-]*)(?:\[([A-Z]+)\])?\| ?|< ")
+__all__ = ["Node", "parse_tree", "from_tree", "page_roots", "render", "walk", "make_variant", "id_for", "FIELD_TAGS"]
+
 #: Tags whose element is a form field (its own text is its state, not a label).
 FIELD_TAGS = ("input", "textarea", "select")
 _DISTRACTOR_WORDS = (
@@ -68,28 +69,19 @@ def id_for(index: int) -> str:
 
 def parse_tree(text: str) -> list[Node]:
     """Read simplified HTML into its top-level nodes (usually one root)."""
-    roots: list[Node] = []
-    stack: list[Node] = []
-    pos = 0
-    while pos < len(text):
-        match = _OPEN.match(text, pos)
-        if match:
-            node = Node(match.group(1) or "", match.group(2), page_id=match.group(2))
-            (stack[-1].parts if stack else roots).append(node)
-            stack.append(node)
-            pos = match.end()
-            continue
-        if text[pos] == ">" and stack:
-            stack.pop()
-            pos += 1
-            continue
-        ends = [i for i in (text.find("<", pos + 1), text.find(">", pos + 1)) if i != -1]
-        nxt = min(ends, default=len(text))
-        chunk = text[pos:nxt].strip()
-        if chunk and stack:
-            stack[-1].parts.append(chunk)
-        pos = nxt
-    return roots
+    return [from_tree(root) for root in simplify.parse_tree(text)]
+
+
+def from_tree(tree: simplify.Node) -> Node:
+    """A walk tree (``Observation.extra["tree"]``) as synthesis nodes."""
+    parts: list[Node | str] = [p if isinstance(p, str) else from_tree(p) for p in tree["parts"]]
+    return Node(tree["tag"], tree["id"], parts, page_id=tree["id"])
+
+
+def page_roots(text: str, tree: simplify.Node | None = None) -> list[Node]:
+    """The top-level nodes of one observation: its walk ``tree`` when it has one, else its text
+    read back."""
+    return [from_tree(tree)] if tree is not None else parse_tree(text)
 
 
 def render(nodes: list[Node]) -> str:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from collabui.actions import WEB, Action, web
 from collabui.devices.base import Observation
-from collabui.devices.simplify import parse_elements
+from collabui.devices.simplify import Node, screen_elements
 from collabui.models.baselines import (
     PromptView,
     Target,
@@ -56,10 +56,11 @@ def _stem(word: str) -> str:
     return word.casefold()[:_MATCH_PREFIX]
 
 
-def field_labels(screen: str) -> dict[str, str]:
+def field_labels(screen: str, tree: Node | None = None) -> dict[str, str]:
     """Each field's label, keyed by element id: the text element beside it in the same group
-    (``<span| Year:> <input>`` or ``<input> <div| Genre>``), else the nearest text before it."""
-    elements = parse_elements(screen)
+    (``<span| Year:> <input>`` or ``<input> <div| Genre>``), else the nearest text before it.
+    The elements are read from ``tree`` when given (the screen's), else from the text."""
+    elements = screen_elements(screen, tree)
     labels: dict[str, str] = {}
     for j, el in enumerate(elements):
         if el.id is None or el.tag not in {"input", "textarea"}:
@@ -143,7 +144,8 @@ def rank_candidates(task: str, obs: Observation, history: Sequence[Action] = ())
     into fields (first when the task asks to type), and each option of a drop-down.
     """
     # A disabled element only burns the action timeout (2 s on MiniWoB++).
-    targets = [t for t in screen_targets(PromptView(WEB, task, "None", obs.text))
+    tree = obs.extra.get("tree")
+    targets = [t for t in screen_targets(PromptView(WEB, task, "None", obs.text, {"tree": tree} if tree else None))
                if not t.text.casefold().endswith("disabled")]
     # A quoted value inside an element's text (an autocomplete suggestion "Bermuda" for a task
     # naming "Ber" and "uda") matches no whole word, so it breaks ties between equal scores.
@@ -156,7 +158,7 @@ def rank_candidates(task: str, obs: Observation, history: Sequence[Action] = ())
     clicks: list[Action] = [web.Click(str(targets[k].ref)) for k in scored]
     wants_typing = any(w in task.casefold() for w in _TYPE_HINT)
     verbs = {w.casefold() for w in _WORD.findall(task)} & _TYPE_VERBS
-    labels = field_labels(obs.text) if verbs else None
+    labels = field_labels(obs.text, tree) if verbs else None
     typing = _typing(task, [t for t in targets if t.typeable], history, labels)
     selects: list[Action] = [web.Select(str(t.ref), o) for t in targets
                              for o in sorted(t.selectable_options, key=lambda o: -lexical_score(task, o))]

@@ -80,6 +80,8 @@ class StepContext:
             the location lines and may be cut; replays compare against this).
         device: how the device showed pages (``element_format``, ``shuffle_elements``,
             ``shuffle_seed``) from the trace header; a replay shows them the same way.
+        tree: the element tree of that screen (web pages; ``Observation.extra["tree"]``), None
+            when the trace has none: the elements are read from it, not from the text.
     """
 
     episode_id: str
@@ -98,6 +100,7 @@ class StepContext:
     prefix: tuple[dict[str, Any], ...] = ()
     screen: str | None = None
     device: Mapping[str, Any] = field(default_factory=dict)
+    tree: Mapping[str, Any] | None = None
 
     @property
     def n(self) -> int:
@@ -149,6 +152,7 @@ class StepContext:
             prefix=tuple(dict(a) for a in prefix),
             screen=(step.get("observation") or {}).get("text"),
             device=dict(header.get("device") or {}),
+            tree=((step.get("observation") or {}).get("extra") or {}).get("tree"),
         )
 
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from collabui.actions import Action, web
-from collabui.devices.simplify import Element, parse_elements
+from collabui.devices.simplify import Element, Node, screen_elements
 
 __all__ = ["ORACLE_TASKS", "miniwob_gold_action", "oracle_gold"]
 
@@ -67,11 +67,12 @@ _RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str], list[Element]], Act
 ]
 
 
-def miniwob_gold_action(task: str, screen: str) -> Action | None:
-    """The correct next web action for ``task`` on ``screen`` (simplified HTML), or None when
-    the task is not one of ``ORACLE_TASKS`` or the page does not show what it needs."""
+def miniwob_gold_action(task: str, screen: str, tree: Node | None = None) -> Action | None:
+    """The correct next web action for ``task`` on ``screen`` (simplified HTML; its elements
+    read from ``tree`` when given), or None when the task is not one of ``ORACLE_TASKS`` or the
+    page does not show what it needs."""
     html = "\n".join(line for line in screen.splitlines() if line.lstrip().startswith("<"))
-    elements = parse_elements(html)
+    elements = screen_elements(html, tree)
     for pattern, rule in _RULES:
         if m := pattern.fullmatch(task.strip()):
             return rule(m, elements)
@@ -82,5 +83,5 @@ def oracle_gold(ctx: Any) -> dict[str, Any] | None:
     """Gold provider for ``ReferenceCritic``: reads ``ctx.task`` and ``ctx.observation``."""
     if ctx.action_space != "web":
         return None
-    action = miniwob_gold_action(ctx.task, ctx.observation)
+    action = miniwob_gold_action(ctx.task, ctx.observation, getattr(ctx, "tree", None))
     return action.to_dict() if action is not None else None

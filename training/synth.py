@@ -42,7 +42,7 @@ from collabui.actions import Action, get_action_space
 from collabui.errors import ConfigError
 from collabui.models.base import ChatModel, ChatRequest
 from collabui.prompts import build_messages, render_observation
-from collabui.training._synth_page import make_variant, parse_tree, render
+from collabui.training._synth_page import make_variant, page_roots, render
 from collabui.training._synth_text import (
     ELEMENT_QUESTIONS,
     UI_QUESTIONS,
@@ -112,7 +112,7 @@ def _row(prompt: Sequence[dict[str, str]], answer: str, kind: str, page: _Page, 
 
 
 def _knowledge_items(page: _Page, per_page: int) -> list[tuple[list[dict[str, str]], str, str, dict[str, Any]]]:
-    roots = parse_tree(page.obs.text)
+    roots = page_roots(page.obs.text, page.obs.extra.get("tree"))
     infos = describe_elements(roots)
     screen = render_observation(page.obs)
     items = []
@@ -225,7 +225,7 @@ def _call(action: dict[str, Any]) -> str:
 def _single_step(page: _Page, per_page: int, style: str,
                  distractors: tuple[int, int]) -> list[tuple[list[dict[str, str]], _Instr, dict[str, Any]]]:
     """``per_page`` one-step examples, each on its own shuffled variant of the page."""
-    roots = parse_tree(page.obs.text)
+    roots = page_roots(page.obs.text, page.obs.extra.get("tree"))
     items = []
     for _ in range(per_page):
         variant = make_variant(roots, page.rng, distractors=distractors)
@@ -245,7 +245,7 @@ def _multi_field(page: _Page, env: Any, style: str,
                  distractors: tuple[int, int]) -> list[tuple[list[dict[str, str]], _Instr, dict[str, Any]]]:
     """Two-step multi-field typing: step 0 types the first field; step 1 (after really typing
     it on the page, history included) the second. Same variant layout for both steps."""
-    roots = parse_tree(page.obs.text)
+    roots = page_roots(page.obs.text, page.obs.extra.get("tree"))
     layout_seed = page.rng.randrange(2**32)
     variant = make_variant(roots, random.Random(layout_seed), distractors=distractors)
     fields = [e for e in describe_elements(variant) if e.is_text_field and not e.node.distractor]
@@ -265,7 +265,9 @@ def _multi_field(page: _Page, env: Any, style: str,
     outcome = env.act(get_action_space("web").from_dict(page1))
     masked = outcome.info.get("masked_action")
     done_call = _call({**masked, "element_id": first.id}) if masked else _call(act1)
-    after = make_variant(parse_tree(outcome.observation.text), random.Random(layout_seed), distractors=distractors)
+    shown = outcome.observation
+    after = make_variant(page_roots(shown.text, shown.extra.get("tree")), random.Random(layout_seed),
+                         distractors=distractors)
     target = next((e for e in describe_elements(after) if e.node.page_id == second.node.page_id), None)
     if target is None or target.id != second.id:
         return out  # the page changed shape after typing: keep only the first step

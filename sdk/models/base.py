@@ -29,6 +29,10 @@ class ChatRequest:
         max_new_tokens: generation budget.
         adapter: name of the LoRA adapter (per-agent policy) to use; None for the base model.
         seed: optional sampling seed for reproducible rollouts.
+        structure: the screen in the prompt as the device structured it (``Observation.extra``'s
+            ``tree`` of a web page, ``ui_elements`` of a phone screen), for policies that act on
+            elements rather than text (the baselines); language models ignore it. None when only
+            the text is known. Not compared or hashed.
     """
 
     messages: tuple[Message, ...]
@@ -36,6 +40,7 @@ class ChatRequest:
     max_new_tokens: int = 256
     adapter: str | None = None
     seed: int | None = None
+    structure: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

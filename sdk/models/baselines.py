@@ -25,8 +25,9 @@ import math
 import random
 import re
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from collabui.actions import Action, ActionSpace, get_action_space
 from collabui.models.base import ChatModel, ChatRequest, ChatResult, Message
@@ -88,16 +89,20 @@ class PromptView:
         task: the task text.
         history: the previous-actions text ("None" when there were none).
         screen: the rendered observation (location/tab/viewport lines included).
+        structure: the device's structure of that screen (``tree`` or ``ui_elements``), None
+            when only the text is known; the elements are read from it when it is there.
     """
 
     space: ActionSpace
     task: str
     history: str
     screen: str
+    structure: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
-def read_prompt(messages: Sequence[Message]) -> PromptView:
-    """Split our prompt into space, task, history and screen; tolerant of missing parts."""
+def read_prompt(messages: Sequence[Message], structure: Mapping[str, Any] | None = None) -> PromptView:
+    """Split our prompt into space, task, history and screen; tolerant of missing parts.
+    ``structure`` is the screen's structure when the caller has it (``ChatRequest.structure``)."""
     system = next((str(m.get("content", "")) for m in messages if m.get("role") == "system"), "")
     space = get_action_space("mobile" if _MOBILE_MARK in system else "web")
     user = next((str(m.get("content", "")) for m in reversed(messages) if m.get("role") == "user"), "")
@@ -111,7 +116,7 @@ def read_prompt(messages: Sequence[Message]) -> PromptView:
         before, _, after = header.partition("\nPrevious actions: ")
         task = before.removeprefix("Task: ").strip() if before.startswith("Task: ") else before.strip()
         history = after.strip() or "None"
-    return PromptView(space=space, task=task, history=history, screen=screen)
+    return PromptView(space=space, task=task, history=history, screen=screen, structure=structure)
 
 
 def tokenize(text: str) -> list[str]:
@@ -148,11 +153,15 @@ class Target:
     scrollable: bool = False
 
 
-def _web_targets(screen: str) -> list[Target]:
-    from collabui.devices.simplify import parse_elements
+def _web_elements(view: PromptView) -> list[Any]:
+    from collabui.devices.simplify import screen_elements
 
+    return screen_elements(view.screen, (view.structure or {}).get("tree"))
+
+
+def _web_targets(view: PromptView) -> list[Target]:
     targets = []
-    for el in parse_elements(screen):
+    for el in _web_elements(view):
         if not el.id:
             continue
         low = el.text.casefold()
@@ -169,21 +178,21 @@ def _web_targets(screen: str) -> list[Target]:
 def _used_web_refs(view: PromptView) -> set[str | int]:
     """Ids of the screen's elements the history already acted on: named by id (``click('B')``)
     or, as the runtime writes it, by their id-free screen line (``click(<button| Ok>)``)."""
-    from collabui.devices.simplify import element_name, parse_elements
+    from collabui.devices.simplify import element_name
 
     used: set[str | int] = set(_HISTORY_ID.findall(view.history))
-    for el in parse_elements(view.screen):
+    for el in _web_elements(view):
         if el.id and any(element_name(el.tag, text, fmt) in view.history
                          for text in {el.text, el.full_text} for fmt in ("html", "text-first")):
             used.add(el.id)
     return used
 
 
-def _mobile_targets(screen: str) -> list[Target]:
-    from collabui.devices.ui_elements import parse_lines
+def _mobile_targets(view: PromptView) -> list[Target]:
+    from collabui.devices.ui_elements import screen_records
 
     targets = []
-    for line in parse_lines(screen):
+    for line in screen_records(view.screen, (view.structure or {}).get("ui_elements")):
         flags = set(line["flags"])  # type: ignore[arg-type]
         targets.append(Target(int(line["index"]), str(line["type"]), str(line["label"]),  # type: ignore[call-overload]
                                "editable" in flags, (), "long-clickable" in flags,
@@ -193,7 +202,7 @@ def _mobile_targets(screen: str) -> list[Target]:
 
 def screen_targets(view: PromptView) -> list[Target]:
     """The actionable elements of the screen in ``view``, in document order."""
-    return _mobile_targets(view.screen) if view.space.name == "mobile" else _web_targets(view.screen)
+    return _mobile_targets(view) if view.space.name == "mobile" else _web_targets(view)
 
 
 
@@ -277,7 +286,7 @@ class RandomPolicyModel(ChatModel):
         results = []
         for request in requests:
             started = time.perf_counter()
-            view = read_prompt(request.messages)
+            view = read_prompt(request.messages, request.structure)
             candidates = candidate_actions(view)
             action = self._rng(request).choice(candidates)
             results.append(_answer(f"Random choice among {len(candidates)} actions.", action, started))
@@ -302,7 +311,7 @@ class LexicalPolicyModel(ChatModel):
 
     def _one(self, request: ChatRequest) -> ChatResult:
         started = time.perf_counter()
-        view = read_prompt(request.messages)
+        view = read_prompt(request.messages, request.structure)
         space, targets = view.space, screen_targets(view)
         weights = _task_weights(view.task)
         used = _used_web_refs(view) if space.name == "web" else set()

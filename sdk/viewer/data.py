@@ -303,7 +303,8 @@ def element_box(trace: Trace, step: Mapping[str, Any],
         rect, why = _web_rect(extra.get("tree"), str(executed["element_id"]))
     else:
         name = f"element {executed['index']}"
-        rect, why = _indexed_rect(str(observation.get("text") or ""), int(executed["index"]))
+        rect, why = _indexed_rect(str(observation.get("text") or ""), extra.get("ui_elements"),
+                                  int(executed["index"]))
     if rect is None:
         return None, f"{name} {why}"
     if str(trace.header.get("env") or "").startswith("android"):
@@ -339,10 +340,10 @@ def _find_node(node: Any, element_id: str) -> Mapping[str, Any] | None:
     return None
 
 
-def _indexed_rect(text: str, index: int) -> tuple[Rect | None, str]:
-    from collabui.devices.ui_elements import parse_lines
+def _indexed_rect(text: str, records: Any, index: int) -> tuple[Rect | None, str]:
+    from collabui.devices.ui_elements import screen_records
 
-    bounds = {int(str(e["index"])): e["bounds"] for e in parse_lines(text)}
+    bounds = {int(str(e["index"])): e["bounds"] for e in screen_records(text, records)}
     box = bounds.get(index)
     if not box or len(box) != 4:
         return None, "has no bounds in the observation"

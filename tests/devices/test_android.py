@@ -13,6 +13,7 @@ from collabui.actions import Unknown, mobile
 from collabui.devices import AndroidDevice, PhoneConnectionError, check_device, make_env
 from collabui.devices.android import gesture_path
 from collabui.devices.phones import PhoneInfo, list_phones
+from collabui.devices.ui_elements import parse_lines
 from collabui.errors import ConfigError, DeviceClosedError, DeviceError
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -131,6 +132,8 @@ def test_reset_observes_the_settled_screen():
     assert observation.extra["settled"] and observation.extra["screen_size"] == [1080, 2400]
     assert observation.extra["seed"] == 3 and not observation.extra["keyboard"]
     assert fake.calls.count(("dump_hierarchy",)) == 2  # two equal dumps: settled
+    # The structure beside the text: one record per line, saying what the line says.
+    assert observation.extra["ui_elements"] == parse_lines(observation.text)
 
 
 @pytest.mark.parametrize(("action", "expected"), [

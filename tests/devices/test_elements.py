@@ -15,9 +15,12 @@ from collabui.devices.simplify import (
     element_line,
     flat_elements,
     parse_elements,
+    parse_tree,
     render,
     render_html,
     render_text_first,
+    screen_elements,
+    tree_elements,
 )
 from collabui.errors import ConfigError
 from tests.local_site import serve
@@ -86,6 +89,23 @@ def test_flat_elements_match_the_parsed_text_and_name_fields():
     assert context["G"] == "Hi"  # the row an icon belongs to
     assert context["H"] == "Some text"
     assert flat_elements(None) == []
+
+
+def test_elements_of_the_tree_are_those_of_its_text_and_exact_where_the_text_is_not():
+    assert tree_elements(TREE) == parse_elements(TREE_HTML)
+    assert [render_html(root) for root in parse_tree(TREE_HTML)] == [TREE_HTML]
+    # Page text holding "<" or ">" is mis-split when read back; the tree keeps it whole.
+    tricky = _node("", None, _node("button", "A", "a <b> c"), _node("button", "B", "Ok"))
+    assert [(e.id, e.full_text) for e in tree_elements(tricky) if e.id] == [("A", "a <b> c"), ("B", "Ok")]
+    assert [(e.id, e.full_text) for e in parse_elements(render_html(tricky)) if e.id] != [("A", "a <b> c"),
+                                                                                        ("B", "Ok")]
+    # screen_elements reads the tree when there is one, the text only without it.
+    assert screen_elements("<button[Z]| stale>", tricky) == tree_elements(tricky)
+    assert [e.id for e in screen_elements("<button[Z]| stale>") if e.id] == ["Z"]
+    # A text cut off inside a node keeps that node with what it holds.
+    cut = parse_tree("< <button[A]| Ok> <div| Lorem ipsum ...(truncated)")
+    assert [e.full_text for e in tree_elements(cut[0])] == ["Ok Lorem ipsum ...(truncated)", "Ok",
+                                                             "Lorem ipsum ...(truncated)"]
 
 
 def test_parse_elements_reads_text_first_screens_too():
@@ -178,6 +198,7 @@ def test_python_rendering_reproduces_the_walks_old_text(env, task, seed):
     assert observation.extra["elements"] == len(flat_elements(tree))
     assert [e["id"] for e in flat_elements(tree)] == [e.id for e in parse_elements(observation.text)
                                                      if e.id]
+    assert tree_elements(tree) == parse_elements(observation.text)  # the structure readers get
 
 
 @pytest.mark.browser

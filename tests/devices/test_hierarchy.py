@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 
 from collabui.devices.hierarchy import parse_bounds, parse_hierarchy
-from collabui.devices.ui_elements import UIElement, parse_line, parse_lines, render_elements
+from collabui.devices.ui_elements import (
+    UIElement,
+    element_record,
+    parse_line,
+    parse_lines,
+    render_elements,
+    render_line,
+    screen_records,
+)
 from collabui.errors import DeviceError
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -124,3 +132,22 @@ def test_invisible_nodes_and_malformed_xml():
     assert [e.label for e in parse_hierarchy(xml).elements] == ["Shown"]
     with pytest.raises(DeviceError, match="unreadable UI hierarchy"):
         parse_hierarchy("<hierarchy><node")
+
+
+def test_element_records_say_what_the_lines_say():
+    """The records a phone device keeps beside the text (``extra["ui_elements"]``) equal what
+    reading each line back gives: a long label cut, a password masked, flags and bounds."""
+    elements = [
+        UIElement("Button", "Wi-Fi   settings", clickable=True, bounds=(0, 0, 10, 10)),
+        UIElement("EditText", "", hint="Search", editable=True, clickable=True, bounds=(0, 10, 10, 20)),
+        UIElement("EditText", "hunter2", password=True, editable=True, bounds=(0, 20, 10, 30)),
+        UIElement("CheckBox", "Remember me", checkable=True, checked=True, enabled=False, bounds=(1, 2, 3, 4)),
+        UIElement("TextView", "x" * 200, bounds=(0, 30, 10, 40)),
+        UIElement("ImageButton", resource_id="com.app:id/back", clickable=True, bounds=(5, 5, 6, 6)),
+    ]
+    records = [element_record(i, e) for i, e in enumerate(elements)]
+    assert records == [parse_line(render_line(i, e)) for i, e in enumerate(elements)]
+    assert records[2]["label"] != "hunter2" and records[4]["label"].endswith("\u2026")
+    text = render_elements(elements)
+    assert screen_records(text, records) == records == screen_records(text)
+    assert screen_records("0: View [0,0][1,1]", records[:1]) == records[:1]  # the records, not the text

@@ -81,6 +81,16 @@ def test_phone_profile_and_observation_format(env):
     assert "okay" not in (observation.task or "") or any('Button "' in ln for ln in lines)
     assert "#query" not in observation.text and "Click on" not in observation.text
     assert observation.extra["task_name"] == "miniwob-mobile/click-button"
+    assert observation.extra["ui_elements"] == parse_lines(observation.text)
+
+
+@pytest.mark.browser
+def test_password_fields_are_those_of_the_screen_observed(env):
+    """The first screen of a password task names its own password fields (they were read from
+    the previous snapshot once: none on a fresh device)."""
+    observation = env.reset(seed=0, options={"task_name": "enter-password"})
+    shown = [r["index"] for r in parse_lines(observation.text) if "password" in r["flags"]]
+    assert len(shown) == 2 and observation.extra["password_fields"] == shown
     assert env.describe()["device"] == "Pixel 7"
 
 

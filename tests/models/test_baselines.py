@@ -129,6 +129,46 @@ def test_baselines_run_in_a_real_team_step(spec: str) -> None:
         assert executed == Click("C") and result.reward == 1.0
 
 
+#: The tree behind FORM_PAGE-like screen, as a browser's walk gives it.
+_FORM_TREE = {"tag": "", "id": None, "parts": [
+    {"tag": "label", "id": None, "parts": ["Last name"]},
+    {"tag": "input", "id": "K", "parts": []},
+    {"tag": "button", "id": "M", "parts": ["Submit"]},
+]}
+
+
+def test_baselines_read_the_screens_structure_when_the_request_has_it() -> None:
+    """With ``ChatRequest.structure`` the elements come from the device's tree (web) or records
+    (phone), not from the prompt's text: here the text lists other ids than the structure."""
+    lexical = load_model("lexical")
+    typed = _request('Enter "Kim" as the last name', FORM_PAGE)
+    with_tree = ChatRequest(messages=typed.messages, structure={"tree": _FORM_TREE})
+    assert _act(lexical, typed) == TypeString("B", "Kim")  # text only: read back from the text
+    assert _act(lexical, with_tree) == TypeString("K", "Kim")
+    clicked = _request('Click "Submit".', FORM_PAGE, history=["type_string('K', 'Kim')"])
+    assert _act(lexical, ChatRequest(messages=clicked.messages, structure={"tree": _FORM_TREE})) == Click("M")
+    view = read_prompt(with_tree.messages, with_tree.structure)
+    assert {a.element_id for a in candidate_actions(view) if hasattr(a, "element_id")} == {"K", "M"}
+    records = [{"index": 7, "type": "Switch", "label": "Wi-Fi", "flags": ["clickable"], "bounds": (0, 0, 1, 1)}]
+    phone = _request("Open the Wi-Fi settings", MOBILE_SCREEN, space=MOBILE)
+    assert _act(lexical, ChatRequest(messages=phone.messages, structure={"ui_elements": records}), MOBILE) == Tap(7)
+
+
+def test_the_team_hands_the_devices_structure_to_the_models() -> None:
+    from collabui.devices.base import Observation
+    from collabui.models.fake import ScriptedChatModel
+
+    screen = Observation(text="<button[Z]| text only>", task='Click "Submit".',
+                         extra={"tree": _FORM_TREE, "elements": 2})
+    model = ScriptedChatModel(lambda request: 'Action: {"action": "click", "element_id": "M"}')
+    CollabAgentTeam(model, n_agents=2, rounds=1, max_steps=1).run(None, FakeDevice([screen], max_steps=1))
+    assert [r.structure for r in model.requests] == [{"tree": _FORM_TREE}] * 2
+    lexical_team = CollabAgentTeam(load_model("lexical"), n_agents=1, rounds=1, max_steps=1)
+    device = FakeDevice([screen], max_steps=1)
+    lexical_team.run(None, device)
+    assert device.actions == [Click("M")]  # an id only the structure has
+
+
 def test_lexical_runs_in_a_mobile_team_step() -> None:
     device = FakeDevice([MOBILE_SCREEN], task="Open the Wi-Fi settings", action_space=MOBILE,
                         success_when=lambda a: a == Tap(2), max_steps=1)

@@ -25,6 +25,18 @@ def test_gold_actions_from_task_and_screen():
     assert miniwob_gold_action("Book the cheapest flight.", SCREEN) is None  # unknown task: abstain
 
 
+def test_gold_actions_read_the_screens_tree_when_there_is_one(tmp_path):
+    tree = {"tag": "", "id": None, "parts": [{"tag": "button", "id": "K", "parts": ["okay"]}]}
+    assert miniwob_gold_action('Click on the "okay" button.', SCREEN, tree) == Click("K")
+    # Through a trace: the step's observation keeps the tree, the critic's context carries it.
+    model = ScriptedChatModel(lambda r: 'Action: {"action": "click", "element_id": "K"}')
+    device = FakeDevice([Observation(text=SCREEN, task='Click on the "okay" button.', extra={"tree": tree})])
+    CollabAgentTeam(model, n_agents=1, rounds=1, max_steps=1).run(None, device, trace=tmp_path / "traces")
+    out = tmp_path / "labels.jsonl"
+    label_traces(tmp_path / "traces", make_critic("oracle"), out, progress=False)
+    assert json.loads(out.read_text())["rewards"] == [[1]]  # by the text alone, K is no element
+
+
 def test_oracle_critic_rewards_the_right_entries_and_abstains_elsewhere(tmp_path):
     answers = {0.1: "B", 0.3: "A"}
     model = ScriptedChatModel(lambda r: f'Action: {{"action": "click", "element_id": "{answers[r.temperature]}"}}')
@@ -47,7 +59,8 @@ def test_oracle_solves_real_pages_from_what_agents_read(task):
         for seed in range(3):
             obs = env.reset(seed=seed)
             for _ in range(8):
-                action = miniwob_gold_action(obs.task, render_observation(obs))
+                action = miniwob_gold_action(obs.task, render_observation(obs), obs.extra["tree"])
+                assert action == miniwob_gold_action(obs.task, render_observation(obs))  # tree = text
                 assert action is not None
                 outcome = env.act(action)
                 if outcome.done:
