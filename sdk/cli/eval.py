@@ -64,7 +64,8 @@ def add_commands(sub: Any) -> None:
                    "(required unless --from)")
     p.add_argument("--plot", action="store_true", help="also write plot.png (needs matplotlib)")
 
-    c = esub.add_parser("compare", help="print B - A for every metric two results files share")
+    c = esub.add_parser("compare", help="print B - A for every metric two results files share; for two "
+                        "MiniWoB++ run folders also the paired counts on the same episodes (exact McNemar)")
     c.add_argument("a", help="results.json of A (the reference)")
     c.add_argument("b", help="results.json of B")
     c.add_argument("--out", default=None, help="also write the table: FILE.md (Markdown) or FILE.json")
@@ -178,6 +179,7 @@ def _report_errors(out: Path, counts: dict[str, Any]) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    from collabui.evaluation.paired import paired_from_folders, render_paired
     from collabui.evaluation.report import compare, load_results, render_compare, write_compare
 
     a, b = load_results(args.a), load_results(args.b)
@@ -188,8 +190,11 @@ def _compare(args: argparse.Namespace) -> int:
     sys.stdout.write(render_compare(rows, "A", "B"))
     if not rows:
         log.warning("no metric is shared by A and B (different harnesses?)")
+    found = paired_from_folders(args.a, args.b)
+    if found is not None:
+        sys.stdout.write(render_paired(found))
     if args.out:
-        log.info("written %s", write_compare(rows, args.out, a=a, b=b))
+        log.info("written %s", write_compare(rows, args.out, a=a, b=b, paired=found))
     if args.plot:
         from collabui.evaluation.report import plot_results
 

@@ -19,6 +19,7 @@ _EXPORTS = {
     "load_run_config": "miniwob_folder",
     "load_results": "report", "write_markdown": "report", "render_markdown": "report",
     "plot_results": "report", "compare": "report", "render_compare": "report", "write_compare": "report",
+    "mcnemar_exact": "paired", "paired_counts": "paired", "paired_from_folders": "paired",
 }
 
 __all__ = ["rate_entry", "wilson_interval", *_EXPORTS]

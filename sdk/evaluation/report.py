@@ -206,15 +206,19 @@ def render_compare(rows: Sequence[Mapping[str, Any]], a_label: str = "A", b_labe
 
 
 def write_compare(rows: Sequence[Mapping[str, Any]], path: str | Path, *, a: Mapping[str, Any],
-                  b: Mapping[str, Any]) -> Path:
-    """Write the comparison: JSON when ``path`` ends in ``.json``, else Markdown."""
+                  b: Mapping[str, Any], paired: Mapping[str, Any] | None = None) -> Path:
+    """Write the comparison: JSON when ``path`` ends in ``.json``, else Markdown; ``paired``
+    (``collabui.evaluation.paired``) is added when given."""
     target = Path(path).expanduser()
     target.parent.mkdir(parents=True, exist_ok=True)
     if target.suffix.lower() == ".json":
         payload = {"schema": "collabui.eval.compare", "version": 1, "a": a.get("system"),
-                   "b": b.get("system"), "rows": list(rows)}
+                   "b": b.get("system"), "rows": list(rows), "paired": paired}
         target.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     else:
+        from collabui.evaluation.paired import render_paired
+
         title = f"# Compare: B = {_label(b)} vs A = {_label(a)}\n\n"
-        target.write_text(title + render_compare(rows, "A", "B", markdown=True), encoding="utf-8")
+        tail = "\n```\n" + render_paired(paired) + "```\n" if paired else ""
+        target.write_text(title + render_compare(rows, "A", "B", markdown=True) + tail, encoding="utf-8")
     return target

@@ -139,6 +139,35 @@ def test_compare_prints_deltas_and_writes_markdown(tmp_path, capsys):
     assert "| per_task | click-test | success_rate | 0.000 | 0.500 | +0.500 | 2 | 2 |" in (tmp_path / "d.md").read_text()
 
 
+def _run_folder(folder, label, outcomes):
+    """A run folder: results.json and episodes.jsonl with ``outcomes`` {(task, seed): success}."""
+    folder.mkdir()
+    (folder / "results.json").write_text(json.dumps(_results(label, (1, 0))))  # its own figures do not matter here
+    (folder / "episodes.jsonl").write_text("".join(
+        json.dumps({"task": t, "seed": s, "episode_id": f"{t}-{s}", "success": ok}) + "\n"
+        for (t, s), ok in outcomes.items()))
+    return folder / "results.json"
+
+
+def test_compare_of_two_run_folders_pairs_their_episodes(tmp_path, capsys):
+    """Same (task, seed) episodes: both, only A, only B, neither, and the exact McNemar p."""
+    from collabui.evaluation.paired import mcnemar_exact
+
+    seeds = range(20)
+    a = _run_folder(tmp_path / "a", "lexical", {("click-test", s): s < 4 for s in seeds})
+    b = _run_folder(tmp_path / "b", "trained", {**{("click-test", s): 2 <= s < 14 for s in seeds},
+                                                ("click-test", 99): True})  # only B ran it: left out
+    assert main(["eval", "compare", str(a), str(b), "--out", str(tmp_path / "c.json")]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("all"))
+    # A solves 0-3, B 2-13: both 2, only A 2, only B 10, neither 6
+    assert row.split() == ["all", "20", "4", "12", "2", "2", "10", "6", f"{mcnemar_exact(2, 10):.4f}"]
+    assert "1 episodes only one run has were left out" in out
+    assert json.loads((tmp_path / "c.json").read_text())["paired"]["only_b"] == 10
+    assert 0.03 < mcnemar_exact(2, 10) < 0.04 and mcnemar_exact(32, 11) == 0.0019  # binomial tails
+    assert mcnemar_exact(0, 0) == 1.0 and mcnemar_exact(3, 3) == 1.0
+
+
 def test_errors_are_one_line_with_exit_code_2(tmp_path, capsys):
     assert main(["eval", "compare", str(tmp_path / "nope.json"), str(tmp_path / "b.json")]) == 2
     assert capsys.readouterr().err.strip().count("\n") == 0
