@@ -173,7 +173,7 @@ def _adversarial(shape: tuple[str, str, str], size: int) -> str:
     return start + unit * max(1, (size - len(start) - len(end)) // len(unit)) + end
 
 
-def _parse_seconds(*texts: str, repeat: int = 5) -> list[float]:
+def _parse_seconds(*texts: str, repeat: int = 15) -> list[float]:
     """For each text, its slower space's best of ``repeat`` parses. The texts take turns, so a
     burst of other load slows them alike; the minimum is the run least disturbed by it."""
     best = [[float("inf")] * len(texts) for _ in (WEB, MOBILE)]
