@@ -99,6 +99,10 @@ class AgentSFTConfig(LoraConfigMixin, SFTConfig):
         default=0, metadata={"help": "Order rows in shuffled windows of this many rows, each sorted by "
                              "length and cut into batches (batches mix tasks yet pad little); 0: the "
                              "train_sampling_strategy alone decides."})
+    full_finetune: bool = field(
+        default=False, metadata={"help": "Train every weight instead of a LoRA adapter: out_dir then holds the "
+                                 "whole model (weights + tokenizer), a base model folder of its own (measured "
+                                 "beside LoRA; too large to ship in the package)."})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
     lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling alpha."})
     lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout."})
@@ -159,7 +163,7 @@ class SFTReport:
 def _config_summary(config: AgentSFTConfig) -> dict[str, Any]:
     keys = ("learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size",
             "gradient_accumulation_steps", "max_length", "bf16", "seed", "activation_checkpointing",
-            "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "length_window")
+            "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "length_window", "full_finetune")
     return {k: getattr(config, k) for k in keys}
 
 
@@ -207,22 +211,8 @@ def length_window_order(lengths: Sequence[int], *, batch_size: int, window: int,
 def _train_adapter(rows: Any, model: Any, tokenizer: Any, target: Path, config: AgentSFTConfig,
                    init: Path | None, report: SFTReport, progress: bool) -> SFTReport:
     """Train one adapter on ``rows`` into ``target`` and hand the untouched base back."""
-    sizes = _lengths(rows, tokenizer)
-    kept = [k for k, (n, has_answer) in enumerate(sizes)
-            if has_answer and (config.max_length is None or n <= config.max_length)]
-    if config.length_window and kept:
-        order = length_window_order([sizes[k][0] for k in kept], batch_size=config.per_device_train_batch_size,
-                                    window=config.length_window, seed=config.seed)
-        kept = [kept[i] for i in order]
-    rows = rows.select(kept)
-    report.n_rows, report.n_used = len(sizes), len(rows)
-    report.n_dropped = report.n_rows - report.n_used
-    if report.n_dropped:
-        log.warning(f"{target.name}: {report.n_dropped} of {report.n_rows} rows exceed max_length="
-                    f"{config.max_length} and are dropped; raise max_length to keep them")
-    if not len(rows):
-        report.status = "no_rows"
-        log.warning(f"{target.name}: no rows to train on; skipped")
+    rows = _usable_rows(rows, tokenizer, target, config, report)
+    if rows is None:
         return report
     from trl import SFTTrainer
 
@@ -241,6 +231,64 @@ def _train_adapter(rows: Any, model: Any, tokenizer: Any, target: Path, config: 
     if progress:
         log.info(f"{target.name}: {report.steps} steps in {report.seconds:.1f} s, final loss {report.final_loss}")
     return report
+
+
+def _train_full(rows: Any, model: Any, tokenizer: Any, target: Path, config: AgentSFTConfig,
+                report: SFTReport, progress: bool) -> SFTReport:
+    """Train every weight of a copy of ``model`` on ``rows``; the copy, with the tokenizer, goes
+    to ``target`` (the base stays untouched, as with an adapter)."""
+    import copy
+
+    rows = _usable_rows(rows, tokenizer, target, config, report)
+    if rows is None:
+        return report
+    from trl import SFTTrainer
+
+    args = trainer_args(config, target.name, progress)
+    started = time.perf_counter()
+    try:
+        trainer = SFTTrainer(model=copy.deepcopy(model), args=args, train_dataset=rows, processing_class=tokenizer)
+        trainer.train()
+    except (ConfigError, ModelLoadError):
+        raise
+    except Exception as exc:
+        raise ModelError(f"full fine-tuning of {target.name} failed: {type(exc).__name__}: {exc}; check the data "
+                         "and the config (max_length, batch size)") from exc
+    report.seconds = round(time.perf_counter() - started, 2)
+    _collect(report, trainer.state.log_history, trainer.state.global_step)
+    tmp = fresh_tmp(target)
+    trainer.accelerator.unwrap_model(trainer.model).save_pretrained(str(tmp))
+    tokenizer.save_pretrained(str(tmp))
+    report.merged_path = str(target)  # the trained model is itself the next stage's base
+    (tmp / _METRICS).write_text(json.dumps(report.to_dict(), indent=2), encoding="utf-8")
+    (tmp / SFT_DONE_MARKER).write_text("ok\n", encoding="utf-8")
+    publish(tmp, target)
+    if progress:
+        log.info(f"{target.name}: {report.steps} steps of full fine-tuning in {report.seconds:.1f} s, "
+                 f"final loss {report.final_loss}")
+    return report
+
+
+def _usable_rows(rows: Any, tokenizer: Any, target: Path, config: AgentSFTConfig, report: SFTReport) -> Any:
+    """``rows`` without the over-long ones, in the configured order; None when none is left."""
+    sizes = _lengths(rows, tokenizer)
+    kept = [k for k, (n, has_answer) in enumerate(sizes)
+            if has_answer and (config.max_length is None or n <= config.max_length)]
+    if config.length_window and kept:
+        order = length_window_order([sizes[k][0] for k in kept], batch_size=config.per_device_train_batch_size,
+                                    window=config.length_window, seed=config.seed)
+        kept = [kept[i] for i in order]
+    rows = rows.select(kept)
+    report.n_rows, report.n_used = len(sizes), len(rows)
+    report.n_dropped = report.n_rows - report.n_used
+    if report.n_dropped:
+        log.warning(f"{target.name}: {report.n_dropped} of {report.n_rows} rows exceed max_length="
+                    f"{config.max_length} and are dropped; raise max_length to keep them")
+    if not len(rows):
+        report.status = "no_rows"
+        log.warning(f"{target.name}: no rows to train on; skipped")
+        return None
+    return rows
 
 
 def _collect(report: SFTReport, history: list[dict[str, Any]], steps: int) -> None:
@@ -342,6 +390,9 @@ def train_sft(dataset: Any, *, base_model: str | Path, out_dir: str | Path, conf
     """
     if not isinstance(config, AgentSFTConfig):
         raise ConfigError("config must be an AgentSFTConfig; build one with AgentSFTConfig(output_dir=...)")
+    if config.full_finetune and (init_adapter or merge):
+        raise ConfigError("full_finetune trains the whole model: it continues no adapter (init_adapter) and has "
+                          "nothing to merge (merge); drop those, or train a LoRA adapter")
     rows = _check_rows(dataset)
     out = Path(out_dir).expanduser()
     init = Path(init_adapter).expanduser() if init_adapter else None
@@ -359,7 +410,10 @@ def train_sft(dataset: Any, *, base_model: str | Path, out_dir: str | Path, conf
                                init_from=str(init) if init else None, base_sha256=before)
     if done is None:
         out.parent.mkdir(parents=True, exist_ok=True)
-        _train_adapter(rows, model, tokenizer, out, config, init, report, progress)
+        if config.full_finetune:
+            _train_full(rows, model, tokenizer, out, config, report, progress)
+        else:
+            _train_adapter(rows, model, tokenizer, out, config, init, report, progress)
         if verify_base and fingerprint(model) != before:
             raise ModelError("the base weights changed during SFT; this is a bug, please report it")
     if merge and report.adapter_path:

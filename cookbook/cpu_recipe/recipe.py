@@ -50,7 +50,7 @@ ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "d
 #: The fields of the composed configs that have recipe flags; the recipe sets the others.
 _DEMO_FLAGS = ("minutes", "workers")
 _SFT_FLAGS = ("num_train_epochs", "learning_rate", "per_device_train_batch_size", "lora_r", "lora_dropout",
-              "length_window")
+              "length_window", "full_finetune")
 _EVAL_FLAGS = ("episodes",)
 #: Fields of the evaluation's team with flags (added apart: flags reach one level of nesting).
 _EVAL_TEAM_FLAGS = ("seed", "max_steps")
@@ -68,6 +68,8 @@ _HELPS = {
     "sft.lora_dropout": "LoRA dropout (0: the model underfits here, and dropout costs ~20%% of a step)",
     "sft.length_window": "rows per length-sorted window (batches mix tasks, pad little); 0: batches grouped "
                          "by length over all rows (mostly one task each)",
+    "sft.full_finetune": "train every weight instead of the LoRA adapter (the bundle then carries the whole "
+                         "model, ~540 MB: for measuring beside LoRA, not for --publish)",
     "evaluation.episodes": "held-out episodes per task (models)",
     "seed": "seed of the held-out evaluation",
     "max_steps": "environment steps per episode (every evaluation)",
@@ -158,6 +160,9 @@ class RecipeConfig:
         for name in ("validate", "onpolicy_episodes", "round2_demo_rows", "hindsight"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{flag_of(name)} must be >= 0, got {getattr(self, name)}")
+        if self.sft.full_finetune and (self.onpolicy_episodes or self.publish):
+            raise ConfigError("--full-finetune makes a whole model, not an adapter: it takes no on-policy round "
+                              "(--onpolicy-episodes) and is not shipped (--publish); drop one or the other")
 
 
 def _parser() -> tuple[argparse.ArgumentParser, list[str]]:
@@ -192,8 +197,8 @@ def flag_values(config: RecipeConfig) -> dict[str, Any]:
 
 
 #: The settings that shape the trained model, written into the bundle's ``made_by`` command.
-_TAUGHT = ("balance_steps", "batch", "demo_minutes", "dpo_lr", "element_format", "hindsight", "length_window",
-           "lora_dropout", "lora_r", "lr", "onpolicy_dpo", "onpolicy_episodes", "round2_demo_rows",
+_TAUGHT = ("balance_steps", "batch", "demo_minutes", "dpo_lr", "element_format", "full_finetune", "hindsight",
+           "length_window", "lora_dropout", "lora_r", "lr", "onpolicy_dpo", "onpolicy_episodes", "round2_demo_rows",
            "sft_epochs", "sft_examples", "style")
 
 
@@ -340,11 +345,26 @@ def bundle(config: RecipeConfig, sft_dir: Path, out: Path, dpo_dir: Path | None 
     from collabui.models.bundle import write_bundle
 
     made_by = made_by_command(config)
+    team = {"prompt_style": config.style, "max_new_tokens": 128, "element_format": config.element_format}
+    if config.sft.full_finetune:
+        return _full_bundle(sft_dir, out, team=team, made_by=made_by)
     agents = {"agent0": dpo_dir} if dpo_dir is not None else {}
-    return write_bundle(out, base="smollm2", merge={"stage1": sft_dir}, agents=agents,
-                        team={"prompt_style": config.style, "max_new_tokens": 128,
-                              "element_format": config.element_format}, made_by=made_by,
-                        train_tasks=list(TRAIN_TASKS))
+    return write_bundle(out, base="smollm2", merge={"stage1": sft_dir}, agents=agents, team=team,
+                        made_by=made_by, train_tasks=list(TRAIN_TASKS))
+
+
+def _full_bundle(model_dir: Path, out: Path, **manifest: Any) -> Path:
+    """A bundle around a fully fine-tuned model: the model folder inside it (``model/``), its
+    base ``hf:model``, no adapters."""
+    from collabui.models.bundle import write_bundle_manifest
+
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(model_dir, tmp / "model", ignore=shutil.ignore_patterns("*.json.tmp", "trl", ".*"))
+    write_bundle_manifest(tmp, base="hf:model", merge=[], agents=[], train_tasks=list(TRAIN_TASKS), **manifest)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
 
 
 def critic_check(config: RecipeConfig, out: Path) -> dict[str, Any]:

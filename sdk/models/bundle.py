@@ -3,7 +3,8 @@
 A *team bundle* is what the training recipe ships and what ``load_model("smollm2-trained")``
 (or ``trained:FOLDER`` for any bundle) loads::
 
-    team.json        {"format": "collabui.team-bundle/1", "base": "smollm2",
+    team.json        {"format": "collabui.team-bundle/1", "base": "smollm2" (or "hf:PATH", a
+                      model folder; relative: inside the bundle, e.g. a fully fine-tuned model),
                       "merge": ["stage1"], "agents": ["agent0", ...],
                       "team": {"prompt_style": "trained", ...}, "made_by": "...", ...}
     stage1/          a LoRA adapter merged into the base weights at load (shared by every agent)
@@ -75,11 +76,20 @@ def bundle_fingerprint(folder: str | Path) -> str:
     manifest = read_bundle(root)
     digest = hashlib.sha256(json.dumps({k: manifest.get(k) for k in ("base", "merge", "agents")},
                                        sort_keys=True).encode())
-    for name in sorted([*manifest.get("merge", []), *manifest.get("agents", [])]):
+    base = str(manifest.get("base", ""))
+    inside = [base[3:]] if base.startswith("hf:") and not Path(base[3:]).expanduser().is_absolute() else []
+    for name in sorted([*manifest.get("merge", []), *manifest.get("agents", [])]) + inside:
         for path in sorted((root / name).glob("*.safetensors")):
             digest.update(path.name.encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def _base_folder(root: Path, base: str) -> Path:
+    """The model folder of an ``hf:PATH`` base; a relative PATH is inside the bundle (a fully
+    fine-tuned model travels with its bundle)."""
+    path = Path(base[3:]).expanduser()
+    return path if path.is_absolute() else root / path
 
 
 def bundle_team(folder: str | Path) -> dict[str, Any]:
@@ -104,7 +114,7 @@ def load_bundle(folder: str | Path, **kwargs: Any) -> Any:
     if base in {"smollm2", "embedded"}:
         model = LocalModel.embedded(base, **options)
     elif base.startswith("hf:"):
-        model = LocalModel(base[3:], **options)
+        model = LocalModel(str(_base_folder(root, base)), **options)
     else:
         raise ConfigError(f"{root / 'team.json'}: base {base!r} is not smollm2 or hf:PATH")
     model.name = f"trained:{root.name}"

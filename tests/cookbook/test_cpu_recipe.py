@@ -109,8 +109,8 @@ def test_negative_counts_are_refused_with_the_flag_named(capsys):
 #: recipe.json's "args" at the defaults, as the recipe wrote them before RecipeConfig existed
 #: (its --no-balance flag is now --balance/--no-balance, recorded as balance).
 DEFAULT_ARGS = {"out": "runs/recipe", "demo_minutes": 10.0, "demo_workers": 4, "sft_examples": 2000,
-                "sft_epochs": 1.0, "balance": True, "balance_steps": False, "hindsight": 0, "lr": 3e-4, "lora_r": 32, "batch": 8, "lora_dropout": 0.0,
-                "length_window": 32, "element_format": "html", "style": "trained", "episodes": 13,
+                "sft_epochs": 1.0, "balance": True, "balance_steps": False, "hindsight": 0, "lr": 3e-4, "lora_r": 32,
+                "batch": 8, "lora_dropout": 0.0, "length_window": 32, "full_finetune": False, "element_format": "html", "style": "trained", "episodes": 13,
                 "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "critic_episodes": 6, "team": False,
                 "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
                 "dpo_lr": 5e-5, "validate": 0, "publish": False, "table": False}
@@ -164,6 +164,23 @@ def test_stage_configs_are_the_ones_the_recipe_always_built(tmp_path, monkeypatc
     clock = recipe._Clock(tmp_path / "recipe.json", config)
     clock.run("x", lambda: None)
     assert json.loads((tmp_path / "recipe.json").read_text())["args"] == DEFAULT_ARGS
+
+
+def test_full_finetune_is_bundled_whole_and_never_published(tmp_path, capsys):
+    recipe = _recipe()
+    with pytest.raises(SystemExit):
+        recipe._args(["--full-finetune", "--publish"])
+    assert "--full-finetune makes a whole model" in capsys.readouterr().err
+    config = recipe._args(["--full-finetune"])
+    assert config.sft.full_finetune and "--full-finetune" in recipe.made_by_command(config).split()
+    model = tmp_path / "sft"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"w")
+    out = recipe.bundle(config, model, tmp_path / "bundle")
+    manifest = json.loads((out / "team.json").read_text())
+    assert (manifest["base"], manifest["merge"], manifest["agents"]) == ("hf:model", [], [])
+    assert (out / "model" / "model.safetensors").read_bytes() == b"w"
 
 
 def test_made_by_is_a_command_the_recipe_accepts():

@@ -145,6 +145,43 @@ def test_train_sft_adapter_resume_merge(base_dir: Path, tmp_path: Path) -> None:
     assert (out / "adapter_model.safetensors").stat().st_mtime_ns == stamp
 
 
+def test_full_finetune_trains_every_weight_into_a_model_folder(base_dir: Path, tmp_path: Path) -> None:
+    """full_finetune: the output is a whole model (weights + tokenizer) whose every layer moved,
+    loadable as a bundle's base; the base folder and the loaded base stay untouched."""
+    from transformers import AutoModelForCausalLM
+
+    from collabui.models.bundle import bundle_fingerprint, load_bundle, write_bundle_manifest
+
+    out = tmp_path / "full"
+    before = AutoModelForCausalLM.from_pretrained(base_dir).state_dict()
+    rows = _ds([_row(k) for k in range(4)])
+    report = train_sft(rows, base_model=base_dir, out_dir=out, config=_config(tmp_path, full_finetune=True),
+                       progress=False)  # verify_base: the loaded base did not change either
+    assert report.status == "trained" and report.steps == 2 and report.merged_path == str(out)
+    assert not (out / "adapter_config.json").is_file() and (out / SFT_DONE_MARKER).is_file()
+    trained = AutoModelForCausalLM.from_pretrained(out).state_dict()
+    for name in ("model.layers.0.self_attn.q_proj.weight", "model.layers.0.mlp.up_proj.weight"):
+        assert not (trained[name] == before[name]).all(), name  # LoRA on q/v would leave up_proj
+    assert all((AutoModelForCausalLM.from_pretrained(base_dir).state_dict()[k] == v).all() for k, v in before.items())
+    # A bundle carries it inside (base "hf:model", relative to the bundle) and loads it.
+    bundle = tmp_path / "bundle"
+    import shutil
+
+    shutil.copytree(out, bundle / "model")
+    write_bundle_manifest(bundle, base="hf:model", merge=[], agents=[], team={"prompt_style": "trained"})
+    model = load_bundle(bundle)
+    assert model.team_defaults["prompt_style"] == "trained"
+    first = bundle_fingerprint(bundle)
+    (bundle / "model" / "model.safetensors").write_bytes(b"other weights")
+    assert bundle_fingerprint(bundle) != first  # the weights inside count
+    again = train_sft(rows, base_model=base_dir, out_dir=out, config=_config(tmp_path, full_finetune=True),
+                      progress=False)
+    assert again.status == "resumed" and again.merged_path == str(out)
+    with pytest.raises(ConfigError, match="full_finetune trains the whole model"):
+        train_sft(rows, base_model=base_dir, out_dir=tmp_path / "x", merge=True,
+                  config=_config(tmp_path, full_finetune=True), progress=False)
+
+
 def test_overlong_rows_dropped_and_init_adapter(base_dir: Path, tmp_path: Path) -> None:
     rows = [_row(k) for k in range(3)]
     rows[0]["prompt"][1]["content"] += " filler" * 300
