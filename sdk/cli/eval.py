@@ -94,7 +94,8 @@ def add_commands(sub: Any) -> None:
 
     t = esub.add_parser("throughput", help="episodes per hour against worker count (a benchmark: run it on a "
                         "quiet machine)")
-    add_config_flags(t, ThroughputConfig)
+    add_config_flags(t, ThroughputConfig, defaults={"team.n_agents": None, "team.rounds": None},
+                     helps={k: v for k, v in _MINIWOB_HELPS.items() if k != "team.screenshots"})
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -104,13 +105,15 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def _throughput(args: argparse.Namespace) -> int:
+    from collabui.evaluation.miniwob import default_team
     from collabui.evaluation.throughput import (
         ThroughputConfig,
         format_throughput,
         measure_throughput,
     )
 
-    print(format_throughput(measure_throughput(config_from_args(ThroughputConfig, args))), end="")
+    team = default_team(args.model, **nested_values(ThroughputConfig, "team", args))
+    print(format_throughput(measure_throughput(config_from_args(ThroughputConfig, args, team=team))), end="")
     return 0
 
 

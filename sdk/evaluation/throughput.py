@@ -13,36 +13,57 @@ and its load; run it on a quiet one.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from collabui.config import TeamConfig
 from collabui.errors import ConfigError
+
+if TYPE_CHECKING:
+    from collabui.evaluation.miniwob import MiniWoBEvalConfig
 
 __all__ = ["ThroughputConfig", "ThroughputRow", "measure_throughput", "format_throughput"]
 
 
+#: Team fields the benchmark does not vary (no flag): what the evaluation sets itself, and the
+#: screenshots (off: they cost time no figure here is about).
+_TEAM_FIELDS_SET_HERE = ("adapters", "action_space", "batch_fallback_s", "screenshots")
+
+
 @dataclass(frozen=True)
 class ThroughputConfig:
-    """One throughput measurement (``collabui eval throughput``'s flags)."""
+    """One throughput measurement (``collabui eval throughput``'s flags). ``team`` None is the
+    model's default team (:func:`collabui.evaluation.miniwob.default_team`: 1x1 for the
+    baselines, else 4x3); its flags (``--agents``, ``--rounds``, ``--max-steps``, ``--seed``...)
+    are TeamConfig's own."""
 
     model: str = field(default="lexical", metadata={"help": "model spec (lexical: environment-bound)"})
     workers: tuple[int, ...] = field(default=(1, 2, 4), metadata={
         "help": "worker counts to time, e.g. 1,2,4", "metavar": "N"})
     tasks: str = field(default="easy", metadata={"help": "suite or comma-separated task names"})
     episodes: int = field(default=2, metadata={"help": "episodes per task"})
-    max_steps: int = field(default=10, metadata={"help": "steps per episode"})
-    seed: int = field(default=0, metadata={"help": "seed of the episodes' pages"})
     ray: str | None = field(default=None, metadata={
         "help": "run every count as Ray actors on the cluster at ADDRESS", "metavar": "ADDRESS"})
+    team: TeamConfig | None = field(default=None, metadata={
+        "help": "the team (None: the model's default)", "skip_flags": _TEAM_FIELDS_SET_HERE})
 
     def __post_init__(self) -> None:
         if not self.workers or min(self.workers) < 1:
             raise ConfigError(f"--workers takes worker counts >= 1 like 1,2,4, got {self.workers!r}")
-        if self.episodes < 1 or self.max_steps < 1:
-            raise ConfigError("--episodes and --max-steps must be >= 1")
+        if self.episodes < 1:
+            raise ConfigError("--episodes must be >= 1")
+
+    def evaluation(self, workers: int) -> MiniWoBEvalConfig:
+        """The evaluation timed with ``workers`` workers."""
+        from collabui.evaluation.miniwob import MiniWoBEvalConfig, default_team
+
+        team = self.team if self.team is not None else default_team(self.model)
+        return MiniWoBEvalConfig(model=self.model, tasks=self.tasks, episodes=self.episodes, workers=workers,
+                                 ray=self.ray, team=dataclasses.replace(team, screenshots=False))
 
 
 @dataclass(frozen=True)
@@ -61,13 +82,11 @@ class ThroughputRow:
 
 def measure_throughput(config: ThroughputConfig, *, env_factory: Any = None) -> list[ThroughputRow]:
     """Run the evaluation once per worker count (each in a fresh folder) and time it."""
-    from collabui.evaluation.miniwob import MiniWoBEvalConfig, default_team, evaluate_miniwob
+    from collabui.evaluation.miniwob import evaluate_miniwob
 
     rows = []
     for workers in config.workers:
-        evaluation = MiniWoBEvalConfig(model=config.model, tasks=config.tasks, episodes=config.episodes,
-                                       workers=workers, ray=config.ray,
-                                       team=default_team(config.model, max_steps=config.max_steps, seed=config.seed))
+        evaluation = config.evaluation(workers)
         with tempfile.TemporaryDirectory(prefix="collabui-throughput-") as out:
             started = time.perf_counter()
             results = evaluate_miniwob(evaluation, out, env_factory=env_factory, progress=False)

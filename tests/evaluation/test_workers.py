@@ -169,14 +169,23 @@ def test_cli_ray_address_nobody_answers_is_one_line(tmp_path, capsys):
 
 
 def test_throughput_benchmark_times_each_worker_count(capsys):
-    from collabui.cli import main
+    from collabui.cli import build_parser, main
+    from collabui.cli.eval import nested_values
+    from collabui.config import TeamConfig
     from collabui.evaluation.throughput import (
         ThroughputConfig,
         format_throughput,
         measure_throughput,
     )
 
-    config = ThroughputConfig(workers=(1,), tasks="click-button", episodes=2, max_steps=1)
+    config = ThroughputConfig(workers=(1,), tasks="click-button", episodes=2,
+                              team=TeamConfig(n_agents=1, rounds=1, max_steps=1))
+    assert config.evaluation(2).workers == 2 and config.evaluation(2).team.screenshots is False
+    assert ThroughputConfig(model="smollm2").evaluation(1).team.n_agents == 4  # the model's default team
+    args = build_parser().parse_args(["eval", "throughput", "--model", "smollm2", "--agents", "1", "--rounds", "1",
+                                      "--max-steps", "3"])
+    team = TeamConfig(**nested_values(ThroughputConfig, "team", args))
+    assert (team.n_agents, team.rounds, team.max_steps) == (1, 1, 3)
     rows = measure_throughput(config, env_factory=fake_env)
     assert [(r.workers, r.episodes, r.successes) for r in rows] == [(1, 2, 2)] and rows[0].seconds > 0
     table = format_throughput(rows)
