@@ -43,6 +43,8 @@ __all__ = [
     "element_name",
     "observation_format",
     "flat_elements",
+    "FIELD_TAGS",
+    "field_label",
     "tree_elements",
     "screen_elements",
     "parse_elements",
@@ -276,6 +278,20 @@ def flat_elements(tree: Node | None) -> list[dict[str, Any]]:
     if tree is not None:
         _flatten(tree, out, context=[""], wrapping_label=None)
     return out
+
+
+#: Tags of form fields: their own text is their state (a value, ``password``, ``checkbox;
+#: true``), not a name, so their label is what tells one from another.
+FIELD_TAGS = ("input", "textarea", "select")
+
+
+def field_label(tree: Node | None, element_id: str) -> str:
+    """The label of the form field listed as ``element_id`` (its ``context`` in
+    :func:`flat_elements`), ``""`` for any other element or an id not in ``tree``."""
+    for element in flat_elements(tree):
+        if element["id"] == element_id:
+            return element["context"] if element["tag"] in FIELD_TAGS else ""
+    return ""
 
 
 def _flatten(node: Node, out: list[dict[str, Any]], context: list[str],

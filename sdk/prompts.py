@@ -154,27 +154,13 @@ def _named_call(action: Action, observation: Observation | None) -> str:
                                  with_id=False)
     if name is None:
         return action.to_call()
-    label = _field_label(tree, str(element_id))
+    # A field's own text is its state (every empty one reads <input| >): its label names it.
+    label = simplify.field_label(tree, str(element_id))
     if label:
         name = f"{name} ({label})"
     args = [name if key == "element_id" else repr(value)
             for key, value in action.args().items() if value is not None]
     return f"{action.name}({', '.join(args)})"
-
-
-#: Elements whose own text does not say which one they are: every empty field reads
-#: ``<input| >`` and both fields of a password form ``<input| password>``.
-_FIELD_TAGS = frozenset({"input", "textarea", "select"})
-
-
-def _field_label(tree: simplify.Node, element_id: str) -> str:
-    """The text that names a form field (its label), or ``""`` for other elements. Without it
-    the history of a filled form lists the same ``type_string(<input| >, ...)`` for every field
-    and a small model loses track of which fields are done."""
-    for element in simplify.flat_elements(tree):
-        if element["id"] == element_id:
-            return element["context"] if element["tag"] in _FIELD_TAGS else ""
-    return ""
 
 
 def _history(history: Sequence[str]) -> str:

@@ -19,10 +19,8 @@ from dataclasses import dataclass, field
 
 from collabui.devices import simplify
 
-__all__ = ["Node", "parse_tree", "from_tree", "page_roots", "render", "walk", "make_variant", "id_for", "FIELD_TAGS"]
+__all__ = ["Node", "parse_tree", "from_tree", "page_roots", "render", "walk", "make_variant", "id_for"]
 
-#: Tags whose element is a form field (its own text is its state, not a label).
-FIELD_TAGS = ("input", "textarea", "select")
 _DISTRACTOR_WORDS = (
     "Cancel", "Next", "Back", "Help", "More", "Close", "Save", "Apply", "Reset", "Search", "Menu",
     "Home", "Edit", "Open", "Share", "Done", "Skip", "Retry", "Details", "Settings", "Continue",
@@ -110,7 +108,7 @@ def walk(nodes: list[Node]) -> list[Node]:
 
 def _is_field_group(node: Node) -> bool:
     tags = {c.tag for c in node.children}
-    return "label" in tags and bool(tags & set(FIELD_TAGS))
+    return "label" in tags and bool(tags & set(simplify.FIELD_TAGS))
 
 
 def _shufflable(node: Node) -> bool:

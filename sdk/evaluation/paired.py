@@ -75,11 +75,11 @@ def paired_from_folders(a_results: str | Path, b_results: str | Path) -> dict[st
 def render_paired(found: Mapping[str, Any]) -> str:
     """The paired counts as a plain-text table, overall last."""
     head = ["task", "episodes", "A", "B", "both", "only A", "only B", "neither", "McNemar p"]
+    from collabui.evaluation.report import text_table
+
     rows = [[task, *_cells(c)] for task, c in found["per_task"].items()] + [["all", *_cells(found)]]
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=False)]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [head, *rows]]
-    note = f"\n({found['unmatched']} episodes only one run has were left out)" if found["unmatched"] else ""
-    return "Paired, same (task, seed):\n" + "\n".join(lines) + note + "\n"
+    note = f"({found['unmatched']} episodes only one run has were left out)\n" if found["unmatched"] else ""
+    return "Paired, same (task, seed):\n" + text_table(head, rows) + note
 
 
 def _cells(c: Mapping[str, Any]) -> list[str]:

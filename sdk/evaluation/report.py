@@ -21,7 +21,7 @@ from typing import Any
 from collabui.errors import ConfigError, TraceError
 
 __all__ = ["load_results", "write_markdown", "render_markdown", "plot_results", "compare",
-           "render_compare", "write_compare", "PRIMARY_METRICS"]
+           "render_compare", "write_compare", "text_table", "PRIMARY_METRICS"]
 
 #: The metric plotted when none is named, first one present wins.
 PRIMARY_METRICS = ("success_rate", "ssr_published", "exact_match")
@@ -200,6 +200,11 @@ def render_compare(rows: Sequence[Mapping[str, Any]], a_label: str = "A", b_labe
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in body]) + "\n"
+    return text_table(head, body)
+
+
+def text_table(head: Sequence[str], body: Sequence[Sequence[Any]]) -> str:
+    """Rows as a plain-text table, columns padded to their widest cell, two spaces apart."""
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body, strict=False)]
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
                      for row in [head, *body]) + "\n"
