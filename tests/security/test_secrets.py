@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+# Imported before any test here patches collabui.models.spec.load_model: the eval module binds
+# the loader at import, and a first import under a patch kept the fake for every later test.
+import collabui.evaluation.miniwob  # noqa: F401
 from collabui import CollabAgentTeam
 from collabui.cli import main
 from collabui.devices import BrowserDevice, make_env
