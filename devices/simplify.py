@@ -45,6 +45,7 @@ __all__ = [
     "flat_elements",
     "FIELD_TAGS",
     "field_label",
+    "field_labels",
     "tree_elements",
     "screen_elements",
     "parse_elements",
@@ -286,12 +287,57 @@ FIELD_TAGS = ("input", "textarea", "select")
 
 
 def field_label(tree: Node | None, element_id: str) -> str:
-    """The label of the form field listed as ``element_id`` (its ``context`` in
-    :func:`flat_elements`), ``""`` for any other element or an id not in ``tree``."""
-    for element in flat_elements(tree):
-        if element["id"] == element_id:
-            return element["context"] if element["tag"] in FIELD_TAGS else ""
+    """The label of the form field listed as ``element_id`` (:func:`field_labels`' rule), ``""``
+    for any other element or an id not in ``tree``."""
+    return field_labels(tree_elements(tree)).get(element_id, "")
+
+
+def field_labels(elements: list[Element]) -> dict[str, str]:
+    """Each form field's label, keyed by element id, from a document-ordered element list (the
+    tree's, :func:`tree_elements`, or the same list read back from its html text,
+    :func:`parse_elements`).
+
+    The label is the own text of a ``label`` wrapping the field, else of a text element beside
+    it in its group (``<span| Year:> <input>``, or after it: ``<input> <div| Genre>``; the one
+    before wins), else the nearest text before it that is not a control's own text (``""`` if
+    none). A field's own text is its state, so the label is what tells one field from another.
+    """
+    labels: dict[str, str] = {}
+    for j, el in enumerate(elements):
+        if el.id is None or el.tag not in FIELD_TAGS:
+            continue
+        labels[el.id] = (_wrapping_label(elements, j) or _beside(elements, j)
+                         or _text_before(elements, j))
+    return labels
+
+
+def _wrapping_label(elements: list[Element], j: int) -> str:
+    depth = elements[j].depth
+    for el in reversed(elements[:j]):
+        if el.depth < depth:  # an ancestor
+            if el.tag == "label" and el.text:
+                return el.text
+            depth = el.depth
     return ""
+
+
+def _beside(elements: list[Element], j: int) -> str:
+    # In document order, a neighbour at the field's depth is a sibling with no children.
+    for k in (j - 1, j + 1):
+        if 0 <= k < len(elements):
+            el = elements[k]
+            if el.depth == elements[j].depth and _names(el):
+                return el.text
+    return ""
+
+
+def _text_before(elements: list[Element], j: int) -> str:
+    return next((el.text for el in reversed(elements[:j]) if _names(el)), "")
+
+
+def _names(el: Element) -> bool:
+    """Whether ``el``'s own text can name a field: a text or a label, not a control's text."""
+    return bool(el.text) and (el.id is None or el.tag == "label")
 
 
 def _flatten(node: Node, out: list[dict[str, Any]], context: list[str],

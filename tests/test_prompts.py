@@ -67,6 +67,14 @@ def test_history_names_the_element_by_its_screen_line_not_its_id():
     # No tree (a phone, a stored text) or an id not on the page: the call form stays.
     assert history_entry(Click("D")) == "click('D')"
     assert history_entry(Click("Z"), html) == "click('Z')"
+    # A label written after its field names that field, not the next one.
+    after = {"tag": "", "id": None, "parts": [
+        {"tag": "", "id": None, "parts": [{"tag": "input", "id": "A", "parts": []},
+                                          {"tag": "div", "id": None, "parts": ["Genre"]}]},
+        {"tag": "", "id": None, "parts": [{"tag": "input", "id": "B", "parts": []},
+                                          {"tag": "div", "id": None, "parts": ["Year"]}]}]}
+    assert history_entry(TypeString("B", "1991", False), _page(render(after, "html"), after)) == \
+        "type_string(<input| > (Year), '1991', False)"
 
 
 def test_history_marks_an_action_that_did_not_happen():

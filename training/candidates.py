@@ -17,6 +17,7 @@ import re
 from collections.abc import Sequence
 
 from collabui.actions import WEB, Action, web
+from collabui.devices import simplify
 from collabui.devices.base import Observation
 from collabui.devices.simplify import Node, screen_elements
 from collabui.models.baselines import (
@@ -57,20 +58,10 @@ def _stem(word: str) -> str:
 
 
 def field_labels(screen: str, tree: Node | None = None) -> dict[str, str]:
-    """Each field's label, keyed by element id: the text element beside it in the same group
-    (``<span| Year:> <input>`` or ``<input> <div| Genre>``), else the nearest text before it.
-    The elements are read from ``tree`` when given (the screen's), else from the text."""
-    elements = screen_elements(screen, tree)
-    labels: dict[str, str] = {}
-    for j, el in enumerate(elements):
-        if el.id is None or el.tag not in {"input", "textarea"}:
-            continue
-        beside = [elements[k] for k in (j - 1, j + 1) if 0 <= k < len(elements)]
-        same_group = [e for e in beside if e.id is None and e.depth == el.depth and e.text.strip()]
-        before = [e for e in elements[:j] if e.id is None and e.text.strip()]
-        label = same_group[0] if same_group else (before[-1] if before else None)
-        labels[el.id] = label.text.strip() if label else ""
-    return labels
+    """Each form field's label, keyed by element id (:func:`collabui.devices.simplify.field_labels`'
+    rule: the one the agents' history names fields by), read from ``tree`` when given (the
+    screen's), else from the text."""
+    return simplify.field_labels(screen_elements(screen, tree))
 
 
 def unquoted_values(task: str, labels: Sequence[str]) -> list[list[str]]:

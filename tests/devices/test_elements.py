@@ -13,6 +13,8 @@ from collabui.devices import BrowserConfig, BrowserDevice, make_env
 from collabui.devices.simplify import (
     ELEMENT_FORMATS,
     element_line,
+    field_label,
+    field_labels,
     flat_elements,
     parse_elements,
     parse_tree,
@@ -89,6 +91,25 @@ def test_flat_elements_match_the_parsed_text_and_name_fields():
     assert context["G"] == "Hi"  # the row an icon belongs to
     assert context["H"] == "Some text"
     assert flat_elements(None) == []
+
+
+def test_a_fields_label_is_its_wrapping_label_or_the_text_beside_it():
+    assert field_labels(tree_elements(TREE)) == {
+        "C": "Username",  # a text-only label beside it
+        "E": 'Stay "signed" in',  # the label wrapping it
+        "H": "Hi",  # nothing beside it: the nearest text before it
+    }
+    # A label written after its field belongs to it, not to the next field.
+    after = "< < <input[A]| > <div| Genre> > < <input[B]| > <div| Year> > <div[C]| Search> >"
+    before = "< < <span| Year:> <input[A]| > > < <span| Genre:> <input[B]| > > <button[C]| Go> >"
+    assert field_labels(parse_elements(after)) == {"A": "Genre", "B": "Year"}
+    assert field_labels(parse_elements(before)) == {"A": "Year:", "B": "Genre:"}
+    # The tree and its html text give the same labels; the history reads them from the tree.
+    for text in (after, before, TREE_HTML):
+        tree = parse_tree(text)[0]
+        assert field_labels(tree_elements(tree)) == field_labels(parse_elements(text))
+    assert field_label(parse_tree(after)[0], "B") == "Year"
+    assert field_label(TREE, "A") == "" and field_label(TREE, "Z") == "" and field_label(None, "C") == ""
 
 
 def test_elements_of_the_tree_are_those_of_its_text_and_exact_where_the_text_is_not():
