@@ -8,6 +8,8 @@ training rebuilds each agent's context byte for byte.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,7 +19,8 @@ from collabui.devices.base import Observation
 from collabui.errors import ConfigError
 from collabui.models.base import Message
 
-__all__ = ["PeerOutput", "PROMPT_STYLES", "build_messages", "history_entry", "render_observation"]
+__all__ = ["PeerOutput", "PROMPT_STYLES", "build_messages", "history_entry", "history_in_format",
+           "render_observation"]
 
 #: ``react``: instructions, a demonstration turn, Thought + Action answers (untrained models).
 #: ``compact``: a shorter system prompt, same answers. ``trained``: for models fine-tuned on
@@ -143,6 +146,30 @@ def history_entry(action: Action, observation: Observation | None = None, *, not
     """
     call = _named_call(action, observation)
     return f"{call} [{note}]" if note else call
+
+
+def history_in_format(entry: str, element_format: str) -> str:
+    """A :func:`history_entry` written on a page of one element format, as it reads on a page of
+    ``element_format`` (``click(<button| Ok>)`` <-> ``click(button "Ok")``): what a row recorded
+    on html pages shows a model trained to read text-first ones. Entries naming no element (a
+    call form, a phone's action) come back unchanged."""
+    if element_format not in simplify.ELEMENT_FORMATS:
+        raise ValueError(f"element_format must be one of {list(simplify.ELEMENT_FORMATS)}, got {element_format!r}")
+    html = _HTML_NAMED.match(entry)
+    if html and element_format == "text-first":
+        name = simplify.element_name(html["tag"], html["text"], "text-first")
+        return f"{html['verb']}({name}{html['rest']}"
+    text_first = _TEXT_FIRST_NAMED.match(entry)
+    if text_first and element_format == "html":
+        name = simplify.element_name(text_first["tag"], json.loads(text_first["text"]), "html")
+        return f"{text_first['verb']}({name}{text_first['rest']}"
+    return entry
+
+
+# What follows an element's name in an entry: its label, the other arguments or the call's end.
+_AFTER_NAME = r"(?P<rest>(?: \(|, |\)).*)$"
+_HTML_NAMED = re.compile(r"(?P<verb>\w+)\(<(?P<tag>[\w-]*)\| (?P<text>.*?)>" + _AFTER_NAME)
+_TEXT_FIRST_NAMED = re.compile(r'(?P<verb>\w+)\((?P<tag>[\w-]+) (?P<text>"(?:[^"\\]|\\.)*")' + _AFTER_NAME)
 
 
 def _named_call(action: Action, observation: Observation | None) -> str:

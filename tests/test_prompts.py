@@ -85,3 +85,42 @@ def test_history_marks_an_action_that_did_not_happen():
     assert history_entry(Click("D"), html, note="refused") == "click(<button| Log in>) [refused]"
     assert history_entry(Click("Z"), note="blocked: off-site") == "click('Z') [blocked: off-site]"
     assert history_entry(Click("D"), html, note=None) == "click(<button| Log in>)"
+
+
+def test_a_history_entry_reads_in_either_page_format():
+    from collabui.actions.web import Click, Select, TypeString
+    from collabui.devices.simplify import render
+    from collabui.prompts import history_in_format
+
+    tree = {"tag": "", "id": None, "parts": [
+        {"tag": "label", "id": None, "parts": ["Name (first)"]},
+        {"tag": "input", "id": "Q", "parts": ["a > b, c)"]},
+        {"tag": "button", "id": "D", "parts": ['Say "hi", then go']},
+        {"tag": "select", "id": "S", "parts": ["Red; options: Red | Blue"]},
+    ]}
+    html, text_first = (_page(render(tree, fmt), tree) for fmt in ("html", "text-first"))
+    actions = [Click("D"), TypeString("Q", "x) y", True), Select("S", "Blue"), Click("Z")]
+    for action in actions:
+        for note in (None, "refused"):
+            written = {fmt: history_entry(action, page, note=note) for fmt, page in
+                       (("html", html), ("text-first", text_first))}
+            assert history_in_format(written["html"], "text-first") == written["text-first"]
+            assert history_in_format(written["text-first"], "html") == written["html"]
+            assert history_in_format(written["html"], "html") == written["html"]
+    assert history_in_format("click('D')", "text-first") == "click('D')"
+    assert history_in_format("tap(3)", "html") == "tap(3)"
+    with pytest.raises(ValueError, match="element_format"):
+        history_in_format("click('D')", "xml")
+
+
+def test_training_rows_show_the_history_in_the_page_format_they_teach():
+    from collabui.devices.simplify import parse_tree
+    from collabui.training.sft_data import prompt_messages
+
+    screen = "< <input[Q]| kim> <button[D]| Go> >"
+    row = {"task": "Enter kim.", "screen": screen, "tree": parse_tree(screen)[0],
+           "history": ["type_string(<input| > (Username), 'kim', False)"], "url": "/x.html"}
+    text_first = prompt_messages(row, element_format="text-first")[-1]["content"]
+    assert "1. type_string(input \"\" (Username), 'kim', False)" in text_first
+    assert "<input|" not in text_first
+    assert "1. type_string(<input| > (Username), 'kim', False)" in prompt_messages(row)[-1]["content"]

@@ -18,7 +18,7 @@ from typing import Any
 from collabui.actions import get_action_space
 from collabui.devices.base import Observation
 from collabui.errors import ConfigError
-from collabui.prompts import build_messages, render_observation
+from collabui.prompts import build_messages, history_in_format, render_observation
 
 __all__ = ["sft_rows", "answer_text", "grounded_thought", "prompt_messages", "target_line"]
 
@@ -83,7 +83,8 @@ def prompt_messages(row: dict[str, Any], *, style: str = "trained",
     obs = Observation(text=_screen(row, element_format), task=row["task"], url=row.get("url"),
                       viewport=row.get("viewport"))
     messages = build_messages(space=get_action_space("web"), task=str(row["task"]),
-                              observation=render_observation(obs), history=list(row["history"]),
+                              observation=render_observation(obs),
+                              history=[history_in_format(h, element_format) for h in row["history"]],
                               style=style)
     return [dict(m) for m in messages]
 
