@@ -24,7 +24,7 @@ from collabui.devices.browser import BrowserConfig, BrowserDevice
 from collabui.devices.navigation import NavigationGuard
 from collabui.errors import ConfigError, DeviceError, EnvNotFoundError
 
-__all__ = ["MiniWoBEnv", "miniwob_html_dir", "miniwob_tasks", "TASK_AREA"]
+__all__ = ["MiniWoBEnv", "miniwob_html_dir", "miniwob_tasks", "synthetic_tasks", "TASK_AREA"]
 
 #: The MiniWoB++ task area in CSS pixels (width, height).
 TASK_AREA = (160, 210)
@@ -66,11 +66,27 @@ def miniwob_tasks() -> list[str]:
     return sorted(p.stem for p in (miniwob_html_dir() / "miniwob").glob("*.html"))
 
 
+#: collabui's own MiniWoB-style pages (``devices/pages``), served under this URL folder.
+_PAGES_DIR = Path(__file__).parent / "pages"
+_PAGES_URL = "/collabui/"
+
+
+def synthetic_tasks() -> list[str]:
+    """collabui's synthetic form pages (``synth-fields``, ``synth-choices``, ``synth-forms``).
+
+    MiniWoB-style pages shipped with this package: a seeded generator of small forms and the
+    instruction that fills them, rewarded by MiniWoB's own core, so every MiniWoB tool (the
+    environment, the verified search, the evaluation) drives them unchanged. Training data only:
+    they are not MiniWoB++ tasks and no benchmark figure includes them.
+    """
+    return sorted(p.stem for p in _PAGES_DIR.glob("synth-*.html"))
+
+
 def _task_name(task: str) -> str:
     if not isinstance(task, str):
         raise EnvNotFoundError(f"task must be a string like 'click-button', got {task!r}")
     name = task.removeprefix("miniwob/").removeprefix("miniwob-mobile/")
-    if name not in miniwob_tasks():
+    if name not in miniwob_tasks() and name not in synthetic_tasks():
         from collabui.devices.registry import env_not_found
 
         raise env_not_found(f"miniwob/{name}")
@@ -78,6 +94,16 @@ def _task_name(task: str) -> str:
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
+    def translate_path(self, path: str) -> str:
+        # /collabui/... comes from the package's own pages; everything else (core.js, the
+        # MiniWoB tasks) from the miniwob package, so the pages' ../core/ links resolve.
+        if path.startswith(_PAGES_URL):
+            name = path[len(_PAGES_URL):].split("?", 1)[0].split("#", 1)[0]
+            if "/" not in name and (_PAGES_DIR / name).is_file():
+                return str(_PAGES_DIR / name)
+            return str(_PAGES_DIR / "missing")
+        return super().translate_path(path)
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         pass  # one line per file request would drown the user's logs
 
@@ -159,7 +185,10 @@ class MiniWoBEnv(BrowserDevice):
     @property
     def url(self) -> str | None:
         """The task page URL (None until the first reset)."""
-        return f"{self._server.base_url}/miniwob/{self.task_name}.html" if self._server else None
+        if self._server is None:
+            return None
+        folder = _PAGES_URL if self.task_name.startswith("synth-") else "/miniwob/"
+        return f"{self._server.base_url}{folder}{self.task_name}.html"
 
     async def _reset(self, seed: int | None, options: dict[str, Any]) -> Observation:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):

@@ -20,14 +20,15 @@ __all__ = ["list_envs", "make_env", "env_not_found"]
 
 def list_envs() -> list[str]:
     """Every MiniWoB++ environment name (``miniwob/<task>`` and ``miniwob-mobile/<task>``),
-    sorted.
+    sorted, with collabui's synthetic form pages (``miniwob/synth-forms`` and the like).
 
     ``web`` and ``android`` are not listed: they need a URL or a phone (see ``make_env``).
     """
-    from collabui.devices.miniwob import miniwob_tasks
+    from collabui.devices.miniwob import miniwob_tasks, synthetic_tasks
 
     tasks = miniwob_tasks()
-    return sorted([f"miniwob/{t}" for t in tasks] + [f"miniwob-mobile/{t}" for t in tasks])
+    return sorted([f"miniwob/{t}" for t in (*tasks, *synthetic_tasks())]
+                  + [f"miniwob-mobile/{t}" for t in tasks])
 
 
 def env_not_found(name: str) -> EnvNotFoundError:

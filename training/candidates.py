@@ -104,19 +104,39 @@ def _anchor(words: Sequence[str], label: str) -> int | None:
 
 
 def _typing(task: str, fields: list[Target], history: Sequence[Action],
-            labels: dict[str, str] | None = None) -> list[Action]:
-    """Type each quoted string of the task not typed yet into each field not holding one; the
-    k-th string into the k-th field first (forms list their fields in the task's order). Indices
-    are the original ones, so after typing the first string the second one still goes to the
-    second field first. Without quoted strings, the task's content words (see the module)."""
+            labels: dict[str, str] | None = None, *, quoted_only: bool = False) -> list[Action]:
+    """Type each quoted string of the task not typed yet into each field not holding one.
+
+    A string goes first into the field whose label the task mentions nearest it ("put "x" in
+    the City box"), then by order: the k-th string into the k-th field (forms list their fields
+    in the task's order). Indices are the original ones, so after typing the first string the
+    second one still goes to the second field first. Without quoted strings, the task's content
+    words (see the module), unless ``quoted_only``."""
     done = _kept(history, fields)
     quotes = list(dict.fromkeys(quoted_strings(task)))
-    if not quotes and labels is not None:
+    if not quotes and labels is not None and not quoted_only:
         return _typing_unquoted(task, fields, done, labels)
-    pairs = [(abs(k - qi), k, qi) for k in range(len(fields)) for qi in range(len(quotes))
+    near = _label_distance(task, quotes, [(labels or {}).get(str(f.ref), "") for f in fields])
+    pairs = [(near[k][qi], abs(k - qi), k, qi) for k in range(len(fields)) for qi in range(len(quotes))
              if quotes[qi].casefold() not in done and fields[k].text.casefold() not in done
              and fields[k].text.casefold() != quotes[qi].casefold()]
-    return [web.TypeString(str(fields[k].ref), quotes[qi]) for _, k, qi in sorted(pairs)]
+    return [web.TypeString(str(fields[k].ref), quotes[qi]) for *_, k, qi in sorted(pairs)]
+
+
+def _label_distance(task: str, quotes: Sequence[str], labels: Sequence[str]) -> list[list[int]]:
+    """Words between each field's label mention and each quoted string in the task (a large
+    number when the task does not mention the label)."""
+    words = [m.group(0) for m in _WORD.finditer(task)]
+    starts = [m.start() for m in _WORD.finditer(task)]
+    where = []
+    for q in quotes:
+        at = task.find(q)
+        where.append(sum(1 for s in starts if s < at) if at >= 0 else None)
+    out = []
+    for label in labels:
+        anchor = _anchor(words, label) if label else None
+        out.append([abs(anchor - w) if anchor is not None and w is not None else 10_000 for w in where])
+    return out
 
 
 def _typing_unquoted(task: str, fields: list[Target], done: set[str],
@@ -149,9 +169,17 @@ def rank_candidates(task: str, obs: Observation, history: Sequence[Action] = ())
     clicks: list[Action] = [web.Click(str(targets[k].ref)) for k in scored]
     wants_typing = any(w in task.casefold() for w in _TYPE_HINT)
     verbs = {w.casefold() for w in _WORD.findall(task)} & _TYPE_VERBS
-    labels = field_labels(obs.text, tree) if verbs else None
-    typing = _typing(task, [t for t in targets if t.typeable], history, labels)
-    selects: list[Action] = [web.Select(str(t.ref), o) for t in targets
-                             for o in sorted(t.selectable_options, key=lambda o: -lexical_score(task, o))]
-    ordered = [*typing, *selects, *clicks] if wants_typing else [*clicks, *selects, *typing]
+    labels = field_labels(obs.text, tree)
+    fields = [t for t in targets if t.typeable]
+    typing = _typing(task, fields, history, labels, quoted_only=not verbs)
+    # A quoted value that no element shows is something to type, whatever the verb ("Set
+    # Coupon to "xBb""); one an element shows is usually the thing to click.
+    shown = " ".join(t.text.casefold() for t in targets if not t.typeable)
+    typing_first = wants_typing or (bool(fields) and any(q not in shown for q in quotes))
+    # An option the task names goes before everything else; the option already chosen is no move.
+    options = sorted(((-lexical_score(task, o), k, o) for k, t in enumerate(targets)
+                      for o in t.selectable_options if not t.text.startswith(f"{o};")), key=lambda x: x[:2])
+    named = [web.Select(str(targets[k].ref), o) for score, k, o in options if score < 0]
+    others = [web.Select(str(targets[k].ref), o) for score, k, o in options if score >= 0]
+    ordered = ([*named, *typing, *clicks, *others] if typing_first else [*named, *clicks, *others, *typing])
     return list({a.key(): a for a in ordered}.values())

@@ -66,7 +66,8 @@ class DemoConfig:
 
     out_dir: str = field(metadata={"help": "folder: steps.jsonl, dataset/, README.md (resumable)"})
     tasks: tuple[str, ...] = field(default=TRAIN_TASKS, metadata={
-        "help": "MiniWoB++ tasks (default: the training list, collabui.training.task_lists.TRAIN_TASKS)"})
+        "help": "MiniWoB++ tasks or synthetic pages (synth-forms, ...; default: the training list, "
+                "collabui.training.task_lists.TRAIN_TASKS)"})
     seeds: int = field(default=200, metadata={"help": "seeds per task"})
     seed_start: int = field(default=1000, metadata={"help": "first seed"})
     renderings: int = field(default=3, metadata={"help": "observations written per verified step"})
@@ -305,9 +306,9 @@ def generate_demonstrations(config: DemoConfig) -> DemoStats:
     """
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from collabui.devices.miniwob import miniwob_tasks
+    from collabui.devices.miniwob import miniwob_tasks, synthetic_tasks
 
-    unknown = sorted(set(config.tasks) - set(miniwob_tasks()))
+    unknown = sorted(set(config.tasks) - set(miniwob_tasks()) - set(synthetic_tasks()))
     if unknown:
         raise ConfigError(f"unknown MiniWoB++ task(s) {unknown}; run `collabui envs` to list them")
     out = Path(config.out_dir)

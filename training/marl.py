@@ -364,9 +364,9 @@ def _make_adversary(config: MARLConfig) -> Any:
 
 
 def _check_tasks(config: MARLConfig) -> None:
-    from collabui.devices.miniwob import miniwob_tasks
+    from collabui.devices.miniwob import miniwob_tasks, synthetic_tasks
 
-    known = set(miniwob_tasks())
+    known = {*miniwob_tasks(), *synthetic_tasks()}
     unknown = [t for t in (*config.train_tasks, *config.eval_tasks) if t not in known]
     if unknown:
         raise ConfigError(f"unknown MiniWoB++ task(s) {unknown}; run `collabui envs` to list them")

@@ -234,7 +234,44 @@ def search(replayer: Replayer, task: str, seed: int, prefix: Sequence[Action] = 
         why = ("the replayed page differed from the first visit" if s.diverged else
                f"no completion within {config.max_depth} actions / {config.node_budget} tries")
         return SearchResult(None, nodes=s.nodes, reason=why)
-    return SearchResult([a for _, a in found], [o for o, _ in found], s.nodes)
+    actions, observations = [a for _, a in found], [o for o, _ in found]
+    if len(actions) > 1:
+        actions, observations = _shortest(replayer, task, seed, prefix, actions, observations)
+    return SearchResult(actions, observations, s.nodes)
+
+
+def _shortest(replayer: Replayer, task: str, seed: int, prefix: Sequence[Action],
+              actions: list[Action], observations: list[Observation]) -> tuple[list[Action], list[Observation]]:
+    """``actions`` without the steps the task does not need: depth-first search keeps detours
+    (choosing an option and then the blank one again), and a detour kept as a demonstration
+    teaches a wrong step as a right one. Drops one step at a time while the rest still
+    completes the task; the observations are those of the kept path."""
+    i = 0
+    while i < len(actions) - 1:
+        shorter = actions[:i] + actions[i + 1:]
+        seen = _completes(replayer, task, seed, prefix, shorter)
+        if seen is not None:
+            actions, observations = shorter, seen
+        else:
+            i += 1
+    return actions, observations
+
+
+def _completes(replayer: Replayer, task: str, seed: int, prefix: Sequence[Action],
+               actions: Sequence[Action]) -> list[Observation] | None:
+    """The observation before each action when ``actions`` complete the task from the seed's
+    state (the last one, and no earlier one, ends the episode with a reward), else None."""
+    obs = replayer.start(task, seed, prefix)
+    seen: list[Observation] = []
+    for k, action in enumerate(actions):
+        if obs is None:
+            return None
+        seen.append(obs)
+        out = replayer.act(action)
+        if out.done:
+            return seen if k == len(actions) - 1 and out.reward > 0 else None
+        obs = out.observation
+    return None
 
 
 # --------------------------------------------------------------------------- the critic

@@ -119,6 +119,9 @@ class RecipeConfig:
     out_dir: str = field(default="runs/recipe", metadata={"help": "run folder (resumable)"})
     demo: DemoConfig = field(default_factory=_demo_template, metadata={
         "help": "stage 1", "skip_flags": _skip_all_but(DemoConfig, _DEMO_FLAGS)})
+    synthetic_pages: bool = field(default=False, metadata={
+        "help": "stage 1 also searches collabui's synthetic form pages (miniwob/synth-fields, "
+                "synth-choices, synth-forms) beside the training tasks"})
     sft_examples: int = field(default=2000, metadata={"help": "SFT rows drawn from the data"})
     balance: bool = field(default=True, metadata={
         "help": "draw SFT rows round-robin over training tasks (--no-balance: at random)"})
@@ -240,9 +243,11 @@ class _Clock:
 
 
 def demonstrate(config: RecipeConfig, out: Path) -> Any:
+    from collabui.devices.miniwob import synthetic_tasks
     from collabui.training.demonstrate import generate_demonstrations
 
-    return generate_demonstrations(dataclasses.replace(config.demo, out_dir=str(out)))
+    tasks = (*config.demo.tasks, *synthetic_tasks()) if config.synthetic_pages else config.demo.tasks
+    return generate_demonstrations(dataclasses.replace(config.demo, out_dir=str(out), tasks=tasks))
 
 
 def sft(config: RecipeConfig, demo: Path, out: Path) -> Path:

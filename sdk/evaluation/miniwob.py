@@ -91,9 +91,10 @@ def resolve_tasks(spec: str | Sequence[str]) -> list[str]:
         EnvNotFoundError: a name is not a shipped task (the message suggests close names).
         ConfigError: the list is empty, or the ``miniwob`` package is not installed.
     """
-    from collabui.devices.miniwob import miniwob_tasks
+    from collabui.devices.miniwob import miniwob_tasks, synthetic_tasks
 
     shipped = miniwob_tasks()
+    known = {*shipped, *synthetic_tasks()}  # named only: no suite holds the synthetic pages
     items = spec.split(",") if isinstance(spec, str) else list(spec)
     names: list[str] = []
     for item in (str(x).strip() for x in items):
@@ -103,7 +104,7 @@ def resolve_tasks(spec: str | Sequence[str]) -> list[str]:
             names.extend(SUITES[item] or shipped)
             continue
         name = item.removeprefix("miniwob/").removeprefix("miniwob-mobile/")
-        if name not in shipped:
+        if name not in known:
             close = difflib.get_close_matches(name, [*shipped, *SUITES], n=3, cutoff=0.6)
             hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
             raise EnvNotFoundError(f"unknown MiniWoB++ task {item!r}; {hint}use a suite "

@@ -62,3 +62,22 @@ def test_a_suggestion_holding_the_quoted_values_is_clicked_before_other_unmatche
               if isinstance(a, web.Click)]
     order = [a.element_id for a in clicks]
     assert order.index("F") < min(order.index("A"), order.index("C"), order.index("E")), order
+
+
+FORM = ("< < <label[A]| Code:> <input[B]| > > < <span| City> <input[C]| > > "
+        "< <label[D]| Size> <select[E]| --; options: -- | Small | Large> > <button[F]| OK> >")
+
+
+def test_a_quoted_value_goes_first_into_the_field_whose_label_the_task_names_beside_it():
+    task = 'Put "maple" in the City box and set code to "42", then press OK.'
+    candidates = rank_candidates(task, Observation(text=FORM, task=task))
+    # No typing verb, but quoted values no element shows are to be typed, each into its field.
+    assert set(candidates[:2]) == {web.TypeString("C", "maple"), web.TypeString("B", "42")}
+
+
+def test_an_option_the_task_names_comes_first_and_the_chosen_option_is_no_candidate():
+    task = "Choose Large in the size menu and click OK."
+    candidates = rank_candidates(task, Observation(text=FORM, task=task))
+    assert candidates[0] == web.Select("E", "Large")
+    assert web.Select("E", "--") not in candidates
+    assert candidates.index(web.Click("F")) < candidates.index(web.Select("E", "Small"))
