@@ -19,6 +19,7 @@ from collabui.actions import get_action_space
 from collabui.devices.base import Observation
 from collabui.errors import ConfigError
 from collabui.prompts import build_messages, history_in_format, render_observation
+from collabui.training.team_context import TeamContext, team_context
 
 __all__ = ["sft_rows", "answer_text", "grounded_thought", "prompt_messages", "target_line"]
 
@@ -77,21 +78,36 @@ def _target(row: dict[str, Any], action: dict[str, Any], element_format: str) ->
     return line
 
 
-def prompt_messages(row: dict[str, Any], *, style: str = "trained",
-                    element_format: str = "html") -> list[dict[str, str]]:
-    """The chat an agent reads at the row's step (single agent: no peers)."""
+def prompt_messages(row: dict[str, Any], *, style: str = "trained", element_format: str = "html",
+                    context: TeamContext | None = None) -> list[dict[str, str]]:
+    """The chat an agent reads at the row's step: a single agent's, or with ``context`` that of
+    an agent in a team (its previous answer and its predecessors' answers)."""
     obs = Observation(text=_screen(row, element_format), task=row["task"], url=row.get("url"),
                       viewport=row.get("viewport"))
     messages = build_messages(space=get_action_space("web"), task=str(row["task"]),
                               observation=render_observation(obs),
                               history=[history_in_format(h, element_format) for h in row["history"]],
-                              style=style)
+                              peers=context.peers if context else (),
+                              own_previous=context.own_previous if context else None, style=style)
     return [dict(m) for m in messages]
+
+
+def _context(row: dict[str, Any], action: dict[str, Any], share: float, seed: int) -> TeamContext | None:
+    """A drawn team context for ``share`` of the rows (seeded by the row, so reruns agree)."""
+    if share <= 0:
+        return None
+    rng = random.Random(f"{seed}/{row['task_name']}/{row['seed']}/{row['t']}/{row.get('rendering')}")
+    if rng.random() >= share:
+        return None
+    from collabui.devices.simplify import flat_elements
+
+    ids = [str(e["id"]) for e in flat_elements(_tree(row)) if e["id"]]
+    return team_context(action, ids, rng)
 
 
 def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_format: str = "html",
              limit: int | None = None, seed: int = 0, renderings: Sequence[str] | None = None,
-             balance: bool = False, by_step: bool = False) -> list[dict[str, Any]]:
+             balance: bool = False, by_step: bool = False, team_share: float = 0.0) -> list[dict[str, Any]]:
     """Prompt-completion rows (TRL's conversational format) from demonstration rows.
 
     Args:
@@ -103,7 +119,11 @@ def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_
             one-click steps does not crowd out the rarer multi-step ones.
         by_step: with ``balance``, round-robin over (task, step index) pairs instead: a 4-step
             form gets a share for each of its steps, not one share for all four.
+        team_share: the share of rows read as an agent of a 4 x 3 team reads them, with
+            drawn answers of the other agents beside the page (:mod:`collabui.training.team_context`).
     """
+    if not 0.0 <= team_share <= 1.0:
+        raise ConfigError(f"team_share must be between 0 and 1, got {team_share!r}")
     out = []
     for row in rows:
         if renderings is not None and row.get("rendering") not in renderings:
@@ -111,7 +131,8 @@ def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_
         action = row["action"]
         action = json.loads(action) if isinstance(action, str) else action
         thought = grounded_thought(action, _target(row, action, element_format)) if style == "grounded" else None
-        out.append({"prompt": prompt_messages(row, style=style, element_format=element_format),
+        context = _context(row, action, team_share, seed)
+        out.append({"prompt": prompt_messages(row, style=style, element_format=element_format, context=context),
                     "completion": [{"role": "assistant", "content": answer_text(action, thought=thought)}],
                     "task_name": row["task_name"], "seed": int(row["seed"]), "t": int(row["t"])})
     random.Random(seed).shuffle(out)

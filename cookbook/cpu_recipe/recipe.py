@@ -123,6 +123,9 @@ class RecipeConfig:
         "help": "stage 1 also searches collabui's synthetic form pages (miniwob/synth-fields, "
                 "synth-choices, synth-forms) beside the training tasks"})
     sft_examples: int = field(default=2000, metadata={"help": "SFT rows drawn from the data"})
+    team_share: float = field(default=0.0, metadata={
+        "metavar": "P", "help": "share of SFT rows read as an agent of a 4 x 3 team reads them: drawn answers "
+        "of the other agents beside the page, right or a plausible mistake (collabui.training.team_context)"})
     balance: bool = field(default=True, metadata={
         "help": "draw SFT rows round-robin over training tasks (--no-balance: at random)"})
     balance_steps: bool = field(default=False, metadata={
@@ -163,6 +166,8 @@ class RecipeConfig:
         for name in ("validate", "onpolicy_episodes", "round2_demo_rows", "hindsight"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{flag_of(name)} must be >= 0, got {getattr(self, name)}")
+        if not 0.0 <= self.team_share <= 1.0:
+            raise ConfigError(f"--team-share must be between 0 and 1, got {self.team_share}")
         if self.sft.full_finetune and (self.onpolicy_episodes or self.publish):
             raise ConfigError("--full-finetune makes a whole model, not an adapter: it takes no on-policy round "
                               "(--onpolicy-episodes) and is not shipped (--publish); drop one or the other")
@@ -202,7 +207,7 @@ def flag_values(config: RecipeConfig) -> dict[str, Any]:
 #: The settings that shape the trained model, written into the bundle's ``made_by`` command.
 _TAUGHT = ("balance_steps", "batch", "demo_minutes", "dpo_lr", "element_format", "full_finetune", "hindsight",
            "length_window", "lora_dropout", "lora_r", "lr", "onpolicy_dpo", "onpolicy_episodes", "round2_demo_rows",
-           "sft_epochs", "sft_examples", "style")
+           "sft_epochs", "sft_examples", "style", "synthetic_pages", "team_share")
 
 
 def made_by_command(config: RecipeConfig) -> str:
@@ -273,7 +278,7 @@ def _demo_rows(config: RecipeConfig, demo: Path) -> list[dict[str, Any]]:
     steps = read_steps(demo / "steps.jsonl")
     steps += hindsight_rows(steps, per_row=config.hindsight)
     return sft_rows(steps, style=config.style, element_format=config.element_format,
-                    seed=0, balance=config.balance, by_step=config.balance_steps)
+                    seed=0, balance=config.balance, by_step=config.balance_steps, team_share=config.team_share)
 
 
 def _sft_config(config: RecipeConfig, out: Path) -> AgentSFTConfig:

@@ -109,7 +109,7 @@ def test_negative_counts_are_refused_with_the_flag_named(capsys):
 #: recipe.json's "args" at the defaults, as the recipe wrote them before RecipeConfig existed
 #: (its --no-balance flag is now --balance/--no-balance, recorded as balance).
 DEFAULT_ARGS = {"out": "runs/recipe", "demo_minutes": 10.0, "demo_workers": 4, "sft_examples": 2000,
-                "synthetic_pages": False, "sft_epochs": 1.0, "balance": True, "balance_steps": False, "hindsight": 0, "lr": 3e-4, "lora_r": 32,
+                "synthetic_pages": False, "team_share": 0.0, "sft_epochs": 1.0, "balance": True, "balance_steps": False, "hindsight": 0, "lr": 3e-4, "lora_r": 32,
                 "batch": 8, "lora_dropout": 0.0, "length_window": 32, "full_finetune": False, "element_format": "html", "style": "trained", "episodes": 13,
                 "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "critic_episodes": 6, "team": False,
                 "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
@@ -164,7 +164,7 @@ def test_stage_configs_are_the_ones_the_recipe_always_built(tmp_path, monkeypatc
     assert seen["bundle"]["made_by"] == (
         "cookbook/cpu_recipe/recipe.py --batch 8 --demo-minutes 10.0 --dpo-lr 5e-05 --element-format html "
         "--hindsight 0 --length-window 32 --lora-dropout 0.0 --lora-r 32 --lr 0.0003 --onpolicy-episodes 0 "
-        "--round2-demo-rows 400 --sft-epochs 1.0 --sft-examples 2000 --style trained")
+        "--round2-demo-rows 400 --sft-epochs 1.0 --sft-examples 2000 --style trained --team-share 0.0")
     clock = recipe._Clock(tmp_path / "recipe.json", config)
     clock.run("x", lambda: None)
     assert json.loads((tmp_path / "recipe.json").read_text())["args"] == DEFAULT_ARGS

@@ -1,0 +1,79 @@
+"""SFT rows read as an agent of a team reads them: drawn answers of the other agents beside
+the page, right or a plausible mistake on that page, with the verified answer as the target."""
+
+import json
+import random
+import re
+
+import pytest
+
+from collabui.errors import ConfigError
+from collabui.prompts import build_messages
+from collabui.training.sft_data import sft_rows
+from collabui.training.team_context import team_context, wrong_action
+
+from .test_hindsight import ROW
+
+IDS = ["A", "B", "C", "D", "E", "F"]
+CLICK = {"action": "click", "element_id": "A"}
+
+
+def _rows(n: int) -> list[dict]:
+    return [{**ROW, "seed": 1000 + k} for k in range(n)]
+
+
+def test_a_mistake_acts_on_another_element_of_the_page_and_typing_keeps_its_value():
+    rng = random.Random(0)
+    typed = {"action": "type_string", "element_id": "E", "content": "kim", "press_enter": False}
+    for _ in range(50):
+        click = wrong_action(CLICK, IDS, rng)
+        assert click["action"] == "click" and click["element_id"] in IDS and click["element_id"] != "A"
+        wrong = wrong_action(typed, IDS, rng)
+        assert wrong["content"] == "kim" and wrong["element_id"] != "E"
+    assert wrong_action(CLICK, ["A"], rng) is None
+
+
+def test_contexts_follow_the_team_shape_and_are_right_as_often_as_asked():
+    rng = random.Random(1)
+    contexts = [team_context(CLICK, IDS, rng, p_right=0.6) for _ in range(2000)]
+    answers = [o for c in contexts for o in (*c.peers, *([c.own_previous] if c.own_previous else []))]
+    right = sum(json.loads(o.action_json) == CLICK for o in answers) / len(answers)
+    assert 0.55 < right < 0.65
+    # Round 0 has no previous answer; later rounds do; 0-3 predecessors, never the agent itself.
+    assert {len(c.peers) for c in contexts} == {0, 1, 2, 3}
+    assert any(c.own_previous is None for c in contexts) and any(c.own_previous for c in contexts)
+    for c in contexts:
+        assert len({p.agent for p in c.peers}) == len(c.peers)
+        if c.own_previous:
+            assert c.own_previous.agent not in {p.agent for p in c.peers}
+            assert all(p.round == c.own_previous.round + 1 for p in c.peers)
+
+
+def test_team_rows_show_the_sections_a_team_prompt_has_and_keep_the_verified_target():
+    rows = sft_rows(_rows(200), team_share=0.5)
+    with_team = [r for r in rows if "Answers from other agents" in r["prompt"][-1]["content"]
+                 or "Your answer in the previous round" in r["prompt"][-1]["content"]]
+    assert 70 < len(with_team) < 130
+    assert all(r["completion"][0]["content"] == 'Action: {"action": "click", "element_id": "A"}' for r in rows)
+    # The sections are written exactly as the runtime writes them (same builder, same order).
+    text = with_team[0]["prompt"][-1]["content"]
+    assert text.index("Current screen:") < text.index("Action:")
+    for element in re.findall(r'"element_id": "(\w+)"', text):
+        assert element in IDS
+    # Seeded by the row: the same rows again give the same prompts; at share 0 every row is
+    # the single agent's prompt.
+    assert sft_rows(_rows(200), team_share=0.5) == rows
+    assert all(r["prompt"] == _single_agent_prompt() for r in sft_rows(_rows(5)))
+    with pytest.raises(ConfigError, match="team_share"):
+        sft_rows(_rows(1), team_share=1.5)
+
+
+def _single_agent_prompt() -> list[dict]:
+    from collabui.actions import get_action_space
+    from collabui.devices.base import Observation
+    from collabui.prompts import render_observation
+
+    obs = Observation(text=ROW["screen"], task=ROW["task"], url=ROW["url"], viewport=ROW["viewport"])
+    return [dict(m) for m in build_messages(space=get_action_space("web"), task=ROW["task"],
+                                            observation=render_observation(obs), history=[], style="trained")]
+

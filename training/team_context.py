@@ -1,0 +1,68 @@
+"""Team context for SFT rows: the other agents' answers an agent reads in a team.
+
+In a team every agent reads, beside the page, its own answer of the previous round and the
+answers of its DAG predecessors in this round (``collabui.prompts.build_messages``). Rows from
+single-agent demonstrations never show those sections, so a model trained only on them reads
+every team prompt out of distribution. :func:`team_context` draws such a context for a verified
+step: each shown answer is the verified action with probability ``p_right``, else a plausible
+mistake on the same page (another element, or the same value typed into another field), and the
+target stays the verified action. The model so learns to follow a right neighbour and to
+ignore a wrong one, as the vote needs.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from collabui.actions import get_action_space
+from collabui.prompts import PeerOutput
+
+__all__ = ["TeamContext", "team_context", "wrong_action"]
+
+#: The team shape drawn from: the default 4 agents x 3 rounds.
+AGENTS, ROUNDS = 4, 3
+
+
+@dataclass(frozen=True)
+class TeamContext:
+    """What one (agent, round) node reads from the team: ``own_previous`` (None in round 0) and
+    this round's ``peers``."""
+
+    peers: tuple[PeerOutput, ...]
+    own_previous: PeerOutput | None
+
+
+def wrong_action(action: dict[str, Any], element_ids: list[str], rng: random.Random) -> dict[str, Any] | None:
+    """A plausible mistake beside ``action``: the same kind of action on another element of the
+    page (typing keeps its value: the wrong field), or None when the page has no other element."""
+    others = [e for e in element_ids if e != action.get("element_id")]
+    if not others or not action.get("element_id"):
+        return None
+    if action.get("action") == "type_string":
+        return {**action, "element_id": rng.choice(others)}
+    return {"action": "click", "element_id": rng.choice(others)}
+
+
+def _output(agent: int, round_: int, action: dict[str, Any], space: str) -> PeerOutput:
+    text = get_action_space(space).from_dict(action).to_json()
+    return PeerOutput(agent=agent, round=round_, thought=None, action_json=text, raw=f"Action: {text}")
+
+
+def team_context(action: dict[str, Any], element_ids: list[str], rng: random.Random, *,
+                 p_right: float = 0.6, space: str = "web") -> TeamContext:
+    """A team context for a step whose verified answer is ``action``, on a page listing
+    ``element_ids``: a round (0-2) and 0-3 predecessors, each answer right with ``p_right``."""
+    agent = rng.randrange(AGENTS)
+    round_ = rng.randrange(ROUNDS)
+    others = [a for a in range(AGENTS) if a != agent]
+    peer_ids = sorted(rng.sample(others, rng.randrange(len(others) + 1)))
+
+    def answer() -> dict[str, Any]:
+        wrong = None if rng.random() < p_right else wrong_action(action, element_ids, rng)
+        return wrong or action
+
+    peers = tuple(_output(p, round_, answer(), space) for p in peer_ids)
+    own = _output(agent, round_ - 1, answer(), space) if round_ > 0 else None
+    return TeamContext(peers=peers, own_previous=own)
