@@ -69,6 +69,9 @@ def miniwob_tasks() -> list[str]:
 #: collabui's own MiniWoB-style pages (``devices/pages``), served under this URL folder.
 _PAGES_DIR = Path(__file__).parent / "pages"
 _PAGES_URL = "/collabui/"
+#: The synthetic page kinds (``synth.generate(kind)`` in ``pages/synth.js``); one html
+#: file, ``pages/synth.html``, serves them all.
+_SYNTHETIC_KINDS = ("choices", "fields", "forms")
 
 
 def synthetic_tasks() -> list[str]:
@@ -79,7 +82,7 @@ def synthetic_tasks() -> list[str]:
     environment, the verified search, the evaluation) drives them unchanged. Training data only:
     they are not MiniWoB++ tasks and no benchmark figure includes them.
     """
-    return sorted(p.stem for p in _PAGES_DIR.glob("synth-*.html"))
+    return [f"synth-{kind}" for kind in _SYNTHETIC_KINDS]
 
 
 def _task_name(task: str) -> str:
@@ -99,6 +102,8 @@ class _QuietHandler(SimpleHTTPRequestHandler):
         # MiniWoB tasks) from the miniwob package, so the pages' ../core/ links resolve.
         if path.startswith(_PAGES_URL):
             name = path[len(_PAGES_URL):].split("?", 1)[0].split("#", 1)[0]
+            if name.removesuffix(".html") in synthetic_tasks():
+                name = "synth.html"
             if "/" not in name and (_PAGES_DIR / name).is_file():
                 return str(_PAGES_DIR / name)
             return str(_PAGES_DIR / "missing")

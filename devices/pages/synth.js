@@ -1,6 +1,6 @@
 // collabui's synthetic form pages: a seeded generator of small forms and the instruction that
 // fills them, rewarded through MiniWoB++'s core (core.endEpisode), so the MiniWoB environment,
-// the verified search and the evaluation drive them unchanged. Each page sets SYNTH_KIND:
+// the verified search and the evaluation drive them unchanged. synth.generate(kind) builds one:
 //   fields  - 2-4 labelled text fields (and maybe a menu); fill 1-3 of them
 //   choices - radio groups, checkbox lists and menus; choose in 1-2 of them
 //   forms   - any of the widgets above; 2-3 goals
@@ -144,8 +144,10 @@ synth.widgets = function (area, kind) {
   } else if (kind === 'choices') {
     plan = [core.sample(['radio', 'checkbox', 'select'])];
     if (core.randf(0, 1) < 0.6) plan.push(core.sample(['radio', 'checkbox', 'select']));
-  } else {
+  } else if (kind === 'forms') {
     plan = core.shuffle(['text', 'text', core.sample(['radio', 'checkbox']), 'select']).slice(0, core.randi(2, 5));
+  } else {
+    throw new Error('unknown synthetic page kind ' + kind);
   }
   plan.forEach(function (w) {
     n += 1;
