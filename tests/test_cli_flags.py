@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -168,3 +169,7 @@ def test_replace_given_applies_only_typed_flags() -> None:
     assert replace_given(stored, parser.parse_args(["--owned", "x"])) == _Outer(
         tasks="click-button", team=_Inner(n_agents=2, max_steps=7), owned="x")  # team.owned untouched
     assert given_flags(_outer_parser().parse_args(["--verbose"])) == frozenset()  # record=False: nothing noted
+    # A switch a stored run turned on can be turned off again (the default is False).
+    loud = dataclasses.replace(stored, verbose=True)
+    assert replace_given(loud, parser.parse_args(["--no-verbose"])) == stored
+    assert _outer_parser().parse_known_args(["--no-verbose"])[1] == ["--no-verbose"]  # unrecorded: --verbose only

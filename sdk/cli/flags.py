@@ -4,7 +4,8 @@ Every field becomes ``--field-name`` (``n_agents`` is ``--agents`` and ``out_dir
 ``--out`` everywhere, see :data:`FLAG_NAMES`), with its help from ``field(metadata={"help":
 ...})``. Types map to argparse as follows:
 
-* ``bool``: ``--x`` (store_true) when the default is False, ``--x/--no-x`` when it is True;
+* ``bool``: ``--x`` (store_true) when the default is False, ``--x/--no-x`` when it is True or
+  the parser records typed flags (``--from RUN_DIR`` may restore a True);
 * ``int``, ``float``, ``str`` (and ``Any``, taken as text), optionally ``| None``;
 * ``tuple[T, ...]`` / ``list[T]``: one or more values, each may also be comma-separated
   (``--temperatures 0.1 0.3`` or ``--temperatures 0.1,0.3``); items typed ``str | None`` read
@@ -145,18 +146,6 @@ class _Store(argparse.Action):
         _note(namespace, self.dest)
 
 
-class _StoreTrue(argparse.Action):
-    """argparse's ``store_true``, noting that the flag was typed (``record=True``)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, nargs=0, **kwargs)
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
-        setattr(namespace, self.dest, True)
-        _note(namespace, self.dest)
-
-
 class _Optional(argparse.BooleanOptionalAction):
     """``--x/--no-x``, noting that the flag was typed (``record=True``)."""
 
@@ -267,8 +256,10 @@ def add_config_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, 
             if shown and "default" not in text:
                 text = f"{text} (default {_show(default)})" if text else f"default {_show(default)}"
         if kind.is_bool:
-            action: Any = (_Optional if record else argparse.BooleanOptionalAction) if default is True else \
-                (_StoreTrue if record else "store_true")
+            # A recorded command (``--from RUN_DIR``) may restore True from the folder, so it
+            # needs ``--no-x`` whatever the default is.
+            action: Any = _Optional if record else (
+                argparse.BooleanOptionalAction if default is True else "store_true")
             parser.add_argument(*names, action=action, help=text, **options)
         elif kind.many:
             parser.add_argument(*names, action=_Items, nargs="+", convert=kind.convert, record=record,
