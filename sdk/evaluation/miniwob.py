@@ -105,7 +105,7 @@ def resolve_tasks(spec: str | Sequence[str]) -> list[str]:
             continue
         name = item.removeprefix("miniwob/").removeprefix("miniwob-mobile/")
         if name not in known:
-            close = difflib.get_close_matches(name, [*shipped, *SUITES], n=3, cutoff=0.6)
+            close = difflib.get_close_matches(name, [*known, *SUITES], n=3, cutoff=0.6)
             hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
             raise EnvNotFoundError(f"unknown MiniWoB++ task {item!r}; {hint}use a suite "
                                    f"({', '.join(SUITES)}) or names from `collabui envs`")
