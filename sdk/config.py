@@ -13,6 +13,7 @@ from collabui.actions import get_action_space
 from collabui.devices.simplify import ELEMENT_FORMATS
 from collabui.errors import ConfigError
 from collabui.prompts import PROMPT_STYLES
+from collabui.vote import VOTE_RULES
 
 __all__ = ["TeamConfig", "config_to_dict", "config_from_dict", "pin_action_space", "DEFAULT_TEMPERATURES",
            "PROMPT_STYLE_CHOICES", "ELEMENT_FORMAT_CHOICES", "MODEL_HELP", "GUIDED_HELP", "ELEMENT_FORMAT_HELP",
@@ -71,6 +72,12 @@ class TeamConfig:
         metadata={"help": "agents' prompt; auto: the style the model was trained for (trained teams), "
                   "else react", "choices": PROMPT_STYLE_CHOICES},
     )
+    vote: str = field(
+        default="exact",
+        metadata={"help": "vote rule: exact (the paper's: identical actions pool their votes) or target "
+                  "(first the most-proposed action on an element, then its most-proposed wording)",
+                  "choices": VOTE_RULES},
+    )
     max_new_tokens: int = field(default=64, metadata={"help": "generation budget per agent call"})
     max_observation_chars: int = field(default=6000, metadata={"help": "observation text cap"})
     batch_fallback_s: float = field(
@@ -89,6 +96,8 @@ class TeamConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
         get_action_space(self.action_space)
+        if self.vote not in VOTE_RULES:
+            raise ConfigError(f"vote {self.vote!r} is unknown; use one of {list(VOTE_RULES)}")
         if self.prompt_style not in PROMPT_STYLE_CHOICES:
             raise ConfigError(f"prompt_style {self.prompt_style!r} is unknown; use one of {list(PROMPT_STYLE_CHOICES)}")
         if self.temperatures is not None:

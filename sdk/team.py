@@ -328,7 +328,7 @@ class CollabAgentTeam:
         props = state["proposals"]
         n, m = self.config.n_agents, self.config.rounds
         matrix = [[props[(i, j)].action for j in range(m)] for i in range(n)]
-        return {"vote": majority_vote(matrix)}
+        return {"vote": majority_vote(matrix, rule=self.config.vote)}
 
     @staticmethod
     def _approve_node(state: _StepState) -> dict[str, Any]:

@@ -10,16 +10,28 @@ Rule, in order:
    most discussion), then to the one that appears in the latest round, then to the one proposed
    by the lowest agent id in that round. The rule is deterministic: the same matrix always
    yields the same winner.
+
+That is the paper's rule (``rule="exact"``, the default). ``rule="target"`` first decides *what*
+to do and then *how*: proposals are grouped by ``Action.target()`` (the action without its
+wording: typed text, an answer), the target group wins by the same ranking, and within it the
+exact rule picks the wording. Sampled agents that agree on typing into the password field but
+differ in one character then outvote a minority that agrees on clicking Login, where the exact
+rule splits them into small groups and lets the minority win.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from collabui.actions import Action, Unknown
 
-__all__ = ["VoteResult", "majority_vote"]
+__all__ = ["VOTE_RULES", "VoteResult", "majority_vote"]
+
+#: The vote rules ``majority_vote`` (and ``TeamConfig.vote``) accept.
+VOTE_RULES = ("exact", "target")
+
+_Cell = tuple[int, int, Action]
 
 
 @dataclass(frozen=True)
@@ -33,6 +45,9 @@ class VoteResult:
         total: number of proposals in the matrix (n x m).
         parsed: how many proposals parsed into the action space.
         tie_break: None when the winner had strictly most votes, else the rule that decided.
+        rule: the vote rule (``exact`` or ``target``).
+        target_votes: under the ``target`` rule, how many proposals named the winner's target
+            (``votes`` counts the winner's exact wording); None under ``exact``.
     """
 
     action: Action
@@ -41,9 +56,11 @@ class VoteResult:
     total: int
     parsed: int
     tie_break: str | None = None
+    rule: str = "exact"
+    target_votes: int | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "action": self.action.to_dict(),
             "counts": [list(c) for c in self.counts],
             "votes": self.votes,
@@ -51,10 +68,18 @@ class VoteResult:
             "parsed": self.parsed,
             "tie_break": self.tie_break,
         }
+        if self.rule != "exact":  # traces of the paper's rule keep their old shape
+            out["rule"] = self.rule
+            out["target_votes"] = self.target_votes
+        return out
 
 
-def majority_vote(matrix: Sequence[Sequence[Action]]) -> VoteResult:
-    """Vote over ``matrix[i][j]`` = agent i's action in round j (rounds in order)."""
+def majority_vote(matrix: Sequence[Sequence[Action]], *, rule: str = "exact") -> VoteResult:
+    """Vote over ``matrix[i][j]`` = agent i's action in round j (rounds in order).
+
+    ``rule`` is ``exact`` (the paper's) or ``target`` (see the module docstring)."""
+    if rule not in VOTE_RULES:
+        raise ValueError(f"vote rule {rule!r} is unknown; use one of {list(VOTE_RULES)}")
     cells = [(i, j, a) for i, row in enumerate(matrix) for j, a in enumerate(row)]
     if not cells:
         raise ValueError("majority_vote needs at least one proposal")
@@ -66,37 +91,62 @@ def majority_vote(matrix: Sequence[Sequence[Action]]) -> VoteResult:
             votes=len(cells),
             total=len(cells),
             parsed=0,
+            rule=rule,
         )
-    groups: dict[tuple, list[tuple[int, int, Action]]] = {}
-    for cell in parsed:
-        groups.setdefault(cell[2].key(), []).append(cell)
     last_round = max(j for _, j, _ in cells)
-
-    def rank(members: list[tuple[int, int, Action]]) -> tuple[int, int, int, int]:
-        latest = max(j for _, j, _ in members)
-        return (
-            len(members),
-            sum(1 for _, j, _ in members if j == last_round),
-            latest,
-            -min(i for i, j, _ in members if j == latest),
-        )
-
-    ranked = sorted(groups.values(), key=rank, reverse=True)
+    target_votes = None
+    pool = parsed
+    target_tie = None
+    if rule == "target":
+        targets = _ranked(parsed, lambda a: a.target(), last_round)
+        pool, target_votes = targets[0], len(targets[0])
+        target_tie = _tie_break(targets, last_round)
+    ranked = _ranked(pool, lambda a: a.key(), last_round)
     winner = ranked[0]
-    tie_break = None
-    if len(ranked) > 1 and len(ranked[1]) == len(winner):
-        a, b = rank(winner), rank(ranked[1])
-        tie_break = "last-round count" if a[1] != b[1] else "latest round, lowest agent id"
-    # Represent each group by its first proposal in reading order (agent, then round).
-    counts = tuple((min(g, key=lambda c: (c[0], c[1]))[2].to_call(), len(g)) for g in ranked)
+    tie_break = target_tie or _tie_break(ranked, last_round)
+    # The tally lists every exact proposal in the matrix, most votes first.
+    everyone = _ranked(parsed, lambda a: a.key(), last_round)
+    counts = tuple((_first(g)[2].to_call(), len(g)) for g in everyone)
     unknowns = len(cells) - len(parsed)
     if unknowns:
         counts += (("unknown", unknowns),)
     return VoteResult(
-        action=min(winner, key=lambda c: (c[0], c[1]))[2],
+        action=_first(winner)[2],
         counts=counts,
         votes=len(winner),
         total=len(cells),
         parsed=len(parsed),
         tie_break=tie_break,
+        rule=rule,
+        target_votes=target_votes,
     )
+
+
+def _rank(members: list[_Cell], last_round: int) -> tuple[int, int, int, int]:
+    latest = max(j for _, j, _ in members)
+    return (
+        len(members),
+        sum(1 for _, j, _ in members if j == last_round),
+        latest,
+        -min(i for i, j, _ in members if j == latest),
+    )
+
+
+def _ranked(cells: list[_Cell], key: Callable[[Action], tuple], last_round: int) -> list[list[_Cell]]:
+    """Cells grouped by ``key`` of their action, best group first."""
+    groups: dict[tuple, list[_Cell]] = {}
+    for cell in cells:
+        groups.setdefault(key(cell[2]), []).append(cell)
+    return sorted(groups.values(), key=lambda g: _rank(g, last_round), reverse=True)
+
+
+def _tie_break(ranked: list[list[_Cell]], last_round: int) -> str | None:
+    if len(ranked) < 2 or len(ranked[1]) != len(ranked[0]):
+        return None
+    a, b = _rank(ranked[0], last_round), _rank(ranked[1], last_round)
+    return "last-round count" if a[1] != b[1] else "latest round, lowest agent id"
+
+
+def _first(group: list[_Cell]) -> _Cell:
+    """A group's representative: its first proposal in reading order (agent, then round)."""
+    return min(group, key=lambda c: (c[0], c[1]))

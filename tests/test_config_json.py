@@ -35,7 +35,9 @@ def test_team_config_keeps_unset_fields_unset():
 
 def test_old_and_bad_team_dicts():
     assert TeamConfig.from_dict({"n_agents": 2}) == TeamConfig(n_agents=2)  # missing: defaults
-    with pytest.raises(ConfigError, match=r"no field\(s\) \['vote'\]"):
+    with pytest.raises(ConfigError, match=r"no field\(s\) \['voting'\]"):
+        TeamConfig.from_dict({"voting": "x"})
+    with pytest.raises(ConfigError, match=r"vote 'x' is unknown; use one of \['exact', 'target'\]"):
         TeamConfig.from_dict({"vote": "x"})
     with pytest.raises(ConfigError, match="n_agents must be an integer"):
         TeamConfig.from_dict({"n_agents": 0})

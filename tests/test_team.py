@@ -205,3 +205,21 @@ def test_episode_runs_to_success_and_traces_every_step():
     # The exact prompt of every entry is in the trace: training rebuilds contexts from it.
     prompts = [json.dumps(p["messages"]) for row in step1["proposals"] for p in row]
     assert all("<button[C]| OK>" in p for p in prompts)
+
+
+def test_team_votes_by_the_configured_rule():
+    # Agents 0-2 type into the same field, each a different text; agents 3 and 4 click Submit.
+    # Every agent repeats itself each round: 6 identical clicks against 3 x 3 different typings.
+    def answer(req):
+        i = int(req.adapter[1:])
+        if i >= 3:
+            return 'Action: {"action": "click", "element_id": "B"}'
+        return f'Action: {{"action": "type_string", "element_id": "E", "content": "v{i}"}}'
+
+    for rule, executed in (("exact", "click('B')"), ("target", "type_string('E', 'v0', False)")):
+        team = CollabAgentTeam(ScriptedChatModel(answer), n_agents=5, rounds=3, topology="independent",
+                               adapters=tuple(f"a{i}" for i in range(5)), batch_fallback_s=30, vote=rule)
+        step = team.step("Log in.", OBS)
+        assert step.action.to_call() == executed and step.vote.rule == rule
+    with pytest.raises(ConfigError, match="vote 'plurality' is unknown"):
+        CollabAgentTeam(ScriptedChatModel(answer), vote="plurality")

@@ -1,3 +1,5 @@
+import pytest
+
 from collabui.actions import Unknown
 from collabui.actions.web import Click, Finish, ScrollPage, TypeString
 from collabui.vote import majority_vote
@@ -106,3 +108,59 @@ def test_lowest_agent_id_is_counted_in_the_latest_round_only():
     assert vote.action == Click("B")
     assert vote.votes == 2 and vote.tie_break == "latest round, lowest agent id"
 
+
+
+def _login_split():
+    """The password step of login-user: five agents click Login, seven type the password but
+    three of them mistype it. Rows are agents, columns rounds."""
+    good, typo = TypeString("E", "hunter2"), TypeString("E", "hunter3")
+    return [
+        [good, good, good],
+        [Click("L"), Click("L"), Click("L")],
+        [typo, good, typo],
+        [Click("L"), Click("L"), typo],
+    ]
+
+
+def test_exact_rule_lets_an_agreeing_minority_beat_a_split_majority():
+    vote = majority_vote(_login_split())
+    assert vote.action == Click("L") and vote.votes == 5
+    assert vote.rule == "exact" and vote.target_votes is None
+    assert "rule" not in vote.to_dict()  # the paper's rule keeps the recorded shape
+
+
+def test_target_rule_decides_the_element_first_then_the_wording():
+    vote = majority_vote(_login_split(), rule="target")
+    assert vote.action == TypeString("E", "hunter2")
+    assert vote.target_votes == 7 and vote.votes == 4 and vote.total == 12
+    # The tally still lists every exact proposal, so the trace shows the split.
+    assert dict(vote.counts) == {"type_string('E', 'hunter2', False)": 4, "click('L')": 5,
+                                 "type_string('E', 'hunter3', False)": 3}
+    assert vote.to_dict()["rule"] == "target" and vote.to_dict()["target_votes"] == 7
+
+
+def test_target_rule_keeps_different_elements_and_kinds_apart():
+    matrix = [[TypeString("E", "a"), TypeString("F", "a"), Click("E")],
+              [TypeString("E", "b", press_enter=True), Click("E"), Click("E")]]
+    vote = majority_vote(matrix, rule="target")
+    # type_string into E (2, wording differs) loses to click on E (3): kind and element both count.
+    assert vote.action == Click("E") and vote.target_votes == 3
+
+
+def test_target_rule_groups_answers_by_finishing():
+    matrix = [[Finish("42"), Finish("forty-two"), ScrollPage("down")],
+              [ScrollPage("down"), Finish("42"), Click("B")]]
+    vote = majority_vote(matrix, rule="target")
+    assert vote.action == Finish("42") and vote.target_votes == 3 and vote.votes == 2
+    assert majority_vote(matrix).action == ScrollPage("down")  # exact: 2-2 tie, last round
+
+
+def test_target_of_an_action_leaves_out_only_its_wording():
+    assert TypeString("e", "x", press_enter=True).target() == TypeString("E", "y").target()
+    assert TypeString("E", "x").target() != TypeString("F", "x").target()
+    assert Click("E").target() != TypeString("E", "x").target()
+
+
+def test_unknown_vote_rule_names_the_choices():
+    with pytest.raises(ValueError, match=r"vote rule 'majority' is unknown; use one of \['exact', 'target'\]"):
+        majority_vote([[Click("B")]], rule="majority")

@@ -78,6 +78,9 @@ class Action(BaseModel):
     name: ClassVar[str] = ""
     #: Whether executing the action ends the episode (finish, status, answer).
     terminal: ClassVar[bool] = False
+    #: Arguments that only say *how* (typed text, an answer's wording), not *what* the action
+    #: acts on; ``target()`` leaves them out.
+    wording: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         try:
@@ -111,6 +114,11 @@ class Action(BaseModel):
         """Canonical, hashable form: equal keys mean the same action for the vote."""
         return (self.name, *(_canon(v) for v in self.args().values()))
 
+    def target(self) -> tuple[Any, ...]:
+        """The key without the wording arguments: ``type_string('E', 'jon')`` and
+        ``type_string('E', 'john')`` share a target (the vote's ``target`` rule groups by it)."""
+        return (self.name, *(_canon(v) for k, v in self.args().items() if k not in self.wording))
+
     def __str__(self) -> str:
         return self.to_call()
 
@@ -135,6 +143,9 @@ class Unknown(Action):
     reason: str = ""
 
     def key(self) -> tuple[Any, ...]:
+        return ("unknown",)
+
+    def target(self) -> tuple[Any, ...]:
         return ("unknown",)
 
 

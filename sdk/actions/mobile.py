@@ -81,6 +81,7 @@ class InputText(Action):
     """Type text into the element at ``index`` (focus, clear, type)."""
 
     name: ClassVar[str] = "input_text"
+    wording: ClassVar[tuple[str, ...]] = ("text",)
     text: Text = ""
     index: Index = Field(description=_INDEX)
 
@@ -129,6 +130,7 @@ class Answer(Action):
 
     name: ClassVar[str] = "answer"
     terminal: ClassVar[bool] = True
+    wording: ClassVar[tuple[str, ...]] = ("text",)
     text: Text = ""
 
 

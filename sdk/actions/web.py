@@ -68,6 +68,7 @@ class TypeString(ElementAction):
     """Type text into an element (replacing its content), optionally pressing Enter."""
 
     name: ClassVar[str] = "type_string"
+    wording: ClassVar[tuple[str, ...]] = ("content", "press_enter")
     content: Text = ""
     press_enter: bool = False
 
@@ -106,6 +107,7 @@ class UserInput(Action):
 
     name: ClassVar[str] = "user_input"
     terminal: ClassVar[bool] = True
+    wording: ClassVar[tuple[str, ...]] = ("message",)
     message: Text = ""
 
 
@@ -114,6 +116,7 @@ class Finish(Action):
 
     name: ClassVar[str] = "finish"
     terminal: ClassVar[bool] = True
+    wording: ClassVar[tuple[str, ...]] = ("answer",)
     answer: Text | None = None
 
 
