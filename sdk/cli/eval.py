@@ -4,6 +4,7 @@
                                 its team's TeamConfig); ``--from RUN_DIR`` repeats a stored run
 ``collabui eval autowebbench``  step success on AutoWebBench records (team flags from TeamConfig)
 ``collabui eval compare A B``   per-metric deltas between two results files
+``collabui eval team DIR...``   how teams reached their actions (vote margins, kept answers)
 """
 
 from __future__ import annotations
@@ -72,6 +73,12 @@ def add_commands(sub: Any) -> None:
     c.add_argument("--plot", default=None, metavar="FILE.png",
                    help="also draw A and B side by side per task/action type (needs matplotlib)")
 
+    d = esub.add_parser("team", help="how teams reached their actions, from their traces: vote margins, "
+                        "ties, how often agents keep their own previous answer or repeat a predecessor")
+    d.add_argument("folders", nargs="+", metavar="DIR",
+                   help="run folders of collabui eval miniwob (or folders of traces); one column each")
+    d.add_argument("--out", default=None, help="also write the figures as JSON (with the per-task figures)")
+
     a = esub.add_parser("autowebbench", help="step success on AutoWebBench/Mind2Web-format records",
                         description="Run a single agent or a team on each {source, target} record; score the "
                         "published step success (function + element id, element records) and strict "
@@ -100,7 +107,8 @@ def add_commands(sub: Any) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     """Run a parsed ``collabui eval ...``; return the exit code."""
-    commands = {"miniwob": _miniwob, "compare": _compare, "autowebbench": _autowebbench, "throughput": _throughput}
+    commands = {"miniwob": _miniwob, "compare": _compare, "team": _team, "autowebbench": _autowebbench,
+                "throughput": _throughput}
     return commands[args.eval_command](args)
 
 
@@ -202,6 +210,24 @@ def _compare(args: argparse.Namespace) -> int:
         from collabui.evaluation.report import plot_results
 
         log.info("written %s", plot_results([a, b], args.plot))
+    return 0
+
+
+def _team(args: argparse.Namespace) -> int:
+    import json
+
+    from collabui.errors import ConfigError
+    from collabui.evaluation.team_dynamics import read_team_traces, render_dynamics, team_dynamics
+
+    named = {str(folder): team_dynamics(read_team_traces(folder)) for folder in args.folders}
+    empty = [name for name, d in named.items() if not d.steps]
+    if empty:
+        raise ConfigError(f"no team steps (n x m > 1) in {empty}; these are single-agent traces")
+    sys.stdout.write(render_dynamics(named))
+    if args.out:
+        Path(args.out).write_text(json.dumps({k: v.to_dict() for k, v in named.items()}, indent=1) + "\n",
+                                  encoding="utf-8")
+        log.info("written %s", args.out)
     return 0
 
 
