@@ -521,6 +521,14 @@ def run_facts(config: RecipeConfig, out: Path, clock: _Clock) -> dict[str, Any]:
     return facts
 
 
+def team_figures(folder: Path) -> dict[str, Any]:
+    """How a team row reached its actions (``collabui eval team``): vote margins, kept answers."""
+    from collabui.evaluation.team_dynamics import read_team_traces, team_dynamics
+
+    found = team_dynamics(read_team_traces(folder))
+    return {"steps": found.steps, **found.overall}
+
+
 def wanted_rows(config: RecipeConfig, rows: dict[str, Any]) -> list[str]:
     """The rows ``--systems`` asks for (all by default), in the recipe's order.
 
@@ -560,6 +568,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         done = clock.run(f"3 eval {name}", lambda n=name: evaluate(config, n, rows[n], out / "eval"))
         results["systems"][name] = _row(done)
+        if rows[name].get("team", {}).get("n_agents", 1) > 1:
+            results.setdefault("team_dynamics", {})[name] = team_figures(out / "eval" / name)
         results["eval_minutes"] = clock.minutes("3 ")
         path.write_text(json.dumps(results, indent=1))  # after every row: an interrupted run keeps them
     results["eval_minutes"] = clock.minutes("3 ")
