@@ -78,6 +78,8 @@ def add_commands(sub: Any) -> None:
     d.add_argument("folders", nargs="+", metavar="DIR",
                    help="run folders of collabui eval miniwob (or folders of traces); one column each")
     d.add_argument("--out", default=None, help="also write the figures as JSON (with the per-task figures)")
+    d.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="also draw the figures as bars, one colour per folder (needs matplotlib)")
 
     a = esub.add_parser("autowebbench", help="step success on AutoWebBench/Mind2Web-format records",
                         description="Run a single agent or a team on each {source, target} record; score the "
@@ -217,7 +219,12 @@ def _team(args: argparse.Namespace) -> int:
     import json
 
     from collabui.errors import ConfigError
-    from collabui.evaluation.team_dynamics import read_team_traces, render_dynamics, team_dynamics
+    from collabui.evaluation.team_dynamics import (
+        plot_dynamics,
+        read_team_traces,
+        render_dynamics,
+        team_dynamics,
+    )
 
     named = {str(folder): team_dynamics(read_team_traces(folder)) for folder in args.folders}
     empty = [name for name, d in named.items() if not d.steps]
@@ -228,6 +235,8 @@ def _team(args: argparse.Namespace) -> int:
         Path(args.out).write_text(json.dumps({k: v.to_dict() for k, v in named.items()}, indent=1) + "\n",
                                   encoding="utf-8")
         log.info("written %s", args.out)
+    if args.plot:
+        log.info("written %s", plot_dynamics(named, args.plot))
     return 0
 
 

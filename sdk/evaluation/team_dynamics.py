@@ -33,7 +33,7 @@ from collabui.actions import get_action_space
 from collabui.errors import ActionError, ConfigError
 from collabui.trace import Trace, read_trace
 
-__all__ = ["TeamDynamics", "read_team_traces", "render_dynamics", "team_dynamics"]
+__all__ = ["TeamDynamics", "plot_dynamics", "read_team_traces", "render_dynamics", "team_dynamics"]
 
 _FIGURES = ("winner_share", "majority", "ties", "kept_own", "agrees_with_predecessor", "last_round_on_winner")
 
@@ -180,6 +180,30 @@ def render_dynamics(named: Mapping[str, TeamDynamics]) -> str:
             cells.append("" if agent is None else f"{_pct(agent['on_winner'])} (T={agent['temperature']})")
         body.append([f"agent {i} on winner", *cells])
     return text_table(["figure", *names], body)
+
+
+def plot_dynamics(named: Mapping[str, TeamDynamics], path: str | Path) -> Path:
+    """Grouped horizontal bars, one colour per traces folder, one group per figure (PNG).
+
+    Raises:
+        ConfigError: matplotlib is missing.
+    """
+    from collabui._plotting import figure, tidy
+
+    target = Path(path).expanduser()
+    names = list(named)
+    height = 0.8 / max(1, len(names))
+    with figure(target, figsize=(8.0, 1.0 + 0.45 * len(_FIGURES) * max(1, len(names))), dpi=120) as (_, ax):
+        for s, name in enumerate(names):
+            ys = [k + (s - (len(names) - 1) / 2) * height for k in range(len(_FIGURES))]
+            values = [100 * (named[name].overall[f] or 0.0) for f in _FIGURES]
+            ax.barh(ys, values, height, label=f"{name} ({named[name].steps} steps)")
+        ax.set_yticks(range(len(_FIGURES)), [f.replace("_", " ") for f in _FIGURES], fontsize=8)
+        ax.invert_yaxis()  # the figures read top-down in the table's order
+        ax.set_xlim(0, 100)
+        ax.set_title("How the team reached its actions")
+        tidy([ax], xlabel="% of team steps or proposals")
+    return target
 
 
 def _pct(value: float | None) -> str:

@@ -66,8 +66,9 @@ def test_alternating_agents_and_a_split_vote_are_measured(tmp_path):
 def test_cli_prints_one_column_per_folder_and_writes_json(tmp_path, capsys):
     a = _record(tmp_path / "a", _per_agent_calls(lambda i, j: "C"))
     b = _record(tmp_path / "b", _per_agent_calls(lambda i, j: "BC"[(i // 2 + j) % 2]))
-    out = tmp_path / "dyn.json"
-    assert main(["eval", "team", str(a), str(b), "--out", str(out)]) == 0
+    out, png = tmp_path / "dyn.json", tmp_path / "plots" / "dyn.png"
+    assert main(["eval", "team", str(a), str(b), "--out", str(out), "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = capsys.readouterr().out
     assert "kept_own" in text and "100.0%" in text and "0.0%" in text
     data = json.loads(out.read_text())
