@@ -104,8 +104,9 @@ def majority_vote(matrix: Sequence[Sequence[Action]], *, rule: str = "exact") ->
     ranked = _ranked(pool, lambda a: a.key(), last_round)
     winner = ranked[0]
     tie_break = target_tie or _tie_break(ranked, last_round)
-    # The tally lists every exact proposal in the matrix, most votes first.
-    everyone = _ranked(parsed, lambda a: a.key(), last_round)
+    # The tally lists every exact proposal in the matrix, most votes first (under ``exact`` the
+    # pool is the whole matrix, so the ranking above is already that list).
+    everyone = ranked if pool is parsed else _ranked(parsed, lambda a: a.key(), last_round)
     counts = tuple((_first(g)[2].to_call(), len(g)) for g in everyone)
     unknowns = len(cells) - len(parsed)
     if unknowns:

@@ -89,8 +89,8 @@ class _Keys:
     def __call__(self, space: str, action: Mapping[str, Any]) -> tuple:
         text = json.dumps(action, sort_keys=True)
         if (space, text) not in self._cache:
-            try:
-                key = get_action_space(space).from_dict(action).key() if action.get("action") != "unknown" else ("unknown",)
+            try:  # an unparsed proposal ({"action": "unknown", ...}) is no action of the space
+                key = get_action_space(space).from_dict(action).key()
             except (ActionError, ConfigError, TypeError, ValueError):
                 key = ("unknown",)
             self._cache[(space, text)] = key
