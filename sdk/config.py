@@ -119,12 +119,16 @@ class TeamConfig:
 
     def for_model(self, model: Any) -> TeamConfig:
         """This config with ``auto`` settings resolved for ``model``: its trained prompt style
-        (``react`` for untrained models) and, when no adapters are named, its per-agent adapters
-        (cycled over the agents)."""
+        (``react`` for untrained models), when no adapters are named its per-agent adapters
+        (cycled over the agents), and for the default ``random`` topology the DAG its agents
+        were trained in (a MARL-trained bundle records it; used by a team of that size)."""
         defaults = getattr(model, "team_defaults", None) or {}
         changes: dict[str, Any] = {}
         if self.prompt_style == "auto":
             changes["prompt_style"] = defaults.get("prompt_style", "react")
+        trained_for = len(defaults.get("adapters") or ())  # a MARL bundle has one slot per agent
+        if self.topology == "random" and defaults.get("topology") and trained_for == self.n_agents:
+            changes["topology"] = defaults["topology"]
         shipped = tuple(defaults.get("adapters") or ())
         if self.adapters is None and shipped:
             changes["adapters"] = tuple(shipped[i % len(shipped)] for i in range(self.n_agents))

@@ -86,3 +86,22 @@ def tiny_model_dir(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     _tiny_llama(tokenizer, seed=0).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def adapter_dirs(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two LoRA adapters with random, non-zero A and B (so each changes the outputs)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    folders = {}
+    for seed, name in ((1, "a1"), (2, "a2")):
+        torch.manual_seed(seed)
+        base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+        config = LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+        peft_model = get_peft_model(base, config)
+        folder = tmp_path_factory.mktemp(f"adapter-{name}")
+        peft_model.save_pretrained(folder)
+        folders[name] = folder
+    return folders

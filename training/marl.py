@@ -7,9 +7,17 @@ Layout of ``out_dir``::
     before/eval.jsonl, before/eval_traces/       the untrained team on the held-out tasks
     iter{k}/rollouts.jsonl, iter{k}/traces/      training rollouts (team of iteration k-1)
     iter{k}/labels.jsonl, iter{k}/pairs.jsonl    critic reward matrices, preference pairs
-    iter{k}/adapters/agent{i}/                   LoRA adapters after iteration k
+    iter{k}/adapters/agent{i}/                   LoRA adapters after iteration k (DPO, or SFT on
+                                                 the chosen answers with ``objective="rft"``)
     iter{k}/eval.jsonl, iter{k}/eval_traces/     the new team on the held-out tasks
     marl_report.json, marl_report.png
+    bundle/                                      the trained team (``trained:out_dir/bundle``):
+                                                 per-agent adapters and the last DAG
+    base/                                        with a bundle as ``model``: its shared model
+                                                 (``collabui.training.marl_bundle``)
+
+With ``eval_episodes_per_task=0`` the held-out evaluations are left out (a caller such as the CPU
+recipe evaluates the final team itself, on its own protocol).
 
 Resume: a stage recorded in ``state.json`` is never redone; inside a stage, finished episodes
 (manifests), labelled steps (``label_traces``) and trained agents (``train_agents_dpo``) are
@@ -31,11 +39,19 @@ from pathlib import Path
 from typing import Any
 
 from collabui.errors import ConfigError
+from collabui.training.marl_bundle import (
+    check_bundle_start,
+    effective_config,
+    is_bundle_spec,
+    merged_base,
+    write_marl_bundle,
+)
 from collabui.training.marl_config import (
     RESUMABLE_CHANGES,
     MARLConfig,
     flat_fields,
     nest_team_fields,
+    rft_config,
 )
 from collabui.training.marl_report import IterationReport, MARLReport, plot_marl_report
 from collabui.training.rollout import (
@@ -201,8 +217,9 @@ class _Run:
         self.stage(f"iter{k}/rollout", rollout)
         self.stage(f"iter{k}/label", lambda: self.label(it))
         self.stage(f"iter{k}/pairs", lambda: self.pairs(it))
-        self.stage(f"iter{k}/dpo", lambda: self.dpo(k, it))
-        self.stage(f"iter{k}/eval", lambda: self.evaluate(it, topo, self.adapters(k), f"iter{k}"))
+        self.stage(f"iter{k}/dpo", lambda: self.update(k, it))
+        if c.eval_episodes_per_task:
+            self.stage(f"iter{k}/eval", lambda: self.evaluate(it, topo, self.adapters(k), f"iter{k}"))
         self.stage(f"iter{k}/checkpoint", lambda: {"report": str(self.write_report(plot=True))})
 
     def label(self, it: Path) -> dict[str, Any]:
@@ -226,15 +243,19 @@ class _Run:
         stats["per_agent"] = {str(a): stats["per_agent"].get(a, 0) for a in range(self.config.team.n_agents)}
         return stats
 
-    def dpo(self, k: int, it: Path) -> dict[str, Any]:
-        from collabui.training.dpo import train_agents_dpo
+    def update(self, k: int, it: Path) -> dict[str, Any]:
+        """Each agent's update on this iteration's pairs, from its adapter of iteration k-1."""
         from collabui.training.pairs import load_pairs
 
+        init = self.out / f"iter{k - 1}" / "adapters" if k > 0 else None
+        pairs, agents = load_pairs(it / "pairs.jsonl"), list(range(self.config.team.n_agents))
+        if self.config.objective == "rft":
+            return _rft(self.config, pairs, self.base_dir, it, agents, init, self.progress)
+        from collabui.training.dpo import train_agents_dpo
+
         report = train_agents_dpo(
-            load_pairs(it / "pairs.jsonl"), base_model=self.base_dir, out_dir=it / "adapters",
-            config=self.config.dpo_config(it / "trl"), agents=list(range(self.config.team.n_agents)),
-            init_adapters_dir=self.out / f"iter{k - 1}" / "adapters" if k > 0 else None,
-            resume=True, progress=self.progress)
+            pairs, base_model=self.base_dir, out_dir=it / "adapters", config=self.config.dpo_config(it / "trl"),
+            agents=agents, init_adapters_dir=init, resume=True, progress=self.progress)
         keys = ("agent", "adapter", "status", "n_pairs", "n_used", "n_dropped", "n_prompt_too_long",
                 "n_truncated", "init_from", "steps", "seconds", "final_loss", "loss", "margins", "message")
         return {"agents": [{key: getattr(a, key) for key in keys} for a in report.agents],
@@ -259,7 +280,8 @@ class _Run:
                 eval=result(f"iter{k}/eval"), labels=result(f"iter{k}/label"), pairs=result(f"iter{k}/pairs"),
                 dpo=result(f"iter{k}/dpo"), seconds=seconds))
         report.seconds["total"] = round(sum(s.get("seconds", 0.0) for s in stages.values()), 3)
-        report.complete = all(f"iter{k}/eval" in stages for k in range(self.config.iterations))
+        # The checkpoint ends an iteration, with or without an evaluation in the loop.
+        report.complete = all(f"iter{k}/checkpoint" in stages for k in range(self.config.iterations))
         return report
 
     def write_report(self, *, plot: bool) -> Path:
@@ -270,12 +292,59 @@ class _Run:
         return path
 
 
+def _rft(c: MARLConfig, pairs: Any, base_dir: Path, it: Path, agents: list[int], init: Path | None,
+         progress: bool) -> dict[str, Any]:
+    """The PO -> RFT ablation: each agent's SFT on the chosen side of its pairs, with the DPO
+    run's learning rate, steps, batch and LoRA shape (the same compute, another objective)."""
+    from collabui.training.sft import rft_dataset_from_pairs, train_agents_sft
+
+    started = time.perf_counter()
+    rows = rft_dataset_from_pairs(pairs)
+    counts = {a: int(sum(1 for x in rows["agent"] if int(x) == a)) for a in agents} if len(rows) else {}
+    have = [a for a in agents if counts.get(a)]
+    reports = train_agents_sft(rows, base_model=base_dir, out_dir=it / "adapters", agents=have,
+                               config=rft_config(c.dpo_config(it / "trl"), it / "trl"), init_adapters_dir=init,
+                               resume=True, progress=progress) if have else []
+    by_agent = dict(zip(have, reports, strict=True))
+    out = []
+    for a in agents:
+        r = by_agent.get(a)
+        out.append({"agent": a, "adapter": f"agent{a}", "n_pairs": counts.get(a, 0),
+                    "status": "no_pairs" if r is None else r.status,
+                    "n_used": r.n_used if r else 0, "n_dropped": r.n_dropped if r else 0,
+                    "init_from": r.init_from if r else None, "steps": r.steps if r else 0,
+                    "seconds": r.seconds if r else 0.0, "final_loss": r.final_loss if r else None,
+                    "loss": [list(p) for p in r.loss] if r else []})
+    return {"agents": out, "objective": "rft", "seconds": round(time.perf_counter() - started, 3)}
+
+
+class _TeamPerEpisode:
+    """Builds a fresh team for every episode (same model, DAG and seed), so episodes run at once
+    (``concurrency``) share no team state; one after another they come out the same."""
+
+    def __init__(self, build: Any) -> None:
+        self.build = build
+
+    def run(self, task: str | None, device: Any, **kwargs: Any) -> Any:
+        return self.build().run(task, device, **kwargs)
+
+    async def arun(self, task: str | None, device: Any, **kwargs: Any) -> Any:
+        return await self.build().arun(task, device, **kwargs)
+
+
 def _team(c: MARLConfig, model: Any, topology: Any, adapters: Mapping[str, Path], seed: int) -> Any:
     from collabui.team import CollabAgentTeam
 
     names = tuple(f"agent{i}" if f"agent{i}" in adapters else None for i in range(c.team.n_agents))
     return CollabAgentTeam(model, config=dataclasses.replace(c.team, topology=topology, seed=seed,
                                                              adapters=names if any(names) else None))
+
+
+def _env_options(c: MARLConfig) -> dict[str, Any]:
+    """``make_env`` options of every rollout device: the page format the agents read."""
+    if c.action_space != "web":
+        return {}
+    return {"element_format": effective_config(c).element_format, "shuffle_elements": c.shuffle_elements}
 
 
 def _evaluate(c: MARLConfig, models: TeamModels, adapters: Mapping[str, Path], topology: Any, envs: EnvPool,
@@ -298,12 +367,14 @@ def _rollouts(c: MARLConfig, models: TeamModels, envs: EnvPool, adapters: Mappin
     the same wherever they run."""
     where = {"trace_dir": trace_dir, "manifest": manifest, "label": label, "progress": progress}
     if c.workers == 1 and c.ray is None:
-        return run_episodes(_team(c, models.get(adapters), topology, adapters, seed), specs, envs, **where)
+        team = _TeamPerEpisode(functools.partial(_team, c, models.get(adapters), topology, adapters, seed))
+        return run_episodes(team, specs, envs, concurrency=c.concurrency, **where)
     from collabui.evaluation.workers import WorkerPool, WorkerSetup
 
     build = functools.partial(_worker_team, c, models.base_dir, models.factory,
                               {name: str(path) for name, path in adapters.items()}, topology, seed)
-    with WorkerPool(WorkerSetup(team=build, env=c.env, env_factory=envs.factory), c.workers, ray=c.ray) as pool:
+    setup = WorkerSetup(team=build, env=c.env, env_options=envs.options, env_factory=envs.factory)
+    with WorkerPool(setup, c.workers, ray=c.ray) as pool:
         return run_episodes_on(pool, specs, **where)
 
 
@@ -332,10 +403,12 @@ def evaluate_model(config: MARLConfig, model: str, out_dir: str | Path, *, tag: 
     Returns:
         the summary (success counts and rates overall and per task).
     """
+    if not config.eval_episodes_per_task:
+        raise ConfigError("the config evaluates no episodes (eval_episodes_per_task=0); give it 1 or more")
     base = resolve_base_model(model)
     if env_factory is None:
         _check_tasks(config)
-    envs, models = EnvPool(config.env, env_factory), TeamModels(base, model_factory)
+    envs, models = EnvPool(config.env, env_factory, options=_env_options(config)), TeamModels(base, model_factory)
     try:
         return _evaluate(config, models, {}, iteration_topologies(config)[0], envs,
                          Path(out_dir).expanduser(), tag, progress)
@@ -393,19 +466,28 @@ def run_marl(config: MARLConfig, *, progress: bool = True, env_factory: EnvFacto
         ConfigError: bad options, unknown tasks, or ``out_dir`` holds a run with another config.
     """
     out = Path(config.out_dir).expanduser()
-    base_dir = resolve_base_model(config.model)
+    bundle_start = is_bundle_spec(config.model)
+    base_dir = None if bundle_start else resolve_base_model(config.model)
+    if bundle_start:
+        check_bundle_start(config.model)
     if env_factory is None:
         _check_tasks(config)
     config.dpo_config(out / "trl")  # an invalid DPO option fails before any rollout
-    state = _State.open(out, config)
-    run = _Run(config, out, base_dir, state, EnvPool(config.env, env_factory),
+    state = _State.open(out, config)  # the user's config; the run uses its auto settings resolved
+    if base_dir is None:
+        base_dir = merged_base(config.model, out)
+    run_config = effective_config(config)
+    run = _Run(run_config, out, base_dir, state, EnvPool(config.env, env_factory, options=_env_options(run_config)),
                TeamModels(base_dir, model_factory), critic or _make_critic(config),
                adversary if adversary is not None else _make_adversary(config), progress, iteration_topologies(config))
     try:
-        run.stage("before/eval", lambda: run.evaluate(out / "before", run.topologies[0], {}, "before"))
+        if config.eval_episodes_per_task:
+            run.stage("before/eval", lambda: run.evaluate(out / "before", run.topologies[0], {}, "before"))
         for k in range(config.iterations):
             run.iteration(k)
         run.write_report(plot=True)
+        last = config.iterations - 1
+        write_marl_bundle(config, out, run.adapters(last), run.topologies[last + 1], iterations=config.iterations)
     finally:
         run.envs.close()
         run.models.close()

@@ -9,14 +9,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collabui.config import TeamConfig, config_from_dict, config_to_dict, pin_action_space
+from collabui.config import (
+    SHUFFLE_HELP,
+    TeamConfig,
+    config_from_dict,
+    config_to_dict,
+    pin_action_space,
+)
+from collabui.devices.simplify import ELEMENT_FORMATS
 from collabui.errors import ConfigError
+from collabui.training.marl_bundle import is_bundle_spec
 
-__all__ = ["MARLConfig", "RESUMABLE_CHANGES", "flat_fields", "nest_team_fields"]
+__all__ = ["MARLConfig", "OBJECTIVES", "RESUMABLE_CHANGES", "flat_fields", "nest_team_fields", "rft_config"]
 
 _ENVS = {"miniwob": "web", "miniwob-mobile": "mobile"}
 #: Fields that may change between runs into the same folder.
-RESUMABLE_CHANGES = ("iterations", "out_dir", "workers", "ray")  # where episodes run changes no outcome
+RESUMABLE_CHANGES = ("iterations", "out_dir", "workers", "ray", "concurrency")  # where episodes run changes no outcome
+#: The per-agent update of an iteration: the paper's DPO, or its "PO -> RFT" ablation.
+OBJECTIVES = ("dpo", "rft")
 #: Team fields a MARL run sets itself: the adapters of each iteration, the env's action space;
 #: the batch timer and screenshots change no outcome of its rollouts.
 _TEAM_FIELDS_SET_HERE = ("adapters", "action_space", "batch_fallback_s", "screenshots")
@@ -27,6 +37,11 @@ _OLD_TEAM_FIELDS = ("n_agents", "rounds", "max_steps", "max_new_tokens", "prompt
 def _default_team() -> TeamConfig:
     """A short-episode team (3 steps) on the full ReAct prompt, the paper's 4x3 shape."""
     return TeamConfig(max_steps=3, prompt_style="react")
+
+
+def _tasks_given(value: Any) -> bool:
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return any(str(t).strip() for t in items)
 
 
 def _tasks(value: Any, name: str) -> tuple[str, ...]:
@@ -46,14 +61,17 @@ class MARLConfig:
     first DAG (``random`` is resampled by the edge update); ``team.action_space`` follows ``env``.
     """
 
-    model: str = field(default="smollm2", metadata={"help": "base model: smollm2 | hf:PATH"})
+    model: str = field(default="smollm2", metadata={
+        "help": "start model: smollm2 | hf:PATH | smollm2-trained | trained:FOLDER (a bundle: its shared "
+                "stage-1 model, prompt style and page format; collabui.training.marl_bundle)"})
     env: str = field(default="miniwob", metadata={"help": "environment family: miniwob or miniwob-mobile"})
     train_tasks: tuple[str, ...] = field(default=("click-button", "click-link"),
                                          metadata={"help": "comma-separated training tasks"})
     eval_tasks: tuple[str, ...] = field(default=("focus-text",),
                                         metadata={"help": "comma-separated held-out evaluation tasks"})
     episodes_per_task: int = field(default=2, metadata={"help": "training episodes per task and iteration"})
-    eval_episodes_per_task: int = field(default=2, metadata={"help": "evaluation episodes per held-out task"})
+    eval_episodes_per_task: int = field(default=2, metadata={
+        "help": "evaluation episodes per held-out task (0: no evaluation in the loop; the caller evaluates)"})
     iterations: int = field(default=2, metadata={"help": "MARL iterations (may grow on a rerun)"})
     team: TeamConfig = field(default_factory=_default_team, metadata={
         "help": "the team trained and evaluated", "skip_flags": _TEAM_FIELDS_SET_HERE})
@@ -61,11 +79,20 @@ class MARLConfig:
     adversary: str = field(default="rule", metadata={
         "help": "where rejected answers come from: rule | llm:<model spec> (invented mistakes) | own "
         "(the agents' own wrong proposals, chosen = a verified-right answer; pair with --critic verified)"})
+    objective: str = field(default="dpo", metadata={
+        "help": "per-agent update: dpo (the paper) | rft (SFT on the chosen answers only, the PO -> RFT "
+                "ablation; it uses the --dpo options SFT shares: learning rate, steps, batch, LoRA)"})
+    element_format: str = field(default="auto", metadata={
+        "help": "page text the agents read (miniwob): html or text-first; default auto: the format a "
+                "trained bundle learned, else html"})
+    shuffle_elements: bool = field(default=False, metadata={"help": "(miniwob) " + SHUFFLE_HELP})
     edge_update: bool = field(default=True, metadata={"help": "resample the DAG every iteration "
                                                               "(--no-edge-update: the ablation)"})
     workers: int = field(default=1, metadata={
         "metavar": "N", "help": "rollout and evaluation worker processes, each loading the base model with "
                                 "the current adapters and its own browser; 1: this process"})
+    concurrency: int = field(default=1, metadata={
+        "metavar": "K", "help": "episodes (browsers) at once in this process, on one model; not with --workers"})
     ray: str | None = field(default=None, metadata={
         "metavar": "ADDRESS", "help": "run the workers as Ray actors on this cluster (host:port, auto, local); "
                                       "needs the ray extra"})
@@ -74,13 +101,25 @@ class MARLConfig:
         "help": "AgentDPOConfig (TRL DPOConfig) overrides, e.g. max_steps=5 (repeatable KEY=VALUE)"})
 
     def __post_init__(self) -> None:
-        for name in ("episodes_per_task", "eval_episodes_per_task", "iterations", "workers"):
+        for name, least in (("episodes_per_task", 1), ("eval_episodes_per_task", 0), ("iterations", 1),
+                            ("workers", 1), ("concurrency", 1)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ConfigError(f"{name} must be an integer >= {least}, got {value!r}")
         if self.env not in _ENVS:
             raise ConfigError(f"env must be one of {sorted(_ENVS)}, got {self.env!r}")
-        train, held_out = _tasks(self.train_tasks, "train_tasks"), _tasks(self.eval_tasks, "eval_tasks")
+        if self.concurrency > 1 and (self.workers > 1 or self.ray is not None):
+            raise ConfigError("concurrency and workers/ray do not combine: use --concurrency K for K browsers on "
+                              "one model, or --workers N for N processes")
+        if self.objective not in OBJECTIVES:
+            raise ConfigError(f"unknown objective {self.objective!r}; use one of {', '.join(OBJECTIVES)}")
+        if self.element_format not in ("auto", *ELEMENT_FORMATS):
+            raise ConfigError(f"unknown element_format {self.element_format!r}; use auto or one of "
+                              f"{', '.join(ELEMENT_FORMATS)}")
+        train = _tasks(self.train_tasks, "train_tasks")
+        held_out: tuple[str, ...] = ()
+        if self.eval_episodes_per_task or _tasks_given(self.eval_tasks):  # no evaluation: none needed
+            held_out = _tasks(self.eval_tasks, "eval_tasks")
         overlap = sorted(set(train) & set(held_out))
         if overlap:
             raise ConfigError(f"eval task(s) {overlap} are also training tasks; held-out tasks must differ")
@@ -88,8 +127,10 @@ class MARLConfig:
         object.__setattr__(self, "eval_tasks", held_out)
         _check_spec(self.critic, ("outcome", "reference", "oracle", "verified"), "critic")
         _check_spec(self.adversary, ("rule", "own"), "adversary")
-        if self.model != "smollm2" and not (self.model.startswith("hf:") and len(self.model) > 3):
-            raise ConfigError(f"training needs a local base model: use smollm2 or hf:PATH, not {self.model!r}")
+        if self.model != "smollm2" and not (self.model.startswith("hf:") and len(self.model) > 3) \
+                and not is_bundle_spec(self.model):
+            raise ConfigError("training needs a local model: use smollm2, hf:PATH, smollm2-trained or "
+                              f"trained:FOLDER, not {self.model!r}")
         if not isinstance(self.dpo, Mapping) or not all(isinstance(k, str) for k in self.dpo):
             raise ConfigError("dpo must map AgentDPOConfig field names to values, e.g. {'max_steps': 5}")
         if "output_dir" in self.dpo:
@@ -138,6 +179,20 @@ class MARLConfig:
         except ValueError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ConfigError(f"bad DPO option in {self.dpo}: {first}") from None
+
+
+#: What an RFT update takes from the DPO config, so the ablation spends the same compute.
+_SHARED_WITH_SFT = ("learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size",
+                    "gradient_accumulation_steps", "max_length", "seed", "bf16", "lora_r", "lora_alpha",
+                    "lora_dropout", "lora_target_modules")
+
+
+def rft_config(dpo: Any, output_dir: str | Path) -> Any:
+    """The ``AgentSFTConfig`` of an RFT update: ``dpo``'s (an ``AgentDPOConfig``) learning rate,
+    steps, batch, length limit, seed and LoRA shape, so only the objective differs."""
+    from collabui.training.sft import AgentSFTConfig
+
+    return AgentSFTConfig(output_dir=str(output_dir), **{k: getattr(dpo, k) for k in _SHARED_WITH_SFT})
 
 
 def nest_team_fields(data: Mapping[str, Any]) -> dict[str, Any]:

@@ -71,7 +71,7 @@ class MARLReport:
 
 def plot_marl_report(report: MARLReport | dict[str, Any], path_png: str | Path) -> Path:
     """Success rate per iteration (held-out eval from "before" on, training rollouts) and the
-    DPO loss of every agent, iterations laid end to end, into ``path_png`` (Agg backend)."""
+    DPO (or RFT) loss of every agent, iterations laid end to end, into ``path_png`` (Agg backend)."""
     from collabui._plotting import figure, tidy
 
     data = report.to_dict() if hasattr(report, "to_dict") else dict(report)
@@ -87,12 +87,12 @@ def plot_marl_report(report: MARLReport | dict[str, Any], path_png: str | Path) 
         ax_ok.set_xticks(xs, labels)
         ax_ok.set_ylim(-0.05, 1.05)
         ax_ok.set_title("success rate")
-        _plot_losses(ax_loss, iterations)
+        _plot_losses(ax_loss, iterations, str(data.get("config", {}).get("objective", "dpo")).upper())
         tidy((ax_ok, ax_loss))
     return path
 
 
-def _plot_losses(ax: Any, iterations: list[dict[str, Any]]) -> None:
+def _plot_losses(ax: Any, iterations: list[dict[str, Any]], objective: str = "DPO") -> None:
     """Each agent's loss curve, iteration k's steps after iteration k-1's (dotted separators)."""
     curves: dict[str, tuple[list[float], list[float]]] = {}
     offset, untrained = 0, []
@@ -113,8 +113,8 @@ def _plot_losses(ax: Any, iterations: list[dict[str, Any]]) -> None:
     for name, (xs, ys) in sorted(curves.items()):
         if xs:
             ax.plot(xs, ys, marker=".", label=name)
-    ax.set_xlabel("DPO step (iterations end to end)")
-    title = "DPO loss"
+    ax.set_xlabel(f"{objective} step (iterations end to end)")
+    title = f"{objective} loss"
     if untrained:
         title += "\nno curve: " + ", ".join(untrained[:6]) + (" ..." if len(untrained) > 6 else "")
     ax.set_title(title, fontsize="small" if untrained else None)

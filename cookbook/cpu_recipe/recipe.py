@@ -155,7 +155,17 @@ class RecipeConfig:
     onpolicy_dpo: bool = field(default=True, metadata={
         "help": "end the on-policy round with DPO (+ an SFT term on chosen) on the model's own wrong answers "
         "against verified-right ones (--no-onpolicy-dpo: SFT on verified rows only)"})
-    dpo_lr: float = field(default=5e-5, metadata={"help": "learning rate of the on-policy DPO"})
+    dpo_lr: float = field(default=5e-5, metadata={"help": "learning rate of the on-policy and MARL DPO"})
+    marl_iterations: int = field(default=0, metadata={
+        "metavar": "N", "help": "MARL on the SFT model (paper Sec. 3.2): N iterations of 4 x 3 team rollouts on new "
+        "seeds of the training tasks, the verified critic, each agent's own wrong proposals against verified-"
+        "right answers, per-agent DPO (+ SFT term), edge update; the trained team rows then use it (default 0)"})
+    marl_episodes: int = field(default=2, metadata={
+        "metavar": "N", "help": "MARL rollout episodes per training task and iteration"})
+    ablations: bool = field(default=False, metadata={
+        "help": "with --marl-iterations and --team: also train the paper's ablations from the same SFT model at "
+        "the same compute (ablation_no_cr: outcome critic; ablation_no_edge_update; ablation_rft: SFT on "
+        "chosen) and evaluate them as rows"})
     validate: int = field(default=0, metadata={
         "metavar": "N", "help": "also evaluate the trained model on N new seeds per training task (the set to "
         "tune on; held-out tasks never are)"})
@@ -163,14 +173,19 @@ class RecipeConfig:
     table: bool = field(default=False, metadata={"help": "print the README table of results.json and exit"})
 
     def __post_init__(self) -> None:
-        for name in ("validate", "onpolicy_episodes", "round2_demo_rows", "hindsight"):
+        for name in ("validate", "onpolicy_episodes", "round2_demo_rows", "hindsight", "marl_iterations"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{flag_of(name)} must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.team_share <= 1.0:
             raise ConfigError(f"--team-share must be between 0 and 1, got {self.team_share}")
-        if self.sft.full_finetune and (self.onpolicy_episodes or self.publish):
+        if self.marl_episodes < 1:
+            raise ConfigError(f"--marl-episodes must be >= 1, got {self.marl_episodes}")
+        if self.sft.full_finetune and (self.onpolicy_episodes or self.publish or self.marl_iterations):
             raise ConfigError("--full-finetune makes a whole model, not an adapter: it takes no on-policy round "
-                              "(--onpolicy-episodes) and is not shipped (--publish); drop one or the other")
+                              "(--onpolicy-episodes) or MARL (--marl-iterations) and is not shipped (--publish); "
+                              "drop one or the other")
+        if self.ablations and not (self.marl_iterations and self.teams):
+            raise ConfigError("--ablations compares MARL teams: give --marl-iterations N and --team with it")
 
 
 def _parser() -> tuple[argparse.ArgumentParser, list[str]]:
@@ -208,14 +223,17 @@ def flag_values(config: RecipeConfig) -> dict[str, Any]:
 _TAUGHT = ("balance_steps", "batch", "demo_minutes", "dpo_lr", "element_format", "full_finetune", "hindsight",
            "length_window", "lora_dropout", "lora_r", "lr", "onpolicy_dpo", "onpolicy_episodes", "round2_demo_rows",
            "sft_epochs", "sft_examples", "style", "synthetic_pages", "team_share")
+#: MARL's settings, in the MARL team's ``made_by`` (they shape the team, not the SFT model).
+_TAUGHT_MARL = ("marl_episodes", "marl_iterations")
 
 
-def made_by_command(config: RecipeConfig) -> str:
-    """The recipe command line that trains ``config``'s model: its shaping settings as flags the
-    parser accepts (a switch as ``--x`` or ``--no-x``, and only when it differs from its default)."""
+def made_by_command(config: RecipeConfig, *, marl: bool = False) -> str:
+    """The recipe command line that trains ``config``'s model (``marl``: its MARL team): its
+    shaping settings as flags the parser accepts (a switch as ``--x`` or ``--no-x``, and only
+    when it differs from its default)."""
     values, defaults = flag_values(config), flag_values(_args([]))
     words = ["cookbook/cpu_recipe/recipe.py"]
-    for name in _TAUGHT:
+    for name in sorted(_TAUGHT + (_TAUGHT_MARL if marl else ())):
         flag, value = "--" + name.replace("_", "-"), values[name]
         if isinstance(value, bool):
             if value != defaults[name]:
@@ -377,6 +395,70 @@ def _full_bundle(model_dir: Path, out: Path, **manifest: Any) -> Path:
     return out
 
 
+#: The paper's ablations (its Table 4), each a MARL run from the same SFT model at the same compute.
+ABLATIONS: dict[str, dict[str, Any]] = {"ablation_no_cr": {"critic": "outcome"},
+                                        "ablation_no_edge_update": {"edge_update": False},
+                                        "ablation_rft": {"objective": "rft"}}
+
+
+def marl_config(config: RecipeConfig, start: Path, out: Path, **change: Any) -> Any:
+    """The MARL run of the trained team (``change``: an ablation's): the 4 x 3 team of the
+    held-out rows on shuffled training pages, the SFT bundle's prompt style and format, own-
+    mistake pairs labelled by the verified critic, DPO with an SFT term, small per-agent adapters
+    (rank 8: four of them and the SFT adapter stay under 40 MB in fp16)."""
+    from collabui.training.marl import MARLConfig
+
+    team = TeamConfig(n_agents=4, rounds=3, max_new_tokens=128, prompt_style="auto",
+                      max_steps=config.evaluation.team.max_steps, seed=config.evaluation.team.seed)
+    dpo = {"loss_type": ["sigmoid", "sft"], "beta": 0.1, "learning_rate": config.dpo_lr, "num_train_epochs": 1,
+           "per_device_train_batch_size": 4, "lora_r": 8, "lora_alpha": 16, "lora_target_modules": list(ALL_LINEAR),
+           "max_length": 512}
+    return MARLConfig(**{"model": f"trained:{start}", "train_tasks": TRAIN_TASKS, "eval_tasks": (),
+                         "eval_episodes_per_task": 0, "episodes_per_task": config.marl_episodes,
+                         "iterations": config.marl_iterations, "team": team, "critic": "verified",
+                         "adversary": "own", "shuffle_elements": True, "concurrency": 2, "out_dir": str(out),
+                         "dpo": dpo, **change})
+
+
+def marl(config: RecipeConfig, start: Path, out: Path, clock: "_Clock") -> dict[str, Path]:
+    """Stage 6: MARL from the SFT bundle ``start`` (and the ablations): ``{row: team bundle}``."""
+    from collabui.training.marl import run_marl
+
+    runs = {"trained_team": {}, **(ABLATIONS if config.ablations else {})}
+    found = {}
+    for row, change in runs.items():
+        if row != "trained_team":
+            share_first_rollouts(out / "trained_team", out / row, change)
+        clock.run(f"6 marl {row}", lambda r=row, c=change: run_marl(marl_config(config, start, out / r, **c)))
+        found[row] = out / row / "bundle"
+    _stamp(found["trained_team"], made_by_command(config, marl=True))
+    return found
+
+
+def share_first_rollouts(source: Path, target: Path, change: dict[str, Any]) -> None:
+    """Iteration 0 of an ablation that keeps the DAG rolls out exactly the trained team's
+    episodes (same model, DAG and seeds): copy them (and the labels when the critic is the same)
+    instead of spending that compute twice. The run's resume logic skips what is there."""
+    if "edge_update" in change or (target / "iter0" / "rollouts.jsonl").exists():
+        return
+    done = source / "iter0"
+    if not (done / "rollouts.jsonl").is_file():
+        return
+    (target / "iter0").mkdir(parents=True, exist_ok=True)
+    shutil.copytree(done / "traces", target / "iter0" / "traces", dirs_exist_ok=True)
+    if "critic" not in change and (done / "labels.jsonl").is_file():
+        shutil.copyfile(done / "labels.jsonl", target / "iter0" / "labels.jsonl")
+    shutil.copyfile(done / "rollouts.jsonl", target / "iter0" / "rollouts.jsonl")  # last: it marks them done
+
+
+def _stamp(bundle_dir: Path, made_by: str) -> None:
+    """The recipe's own command as the bundle's ``made_by`` (what reproduces it)."""
+    path = bundle_dir / "team.json"
+    manifest = json.loads(path.read_text())
+    manifest["made_by"] = made_by
+    path.write_text(json.dumps(manifest, indent=1) + "\n")
+
+
 def critic_check(config: RecipeConfig, out: Path) -> dict[str, Any]:
     """The verified critic's coverage and its agreement with the rule oracle, on random-policy
     rollouts (2 agents: right and wrong entries) of the oracle's tasks, all training tasks."""
@@ -396,9 +478,11 @@ def critic_check(config: RecipeConfig, out: Path) -> dict[str, Any]:
         verified.close()
 
 
-def systems(config: RecipeConfig, trained: Path) -> dict[str, dict[str, Any]]:
+def systems(config: RecipeConfig, trained: Path, marl: Path | None = None) -> dict[str, dict[str, Any]]:
     """The evaluated systems: eval config fields per row of results.json (``team``: the
-    TeamConfig fields of the row; the baselines' default to a single agent)."""
+    TeamConfig fields of the row; the baselines' default to a single agent). With
+    ``--marl-iterations`` the trained team rows are the MARL teams in ``marl/<row>/bundle``
+    (each in the DAG it was trained in: the bundle's own)."""
     rows: dict[str, dict[str, Any]] = {
         "random": {"model": "random", "episodes": config.baseline_episodes},
         "lexical": {"model": "lexical", "episodes": config.baseline_episodes},
@@ -410,10 +494,14 @@ def systems(config: RecipeConfig, trained: Path) -> dict[str, dict[str, Any]]:
     rows["trained_single_unshuffled"] = {**rows["trained_single"], "shuffle_elements": False}
     if config.teams:
         rows["base_team"] = {"model": "smollm2", "team": {"n_agents": 4, "rounds": 3, "prompt_style": "react"}}
-        rows["trained_team"] = {"model": f"trained:{trained}",
-                                "team": {"n_agents": 4, "rounds": 3, "max_new_tokens": 128}}
+        team = {"n_agents": 4, "rounds": 3, "max_new_tokens": 128}
+        marl = marl if marl is not None else trained.parent / "marl"
+        teams = {"trained_team": trained if not config.marl_iterations else marl / "trained_team" / "bundle"}
+        rows["trained_team"] = {"model": f"trained:{teams['trained_team']}", "team": team}
         # Same team, pages in their own order and ids: a position habit would show as a gap.
         rows["trained_team_unshuffled"] = {**rows["trained_team"], "shuffle_elements": False}
+        for name in ABLATIONS if config.ablations else ():
+            rows[name] = {"model": f"trained:{marl / name / 'bundle'}", "team": team}
     return rows
 
 
@@ -515,10 +603,22 @@ def run_facts(config: RecipeConfig, out: Path, clock: _Clock) -> dict[str, Any]:
     facts = {"train_tasks": list(TRAIN_TASKS), "heldout_tasks": list(HELDOUT_TASKS), "shuffled": True,
              "element_format": config.element_format, "max_steps": config.evaluation.team.max_steps, "demo": demo,
              # Training time: the search's own clock (kept across resumes) plus SFT.
-             "minutes": round(demo["seconds"] / 60 + clock.minutes("2 ", "2b ", "2c "), 1)}
+             "minutes": round(demo["seconds"] / 60 + clock.minutes("2 ", "2b ", "2c ", "6 marl trained_team"), 1)}
+    if config.marl_iterations:
+        facts["marl"] = {row: _marl_facts(out / "marl" / row) for row in
+                         ("trained_team", *(ABLATIONS if config.ablations else ()))}
     if config.onpolicy_episodes:
         facts["onpolicy_round"] = json.loads((out / "onpolicy" / "round.json").read_text())
     return facts
+
+
+def _marl_facts(folder: Path) -> dict[str, Any]:
+    """A MARL run's pairs, training rollouts' success and minutes per iteration (marl_report.json)."""
+    report = json.loads((folder / "marl_report.json").read_text())
+    return {"minutes": round(report["seconds"]["total"] / 60, 1),
+            "iterations": [{"train_success": it["train"].get("success_rate"),
+                            "pairs_per_agent": it["pairs"].get("per_agent"),
+                            "topology": it["topology"].get("edges")} for it in report["iterations"]]}
 
 
 def team_figures(folder: Path) -> dict[str, Any]:
@@ -559,7 +659,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     clock = _Clock(out / "recipe.json", config)
     trained = train(config, out, clock)
-    rows = systems(config, trained)
+    teams = marl(config, trained, out / "marl", clock) if config.marl_iterations else {}
+    rows = systems(config, trained, out / "marl")
     found = checks(config, trained, out, clock)
     path = out / "results.json"
     # Rows of earlier runs into this folder stay: --systems can add rows one session at a time.
@@ -577,7 +678,8 @@ def main(argv: list[str] | None = None) -> int:
     if config.publish:
         shutil.copyfile(out / "results.json", HERE / "results.json")
         shutil.rmtree(SHIPPED, ignore_errors=True)
-        shutil.copytree(trained, SHIPPED)  # collabui/trained/smollm2: the smollm2-trained spec
+        # collabui/trained/smollm2: the smollm2-trained spec (the MARL team when there is one)
+        shutil.copytree(teams.get("trained_team", trained), SHIPPED)
     print(table(results))
     print(f"[recipe] training {results['minutes']} min, evaluation {results['eval_minutes']} min; "
           f"{out / 'results.json'}", file=sys.stderr)

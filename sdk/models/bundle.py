@@ -8,7 +8,9 @@ A *team bundle* is what the training recipe ships and what ``load_model("smollm2
                       "merge": ["stage1"], "agents": ["agent0", ...],
                       "team": {"prompt_style": "trained", ...}, "made_by": "...", ...}
     stage1/          a LoRA adapter merged into the base weights at load (shared by every agent)
-    agent0/ ...      optional per-agent LoRA adapters served on top, one per agent (cycled)
+    agent0/ ...      optional per-agent LoRA adapters served on top, one per agent (cycled); a
+                     null entry in ``agents`` is an agent on the merged model alone (a MARL
+                     agent that never had a pair to learn from)
 
 ``team`` holds the TeamConfig fields the adapters were trained for; the model carries them as
 ``team_defaults`` and a team applies them where its config says ``auto`` (see
@@ -30,7 +32,9 @@ __all__ = ["BUNDLE_FORMAT", "SHIPPED_BUNDLES", "bundle_dir", "bundle_fingerprint
 BUNDLE_FORMAT = "collabui.team-bundle/1"
 #: Built-in model specs served from bundles inside the package.
 SHIPPED_BUNDLES = {"smollm2-trained": "smollm2"}
-_TEAM_FIELDS = ("prompt_style", "max_new_tokens", "element_format")
+#: Team settings a bundle may record: those its adapters were trained for (``topology``: the
+#: DAG per-agent adapters were trained in, taken where a team asks for the ``random`` default).
+_TEAM_FIELDS = ("prompt_style", "max_new_tokens", "element_format", "topology")
 
 
 def bundle_dir(spec: str) -> Path:
@@ -59,7 +63,7 @@ def read_bundle(folder: str | Path) -> dict[str, Any]:
         raise ModelLoadError(f"{path} is not valid JSON ({exc}); copy the bundle again") from None
     if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
         raise ModelLoadError(f"{path} is not a {BUNDLE_FORMAT} manifest; copy the bundle again")
-    for name in [*manifest.get("merge", []), *manifest.get("agents", [])]:
+    for name in [*manifest.get("merge", []), *_named(manifest.get("agents", []))]:
         if not (root / name / "adapter_config.json").is_file():
             raise ModelLoadError(f"the bundle in {root} names adapter {name!r} but {root / name} holds none; "
                                  "copy the whole bundle folder")
@@ -78,11 +82,16 @@ def bundle_fingerprint(folder: str | Path) -> str:
                                        sort_keys=True).encode())
     base = str(manifest.get("base", ""))
     inside = [base[3:]] if base.startswith("hf:") and not Path(base[3:]).expanduser().is_absolute() else []
-    for name in sorted([*manifest.get("merge", []), *manifest.get("agents", [])]) + inside:
+    for name in sorted([*manifest.get("merge", []), *_named(manifest.get("agents", []))]) + inside:
         for path in sorted((root / name).glob("*.safetensors")):
             digest.update(path.name.encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def _named(agents: list[str | None]) -> list[str]:
+    """The adapter folders of an ``agents`` list (null: that agent has none)."""
+    return [a for a in agents if a is not None]
 
 
 def _base_folder(root: Path, base: str) -> Path:
@@ -110,7 +119,7 @@ def load_bundle(folder: str | Path, **kwargs: Any) -> Any:
     if agents:
         defaults["adapters"] = tuple(agents)
     options = {"merge": [root / m for m in manifest.get("merge", [])],
-               "adapters": {a: root / a for a in agents}, "team_defaults": defaults, **kwargs}
+               "adapters": {a: root / a for a in _named(agents)}, "team_defaults": defaults, **kwargs}
     if base in {"smollm2", "embedded"}:
         model = LocalModel.embedded(base, **options)
     elif base.startswith("hf:"):
@@ -121,7 +130,7 @@ def load_bundle(folder: str | Path, **kwargs: Any) -> Any:
     return model
 
 
-def write_bundle_manifest(folder: str | Path, *, base: str, merge: list[str], agents: list[str],
+def write_bundle_manifest(folder: str | Path, *, base: str, merge: list[str], agents: list[str | None],
                           team: dict[str, Any], **extra: Any) -> Path:
     """Write ``team.json`` for adapters already in ``folder`` (checked by reading it back)."""
     unknown = sorted(set(team) - set(_TEAM_FIELDS))
@@ -155,18 +164,25 @@ def _copy_adapter(src: Path, dst: Path, dtype: str) -> None:
 
 
 def write_bundle(folder: str | Path, *, base: str, merge: dict[str, str | Path], agents: dict[str, str | Path],
-                 team: dict[str, Any], dtype: str = "float16", **extra: Any) -> Path:
+                 team: dict[str, Any], dtype: str = "float16", slots: list[str | None] | None = None,
+                 **extra: Any) -> Path:
     """Write a complete bundle: the adapters (``{name: source folder}``) copied in ``dtype`` and
-    the manifest. The folder is replaced whole, so a bundle never mixes two trainings."""
+    the manifest. The folder is replaced whole, so a bundle never mixes two trainings.
+    ``slots``: the adapter of each agent in order (None: the merged model alone); default the
+    ``agents`` names, cycled over the team."""
     import shutil
 
+    order = list(agents) if slots is None else list(slots)
+    stray = sorted(set(_named(order)) - set(agents))
+    if stray:
+        raise ConfigError(f"slots name adapters {stray} that agents does not give; add their folders to agents")
     root = Path(folder)
     tmp = root.with_name(root.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     for name, src in [*merge.items(), *agents.items()]:
         _copy_adapter(Path(src), tmp / name, dtype)
     tmp.mkdir(parents=True, exist_ok=True)
-    write_bundle_manifest(tmp, base=base, merge=list(merge), agents=list(agents), team=team, **extra)
+    write_bundle_manifest(tmp, base=base, merge=list(merge), agents=order, team=team, **extra)
     shutil.rmtree(root, ignore_errors=True)
     tmp.rename(root)
     return root

@@ -113,7 +113,8 @@ DEFAULT_ARGS = {"out": "runs/recipe", "demo_minutes": 10.0, "demo_workers": 4, "
                 "batch": 8, "lora_dropout": 0.0, "length_window": 32, "full_finetune": False, "element_format": "html", "style": "trained", "episodes": 13,
                 "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "critic_episodes": 6, "team": False,
                 "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
-                "dpo_lr": 5e-5, "validate": 0, "publish": False, "table": False}
+                "dpo_lr": 5e-5, "marl_iterations": 0, "marl_episodes": 2, "ablations": False, "validate": 0,
+                "publish": False, "table": False}
 
 
 def test_flags_and_defaults_are_the_recipes_and_land_in_the_composed_configs():
@@ -263,3 +264,82 @@ def test_onpolicy_dpo_trains_one_shared_adapter_on_the_rounds_pairs(tmp_path, mo
     assert recipe.onpolicy_dpo(args, round_sft, tmp_path / "empty") is None
     assert json.loads((tmp_path / "empty" / "round.json").read_text()) == {"dpo_pairs": 0}
     assert not (tmp_path / "empty" / "dpo").exists()
+
+
+def test_marl_rows_use_the_marl_teams_and_ablations_need_a_team(tmp_path, capsys):
+    recipe = _recipe()
+    config = recipe._args(["--team", "--marl-iterations", "1", "--ablations"])
+    rows = recipe.systems(config, tmp_path / "bundle", tmp_path / "marl")
+    assert rows["trained_team"]["model"] == f"trained:{tmp_path / 'marl' / 'trained_team' / 'bundle'}"
+    assert rows["trained_team_unshuffled"]["model"] == rows["trained_team"]["model"]
+    assert rows["trained_single"]["model"] == f"trained:{tmp_path / 'bundle'}"  # the SFT model alone
+    for name in ("ablation_no_cr", "ablation_no_edge_update", "ablation_rft"):
+        assert rows[name]["model"] == f"trained:{tmp_path / 'marl' / name / 'bundle'}"
+        assert recipe.eval_config(config, rows[name]).team.n_agents == 4
+        assert recipe.eval_config(config, rows[name]).shuffle_elements
+    assert "ablation_rft" not in recipe.systems(recipe._args(["--team", "--marl-iterations", "1"]), tmp_path)
+    for argv in (["--ablations", "--team"], ["--marl-iterations", "1", "--ablations"], ["--marl-episodes", "0"]):
+        with pytest.raises(SystemExit):
+            recipe._args(argv)
+    assert "--marl-episodes must be >= 1" in capsys.readouterr().err
+    full = recipe.marl_config(config, tmp_path / "bundle", tmp_path / "marl" / "x")
+    assert full.model == f"trained:{tmp_path / 'bundle'}" and full.train_tasks == TRAIN_TASKS
+    assert (full.critic, full.adversary, full.objective, full.edge_update) == ("verified", "own", "dpo", True)
+    assert (full.team.n_agents, full.team.rounds, full.shuffle_elements, full.eval_episodes_per_task) == (4, 3, True, 0)
+    assert full.dpo["loss_type"] == ["sigmoid", "sft"] and full.dpo["lora_r"] == 8
+    for name, change in recipe.ABLATIONS.items():
+        ablated = recipe.marl_config(config, tmp_path / "bundle", tmp_path / name, **change)
+        differs = {k for k in ("critic", "edge_update", "objective") if getattr(ablated, k) != getattr(full, k)}
+        assert differs == set(change)  # one thing changed, the rest (compute included) is the same
+
+
+@pytest.mark.slow
+def test_marl_stage_trains_the_team_and_each_ablation_from_one_sft_bundle(tmp_path, monkeypatch, tiny_model_dir,
+                                                                          adapter_dirs):
+    """The glue of stage 6 on fake pages (the reference critic stands in for the verified one,
+    which needs MiniWoB++): one bundle per row, the ablations sharing iteration 0's rollouts
+    where their DAG is the trained team's, the team's bundle stamped with the recipe command."""
+    import collabui.training.marl as marl
+    from collabui.models.bundle import read_bundle, write_bundle
+    from tests.training.marl_kit import factories, new_log
+
+    recipe = _recipe()
+    start = write_bundle(tmp_path / "bundle", base=f"hf:{tiny_model_dir}", merge={"stage1": adapter_dirs["a1"]}, agents={},
+                         team={"prompt_style": "trained", "max_new_tokens": 8, "element_format": "html"}, made_by="t")
+    real_run, runs = marl.run_marl, []
+
+    def small_run(config, **kw):
+        import dataclasses
+
+        from collabui.training.critic import make_critic
+
+        runs.append(config)
+        small = dataclasses.replace(config, train_tasks=("task-a",), episodes_per_task=1, concurrency=1,
+                                    team=dataclasses.replace(config.team, max_steps=1, rounds=1, max_new_tokens=4),
+                                    dpo={**config.dpo, "max_steps": 1, "per_device_train_batch_size": 1})
+        model_factory, env_factory = factories(new_log())
+        critic = make_critic("outcome" if config.critic == "outcome" else "reference")
+        return real_run(small, progress=False, env_factory=env_factory, model_factory=model_factory, critic=critic)
+
+    monkeypatch.setattr(marl, "run_marl", small_run)
+    config = recipe._args(["--team", "--marl-iterations", "1", "--ablations"])
+    clock = recipe._Clock(tmp_path / "recipe.json", config)
+    found = recipe.marl(config, start, tmp_path / "marl", clock)
+    assert set(found) == {"trained_team", *recipe.ABLATIONS} and [c.critic for c in runs] == \
+        ["verified", "outcome", "verified", "verified"]
+    for row, folder in found.items():
+        manifest = read_bundle(folder)
+        assert manifest["merge"] == ["stage1"] and len(manifest["agents"]) == 4, row
+    assert "--marl-iterations 1" in read_bundle(found["trained_team"])["made_by"]
+    assert read_bundle(found["ablation_rft"])["marl"]["objective"] == "rft"
+    # No-CR and RFT reused the team's iteration-0 episodes; the fixed-DAG ablation ran its own.
+    team_trace = (tmp_path / "marl" / "trained_team" / "iter0" / "traces").glob("*.jsonl")
+    name = next(team_trace).name
+    for row in ("ablation_no_cr", "ablation_rft"):
+        assert (tmp_path / "marl" / row / "iter0" / "traces" / name).read_bytes() == \
+            (tmp_path / "marl" / "trained_team" / "iter0" / "traces" / name).read_bytes()
+    assert (tmp_path / "marl" / "ablation_rft" / "iter0" / "labels.jsonl").read_bytes() == \
+        (tmp_path / "marl" / "trained_team" / "iter0" / "labels.jsonl").read_bytes()
+    dags = {row: read_bundle(found[row])["team"]["topology"] for row in found}
+    assert dags["ablation_no_edge_update"] != dags["trained_team"] == dags["ablation_rft"]
+    assert set(json.loads((tmp_path / "recipe.json").read_text())["seconds"]) == {f"6 marl {r}" for r in found}

@@ -62,6 +62,21 @@ def test_team_applies_the_bundle_settings_unless_told_otherwise(tmp_path, tiny_m
     assert TeamConfig().for_model(object()).prompt_style == "react"
 
 
+def test_an_agent_without_an_adapter_runs_on_the_merged_model(tmp_path, tiny_model_dir, adapter_dirs):
+    """A MARL agent that never had a pair keeps the stage-1 model: a null slot, not a cycled neighbour."""
+    root = write_bundle(tmp_path / "bundle", base=f"hf:{tiny_model_dir}", merge={"stage1": adapter_dirs["a1"]},
+                        agents={"agent1": adapter_dirs["a2"]}, slots=[None, "agent1", None],
+                        team={"prompt_style": "trained"}, made_by="test")
+    assert read_bundle(root)["agents"] == [None, "agent1", None] and not (root / "agent0").exists()
+    model = load_model(f"trained:{root}", device="cpu")
+    team = CollabAgentTeam(model, n_agents=3, rounds=1, topology="chain")
+    assert team.config.adapters == (None, "agent1", None)
+    assert _answer(model, "agent1") != _answer(model)  # agent 1 reads through its own adapter
+    with pytest.raises(ConfigError, match="slots name adapters"):
+        write_bundle(tmp_path / "b2", base=f"hf:{tiny_model_dir}", merge={}, agents={}, slots=["agent0"],
+                     team={}, made_by="test")
+
+
 def test_broken_bundles_fail_with_the_fix(tmp_path, tiny_model_dir, adapter_dirs):
     with pytest.raises(ModelLoadError, match="no team.json"):
         load_model(f"trained:{tmp_path}")

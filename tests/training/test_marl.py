@@ -7,7 +7,7 @@ import pytest
 
 from collabui.config import TeamConfig
 from collabui.errors import ConfigError
-from collabui.training.marl import MARLConfig, iteration_topologies, run_marl
+from collabui.training.marl import MARLConfig, evaluate_model, iteration_topologies, run_marl
 from collabui.training.marl_report import MARLReport
 from tests.training.marl_kit import factories, new_log, run_small, small_config
 
@@ -178,7 +178,11 @@ def test_rerun_with_another_config_is_a_one_line_error(base_dir, tmp_path):
     ({"env": "android"}, "env must be"),
     ({"iterations": 0}, "iterations"),
     ({"dpo": {"output_dir": "x"}}, "output_dir"),
-    ({"model": "openai:gpt-4o"}, "local base model"),
+    ({"objective": "ppo"}, "unknown objective"),
+    ({"element_format": "xml"}, "unknown element_format"),
+    ({"concurrency": 2, "workers": 2}, "do not combine"),
+    ({"eval_tasks": ()}, "eval_tasks is empty"),
+    ({"model": "openai:gpt-4o"}, "needs a local model"),
     ({"team": TeamConfig(seed=None)}, "team.seed must be an integer"),
     ({"team": TeamConfig(adapters=("a", "b", "c", "d"))}, "team.adapters is set by the run"),
     ({"team": TeamConfig(action_space="mobile")}, "contradicts env 'miniwob'"),
@@ -282,3 +286,46 @@ def test_own_mistake_pairs_train_only_the_agent_that_erred(base_dir, tmp_path):
     statuses = {a["agent"]: a["status"] for a in report.iterations[0].dpo["agents"]}
     assert statuses[1] == "trained" and statuses[0] != "trained"
     assert not (out / "iter0" / "adapters" / "agent0" / "adapter_model.safetensors").is_file()
+
+
+def test_rft_objective_trains_each_agent_on_its_chosen_answers(base_dir, tmp_path):
+    """The PO -> RFT ablation: the same loop, each agent's adapter trained by SFT on the chosen
+    side of its pairs, with the DPO options' steps and LoRA shape (same compute)."""
+    from safetensors.torch import load_file
+
+    out = tmp_path / "run"
+    config = _config(base_dir, out, objective="rft",
+                     dpo={"max_steps": 2, "per_device_train_batch_size": 1, "learning_rate": 1e-3, "lora_r": 4})
+    report = _run(config, _log())
+    [iteration] = report.iterations
+    assert iteration.dpo["objective"] == "rft"
+    agents = {a["agent"]: a for a in iteration.dpo["agents"]}
+    assert {a: r["status"] for a, r in agents.items()} == {0: "trained", 1: "trained"}
+    assert all(r["steps"] == 2 and r["n_pairs"] == 1 and r["final_loss"] is not None for r in agents.values())
+    for i in (0, 1):
+        adapter = out / "iter0" / "adapters" / f"agent{i}"
+        assert json.loads((adapter / "adapter_config.json").read_text())["r"] == 4
+        weights = load_file(str(adapter / "adapter_model.safetensors"))
+        # LoRA's B matrices start at zero: nonzero ones mean the SFT steps moved this adapter.
+        assert any(float(w.abs().sum()) > 0 for name, w in weights.items() if "lora_B" in name)
+    assert report.complete and (out / "marl_report.png").is_file()
+
+
+def test_without_an_evaluation_in_the_loop_only_training_runs(base_dir, tmp_path):
+    log = _log()
+    out = tmp_path / "run"
+    report = _run(_config(base_dir, out, eval_tasks=(), eval_episodes_per_task=0, episodes_per_task=2,
+                          concurrency=2), log)
+    assert report.complete and report.success_curve() == [("before", None), ("iter0", None)]
+    assert not (out / "before").exists() and not (out / "iter0" / "eval.jsonl").exists()
+    # Two training episodes (n x m = 2 requests each), run two at a time on one model, and
+    # nothing else.
+    assert log["requests"] == 4 and log["envs"] == ["miniwob/task-a"] * 2
+    records = [json.loads(line) for line in (out / "iter0" / "rollouts.jsonl").read_text().splitlines()]
+    assert sorted(r["episode_id"] for r in records) == ["iter0-task-a-0", "iter0-task-a-1"]
+    assert all(r["success"] for r in records)
+    state = json.loads((out / "state.json").read_text())["stages"]
+    assert "iter0/dpo" in state and not any(k.endswith("eval") for k in state)
+    with pytest.raises(ConfigError, match="evaluates no episodes"):
+        evaluate_model(_config(base_dir, out, eval_tasks=(), eval_episodes_per_task=0), f"hf:{base_dir}",
+                       tmp_path / "ev", env_factory=_factories(_log())[1])

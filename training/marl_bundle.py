@@ -1,0 +1,143 @@
+"""MARL from a trained team bundle, and the bundle every MARL run leaves behind.
+
+A run whose ``model`` is a bundle (``smollm2-trained`` or ``trained:FOLDER``, e.g. the CPU
+recipe's stage-1 SFT model) starts from the bundle's shared model: its base with the bundle's
+``merge`` adapters folded in, written once to ``out_dir/base`` (the per-agent adapters train on
+it, and DPO's reference is it). Its agents read pages in the format the bundle learned and
+answer in its prompt style unless the config says otherwise (``auto``).
+
+Every run writes ``out_dir/bundle`` when it finishes: the same base and merged adapters, each
+agent's adapter of the last iteration (an agent that never had a pair runs on the shared model
+alone) and the DAG of the last iteration, so ``trained:out_dir/bundle`` runs the team that was
+trained, in the graph it was trained in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from collabui.errors import ConfigError
+
+__all__ = ["is_bundle_spec", "bundle_folder", "check_bundle_start", "merged_base", "effective_config",
+           "write_marl_bundle", "BASE_DIR", "BUNDLE_DIR"]
+
+#: Where a bundle's shared model is merged (inside the run folder).
+BASE_DIR = "base"
+#: Where the trained team is written at the end of a run.
+BUNDLE_DIR = "bundle"
+_MARKER = ".merged-from"
+
+log = logging.getLogger(__name__)
+
+
+def is_bundle_spec(spec: str) -> bool:
+    """``smollm2-trained`` or ``trained:FOLDER``."""
+    from collabui.models.bundle import SHIPPED_BUNDLES
+
+    return spec in SHIPPED_BUNDLES or (spec.startswith("trained:") and len(spec) > len("trained:"))
+
+
+def bundle_folder(spec: str) -> Path:
+    """The folder of a bundle spec."""
+    from collabui.models.bundle import SHIPPED_BUNDLES, bundle_dir
+
+    return bundle_dir(spec) if spec in SHIPPED_BUNDLES else Path(spec[len("trained:"):]).expanduser()
+
+
+def check_bundle_start(spec: str) -> dict[str, Any]:
+    """The manifest of a bundle MARL can start from: one whose agents share one model.
+
+    Raises:
+        ModelLoadError: not a bundle folder.
+        ConfigError: the bundle already has per-agent adapters (MARL would drop them).
+    """
+    from collabui.models.bundle import read_bundle
+
+    manifest = read_bundle(bundle_folder(spec))
+    if any(a is not None for a in manifest.get("agents", [])):
+        raise ConfigError(f"{spec} already has per-agent adapters, which MARL would start over from; start from "
+                          "the bundle its agents were trained from (its stage-1 model)")
+    if not str(manifest.get("base", "")).startswith(("smollm2", "embedded", "hf:")):
+        raise ConfigError(f"{spec}: base {manifest.get('base')!r} is not smollm2 or hf:PATH")
+    return manifest
+
+
+def _base_path(folder: Path, base: str) -> Path:
+    if base.startswith("hf:"):
+        path = Path(base[3:]).expanduser()
+        return path if path.is_absolute() else folder / path
+    from collabui.models.embedded import embedded_model_dir
+
+    return embedded_model_dir()
+
+
+def merged_base(spec: str, out_dir: Path) -> Path:
+    """``out_dir/base``: the bundle's base with its ``merge`` adapters folded in (made once; a
+    marker names the bundle's weights, so a changed bundle is merged again)."""
+    from collabui.models.bundle import bundle_fingerprint
+    from collabui.training._peft import fresh_tmp, load_base, publish
+
+    folder, manifest = bundle_folder(spec), check_bundle_start(spec)
+    target, stamp = out_dir / BASE_DIR, bundle_fingerprint(bundle_folder(spec))
+    if (target / _MARKER).is_file() and (target / _MARKER).read_text(encoding="utf-8").strip() == stamp:
+        return target
+    tokenizer, model = load_base(_base_path(folder, str(manifest.get("base", "smollm2"))))
+    if manifest.get("merge"):
+        from peft import PeftModel
+
+        for name in manifest["merge"]:
+            model = PeftModel.from_pretrained(model, str(folder / name)).merge_and_unload()
+    tmp = fresh_tmp(target)
+    model.save_pretrained(str(tmp))
+    tokenizer.save_pretrained(str(tmp))
+    (tmp / _MARKER).write_text(stamp + "\n", encoding="utf-8")
+    publish(tmp, target)
+    return target
+
+
+def effective_config(config: Any) -> Any:
+    """``config`` (a MARLConfig) with its ``auto`` settings resolved: the page format and prompt
+    style a bundle learned (``html``, and the team's own resolution, for other models)."""
+    from collabui.models.bundle import bundle_team
+
+    learned = bundle_team(bundle_folder(config.model)) if is_bundle_spec(config.model) else {}
+    changes: dict[str, Any] = {}
+    if config.element_format == "auto":
+        changes["element_format"] = learned.get("element_format", "html")
+    if config.team.prompt_style == "auto" and "prompt_style" in learned:
+        changes["team"] = dataclasses.replace(config.team, prompt_style=learned["prompt_style"])
+    return dataclasses.replace(config, **changes) if changes else config
+
+
+def write_marl_bundle(config: Any, out_dir: Path, adapters: Mapping[str, Path], topology: Any, *,
+                      iterations: int) -> Path:
+    """``out_dir/bundle``: the run's start model, each agent's last adapter and the last DAG."""
+    from collabui.models.bundle import write_bundle
+
+    c = effective_config(config)
+    team: dict[str, Any] = {"max_new_tokens": c.team.max_new_tokens, "topology": topology.to_spec()}
+    if c.team.prompt_style != "auto":
+        team["prompt_style"] = c.team.prompt_style
+    if c.action_space == "web":
+        team["element_format"] = c.element_format
+    if is_bundle_spec(c.model):
+        folder, manifest = bundle_folder(c.model), check_bundle_start(c.model)
+        base = str(manifest.get("base", "smollm2"))
+        base = f"hf:{_base_path(folder, base)}" if base.startswith("hf:") else base
+        merge = {name: folder / name for name in manifest.get("merge", [])}
+    else:
+        base = c.model if c.model == "smollm2" else f"hf:{Path(c.model[3:]).expanduser().resolve()}"
+        merge = {}
+    slots = [f"agent{i}" if f"agent{i}" in adapters else None for i in range(c.team.n_agents)]
+    if not any(slots):
+        log.warning("marl: no agent had a pair to learn from in any iteration; %s is the start model "
+                    "(see marl_report.json for the pair counts)", out_dir / BUNDLE_DIR)
+    marl = {"iterations": iterations, "critic": c.critic, "adversary": c.adversary, "objective": c.objective,
+            "edge_update": c.edge_update, "start": c.model, "out_dir": str(out_dir)}
+    return write_bundle(out_dir / BUNDLE_DIR, base=base, merge=merge, agents=dict(adapters), slots=slots,
+                        team=team, made_by=f"collabui train marl --model {c.model} --iterations {iterations}",
+                        marl=marl, train_tasks=list(c.train_tasks))
