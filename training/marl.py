@@ -309,13 +309,30 @@ def _rft(c: MARLConfig, pairs: Any, base_dir: Path, it: Path, agents: list[int],
     out = []
     for a in agents:
         r = by_agent.get(a)
+        kept = r is None and _keep_adapter(init, it / "adapters", a)  # as DPO does: no pairs, no change
         out.append({"agent": a, "adapter": f"agent{a}", "n_pairs": counts.get(a, 0),
-                    "status": "no_pairs" if r is None else r.status,
+                    "status": r.status if r else ("kept" if kept else "no_pairs"),
                     "n_used": r.n_used if r else 0, "n_dropped": r.n_dropped if r else 0,
                     "init_from": r.init_from if r else None, "steps": r.steps if r else 0,
                     "seconds": r.seconds if r else 0.0, "final_loss": r.final_loss if r else None,
                     "loss": [list(p) for p in r.loss] if r else []})
     return {"agents": out, "objective": "rft", "seconds": round(time.perf_counter() - started, 3)}
+
+
+def _keep_adapter(init: Path | None, out: Path, agent: int) -> bool:
+    """Copy an agent's adapter of the previous iteration forward (it had nothing to learn now)."""
+    import shutil
+
+    from collabui.training._peft import fresh_tmp, publish
+
+    source, target = (init / f"agent{agent}" if init else None), out / f"agent{agent}"
+    if source is None or not (source / "adapter_config.json").is_file():
+        return False
+    if not (target / "adapter_config.json").is_file():
+        tmp = fresh_tmp(target)
+        shutil.copytree(source, tmp)
+        publish(tmp, target)
+    return True
 
 
 class _TeamPerEpisode:

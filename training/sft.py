@@ -472,8 +472,10 @@ def train_agents_sft(dataset: Any, *, base_model: str | Path, out_dir: str | Pat
 def rft_dataset_from_pairs(pairs_ds: Any, *, min_score: float = 0.5) -> Any:
     """Rejection fine-tuning data: the rewarded outputs of preference pairs, per agent.
 
-    Each pair's ``chosen`` is a rewarded output (critic score >= 0.5); the rejected side is
-    dropped. Rows below ``min_score`` are left out and repeated (agent, prompt, completion)
+    Each pair's ``chosen`` is a rewarded output; the rejected side is dropped. In adversary
+    pairs ``score`` is the chosen entry's (rows below ``min_score`` are left out); in own-mistake
+    pairs (``rejected_source == "own"``) it is the rejected entry's, and the chosen answer is
+    verified right: those rows are kept with score 1.0. Repeated (agent, prompt, completion)
     rows are kept once. Columns: ``prompt``, ``completion``, ``agent``, ``episode_id``, ``t``,
     ``round``, ``score``.
     """
@@ -487,7 +489,9 @@ def rft_dataset_from_pairs(pairs_ds: Any, *, min_score: float = 0.5) -> Any:
     out: dict[str, list[Any]] = {k: [] for k in keys}
     seen: set[str] = set()
     for row in pairs_ds:
-        if row["score"] is None or float(row["score"]) < min_score:
+        own = row.get("rejected_source") == "own"  # chosen: a verified-right answer
+        score = 1.0 if own else row["score"]
+        if score is None or float(score) < min_score:
             continue
         key = json.dumps([row["agent"], row["prompt"], row["chosen"]], ensure_ascii=False)
         if key in seen:
@@ -495,7 +499,7 @@ def rft_dataset_from_pairs(pairs_ds: Any, *, min_score: float = 0.5) -> Any:
         seen.add(key)
         values = {"prompt": row["prompt"], "completion": row["chosen"], "agent": int(row["agent"]),
                   "episode_id": str(row.get("episode_id", "")), "t": int(row.get("t", 0)),
-                  "round": int(row.get("round", 0)), "score": float(row["score"])}
+                  "round": int(row.get("round", 0)), "score": float(score)}
         for k in keys:
             out[k].append(values[k])
     return Dataset.from_dict(out)

@@ -329,3 +329,34 @@ def test_without_an_evaluation_in_the_loop_only_training_runs(base_dir, tmp_path
     with pytest.raises(ConfigError, match="evaluates no episodes"):
         evaluate_model(_config(base_dir, out, eval_tasks=(), eval_episodes_per_task=0), f"hf:{base_dir}",
                        tmp_path / "ev", env_factory=_factories(_log())[1])
+
+
+def test_rft_learns_from_own_mistakes_and_keeps_an_adapter_with_nothing_new(base_dir, tmp_path):
+    """RFT on own-mistake pairs trains the agent that erred (its chosen side is verified right,
+    whatever the pair's score); an iteration with nothing new keeps its adapter, as DPO does."""
+    import dataclasses as dc
+
+    from tests.training.marl_kit import OK
+
+    wrong = 'Thought: Cancel.\nAction: {"action": "click", "element_id": "C"}'
+    model_factory, env_factory = _factories(_log())
+
+    def erring_before_training(base, adapters):
+        model = model_factory(base, adapters)
+        inner = model.generate
+
+        def generate(requests):  # agent 1 (T = 0.3) errs until it has an adapter
+            return [dc.replace(r, text=wrong if q.temperature == 0.3 and not adapters else OK)
+                    for q, r in zip(requests, inner(requests), strict=True)]
+
+        model.generate = generate
+        return model
+
+    out = tmp_path / "run"
+    config = _config(base_dir, out, adversary="own", objective="rft", iterations=2, eval_tasks=(),
+                     eval_episodes_per_task=0)
+    report = run_marl(config, progress=False, env_factory=env_factory, model_factory=erring_before_training)
+    first, second = ({a["agent"]: a["status"] for a in it.dpo["agents"]} for it in report.iterations)
+    assert first == {0: "no_pairs", 1: "trained"} and second == {0: "no_pairs", 1: "kept"}
+    assert (out / "iter1" / "adapters" / "agent1" / "adapter_model.safetensors").is_file()
+    assert json.loads((out / "bundle" / "team.json").read_text())["agents"] == [None, "agent1"]

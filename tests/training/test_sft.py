@@ -198,17 +198,18 @@ def test_overlong_rows_dropped_and_init_adapter(base_dir: Path, tmp_path: Path) 
 def test_rft_dataset_keeps_rewarded_rows_only() -> None:
     from datasets import Dataset
 
-    def pair(agent: int, score: float | None, text: str) -> dict:
+    def pair(agent: int, score: float | None, text: str, source: str = "rule") -> dict:
         return {"prompt": [{"role": "user", "content": f"p{agent}"}],
                 "chosen": [{"role": "assistant", "content": text}],
                 "rejected": [{"role": "assistant", "content": "bad"}], "agent": agent,
-                "episode_id": "e", "t": 0, "round": 0, "score": score, "rejected_source": "rule"}
+                "episode_id": "e", "t": 0, "round": 0, "score": score, "rejected_source": source}
 
+    # An own-mistake pair scores its rejected entry (0.0); its chosen side is verified right.
     ds = Dataset.from_list([pair(0, 1.0, "good0"), pair(0, 1.0, "good0"), pair(1, 0.2, "low"),
-                            pair(1, 0.9, "good1")])
+                            pair(1, 0.9, "good1"), pair(2, 0.0, "verified2", source="own")])
     rft = rft_dataset_from_pairs(ds)
-    assert rft["agent"] == [0, 1]
-    assert [c[0]["content"] for c in rft["completion"]] == ["good0", "good1"]
+    assert rft["agent"] == [0, 1, 2]
+    assert [c[0]["content"] for c in rft["completion"]] == ["good0", "good1", "verified2"]
     assert "rejected" not in rft.column_names and all(s >= 0.5 for s in rft["score"])
     with pytest.raises(ConfigError, match="chosen"):
         rft_dataset_from_pairs(Dataset.from_list([{"prompt": "x"}]))
