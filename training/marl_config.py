@@ -80,10 +80,10 @@ class MARLConfig:
         "help": "where rejected answers come from: rule | llm:<model spec> (invented mistakes) | own "
         "(the agents' own wrong proposals, chosen = a verified-right answer; pair with --critic verified)"})
     objective: str = field(default="dpo", metadata={
-        "help": "per-agent update: dpo (the paper) | rft (SFT on the chosen answers only, the PO -> RFT "
+        "choices": OBJECTIVES, "help": "per-agent update: dpo (the paper) | rft (SFT on the chosen answers only, the PO -> RFT "
                 "ablation; it uses the --dpo options SFT shares: learning rate, steps, batch, LoRA)"})
     element_format: str = field(default="auto", metadata={
-        "help": "page text the agents read (miniwob): html or text-first; default auto: the format a "
+        "choices": ("auto", *ELEMENT_FORMATS), "help": "page text the agents read (miniwob): html or text-first; default auto: the format a "
                 "trained bundle learned, else html"})
     shuffle_elements: bool = field(default=False, metadata={"help": "(miniwob) " + SHUFFLE_HELP})
     edge_update: bool = field(default=True, metadata={"help": "resample the DAG every iteration "
