@@ -248,6 +248,17 @@ class _Run:
         self._mask_header()
         return redactor.observation(obs), redactor.team_step(step)
 
+    def _typed_task_password(self, step) -> dict[str, Any] | None:
+        """Which masked entries typed exactly the password the environment's task names: a
+        replay (the verified critic) can type that one again from the live task; any other
+        masked text it cannot. One bit per entry, never the text."""
+        if not self._env_task:
+            return None
+        says = self.redactor.types_task_password
+        entries = [[i, j] for i, row in enumerate(step.proposals) for j, p in enumerate(row) if says(p.action)]
+        executed = says(step.action)
+        return {"executed": executed, "proposals": entries} if executed or entries else None
+
     def _mask_header(self) -> None:
         """A password just typed that the environment's task holds (MiniWoB++ enter-password
         names it) is masked in the header written before, as in every later record; a task the
@@ -260,6 +271,7 @@ class _Run:
             self.header = masked
 
     def record(self, t: int, obs: Observation, step, outcome: StepOutcome | None, error: str | None, timings) -> StepRecord:
+        typed = self._typed_task_password(step)  # before masking: afterwards "***" is all there is
         obs, step = self._mask_step(obs, step, outcome)
         executed = step.action
         executed_dict = executed.to_dict()
@@ -288,6 +300,7 @@ class _Run:
             "info": self.redactor.data(dict(outcome.info)) if outcome else {},
             "timings": {k: round(v, 4) for k, v in timings.items()},
             "history_entry": entry,
+            **({"task_password": typed} if typed else {}),
         })
         if self.result is None:  # begin() always runs first; keep the record anyway
             self.result = EpisodeResult(task=self.task or '')

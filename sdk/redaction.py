@@ -35,10 +35,14 @@ from urllib.parse import quote, quote_plus
 from collabui.actions import Action, Unknown
 from collabui.errors import ActionError, ConfigError
 
-__all__ = ["PASSWORD_MASK", "Redactor", "Secrets", "placeholder", "redact_url"]
+__all__ = ["PASSWORD_MASK", "TASK_PASSWORD", "Redactor", "Secrets", "placeholder", "redact_url", "task_passwords"]
 
 #: What a password (or a credential in a URL) becomes.
 PASSWORD_MASK = "***"
+#: Typed text that stands for "the password the environment's task names" when a replay needs
+#: it (``collabui.training.verified``): traces record a masked text that was exactly that
+#: password as such (the ``task_password`` field of a step record), never the password itself.
+TASK_PASSWORD = "<the task's password>"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 _PLACEHOLDER = re.compile(r"<secret:([A-Za-z_][A-Za-z0-9_.-]{0,63})>")
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#]*@")
@@ -122,6 +126,11 @@ class Secrets:
         return any(m.group(1) in self._values for m in _PLACEHOLDER.finditer(text))
 
 
+def task_passwords(task: str) -> list[str]:
+    """The passwords a task sentence names (``the password "X"``), in order."""
+    return [next(group for group in match.groups() if group) for match in _TASK_PASSWORD.finditer(task or "")]
+
+
 def _typed(action: Action) -> tuple[Any, str] | None:
     """(target, text) of a typing action (web type_string, mobile input_text), else None."""
     if action.name == "type_string":
@@ -141,6 +150,7 @@ class Redactor:
     def __init__(self, secrets: Secrets | Mapping[str, str] | None = None) -> None:
         self.secrets = secrets if isinstance(secrets, Secrets) else Secrets(secrets)
         self.passwords: set[str] = set()
+        self.task_passwords: set[str] = set()
         self._pattern: re.Pattern[str] | None = None
         self._fields: frozenset[str] = frozenset()
 
@@ -159,8 +169,15 @@ class Redactor:
     def learn_task(self, task: str) -> None:
         """Mask the passwords an environment's own task names (``the password "X"``): known
         before anything is typed. Never for a task the caller gave (it stays as given)."""
-        for match in _TASK_PASSWORD.finditer(task or ""):
-            self.add_password(next(group for group in match.groups() if group))
+        for value in task_passwords(task):
+            self.add_password(value)
+            self.task_passwords.add(value)
+
+    def types_task_password(self, action: Action) -> bool:
+        """Whether ``action`` types exactly a password the environment's task names (what a
+        replay can type again from the live task: the trace records this bit, not the text)."""
+        typed = _typed(action)
+        return typed is not None and typed[1].strip() in self.task_passwords
 
     def screen(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """``(values, words)`` a screenshot must hide (``Device.hide_on_screen``): every secret

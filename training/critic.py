@@ -39,6 +39,7 @@ __all__ = [
     "OutcomeCritic",
     "make_critic",
     "CRITIC_SPECS",
+    "task_password_stand_in",
 ]
 
 #: Paper Eq. 6: R = ceil(score - 0.5), i.e. reward 1 exactly when score >= 0.5.
@@ -134,6 +135,7 @@ class StepContext:
             raise TraceError(f"step t={step.get('t')} of episode {header.get('episode_id')!r} has "
                              "no rectangular n x m proposal matrix; re-record the trace")
         observation = step.get("rendered_observation") or step["observation"]["text"]
+        typed = {tuple(e) for e in (step.get("task_password") or {}).get("proposals", ())}
         return cls(
             episode_id=str(header["episode_id"]),
             t=int(step["t"]),
@@ -141,7 +143,8 @@ class StepContext:
             action_space=str(header.get("action_space", "web")),
             observation=observation,
             history=tuple(step.get("history", ())),
-            actions=tuple(tuple(dict(p["action"]) for p in row) for row in rows),
+            actions=tuple(tuple(task_password_stand_in(p["action"]) if (i, j) in typed else dict(p["action"])
+                                for j, p in enumerate(row)) for i, row in enumerate(rows)),
             raws=tuple(tuple(str(p.get("raw", "")) for p in row) for row in rows),
             gold=_gold_from_step(step),
             success=None if end is None else bool(end.get("success")),
@@ -154,6 +157,18 @@ class StepContext:
             device=dict(header.get("device") or {}),
             tree=((step.get("observation") or {}).get("extra") or {}).get("tree"),
         )
+
+
+def task_password_stand_in(action: Mapping[str, Any]) -> dict[str, Any]:
+    """A recorded action that typed the task's password (masked in the trace) with its text as
+    :data:`~collabui.redaction.TASK_PASSWORD`, which a replay types as the live task's password."""
+    from collabui.redaction import TASK_PASSWORD
+
+    out = dict(action)
+    for key in ("content", "text"):  # web type_string, mobile input_text
+        if isinstance(out.get(key), str):
+            out[key] = TASK_PASSWORD
+    return out
 
 
 def to_action(data: Mapping[str, Any] | Action, space: ActionSpace) -> Action:

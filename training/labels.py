@@ -26,7 +26,13 @@ from collabui._jsonl import iter_jsonl
 from collabui._progress import progress_bar
 from collabui.errors import ConfigError, TraceError
 from collabui.trace import Trace, read_trace
-from collabui.training.critic import REWARD_THRESHOLD, Critic, ParseStats, StepContext
+from collabui.training.critic import (
+    REWARD_THRESHOLD,
+    Critic,
+    ParseStats,
+    StepContext,
+    task_password_stand_in,
+)
 
 __all__ = [
     "LabelStats",
@@ -78,7 +84,9 @@ def iter_step_contexts(trace: Trace) -> Iterator[StepContext]:
     executed: list[dict[str, Any]] = []
     for step in trace.steps:
         yield StepContext.from_trace_step(trace.header, step, end=trace.end, prefix=executed)
-        executed.append(dict(step.get("executed") or {"action": "unknown"}))
+        done = dict(step.get("executed") or {"action": "unknown"})
+        # The task's own password, recorded masked, is typed again by a replay from the live task.
+        executed.append(task_password_stand_in(done) if (step.get("task_password") or {}).get("executed") else done)
 
 
 def validate_label(record: Any, where: str = "label") -> dict[str, Any]:

@@ -35,7 +35,7 @@ from typing import Any
 from collabui.actions import WEB, Action, Unknown
 from collabui.devices.base import Observation, StepOutcome
 from collabui.errors import ConfigError
-from collabui.redaction import PASSWORD_MASK
+from collabui.redaction import PASSWORD_MASK, TASK_PASSWORD
 from collabui.training.candidates import rank_candidates
 from collabui.training.critic import Critic, ScoreMatrix, StepContext, to_action
 
@@ -135,12 +135,14 @@ class Replayer:
         self.env = env
         self.replays = 0
         self.actions = 0
+        self.task_text = ""  # the live task of the last reset (it names the password, if any)
 
     def start(self, task: str, seed: int, prefix: Sequence[Action] = ()) -> Observation | None:
         """The observation after ``reset(seed)`` and ``prefix``; None when the prefix ends the
         episode (the recorded step cannot be reached)."""
         self.replays += 1
         obs = self.env.reset(seed=seed, options={"task_name": task})
+        self.task_text = obs.task or ""
         for action in prefix:
             out = self.act(action)
             if out.done:
@@ -150,7 +152,21 @@ class Replayer:
 
     def act(self, action: Action) -> StepOutcome:
         self.actions += 1
-        return self.env.act(action)
+        return self.env.act(self.live(action))
+
+    def live_password(self) -> str | None:
+        """The one password the live task names (None: none, or several)."""
+        from collabui.redaction import task_passwords
+
+        found = set(task_passwords(self.task_text))
+        return found.pop() if len(found) == 1 else None
+
+    def live(self, action: Action) -> Action:
+        """``action`` as typed now: :data:`~collabui.redaction.TASK_PASSWORD` becomes the live
+        task's password (the trace recorded only that it was that password)."""
+        if getattr(action, "content", None) != TASK_PASSWORD or self.live_password() is None:
+            return action
+        return action.replace(content=self.live_password())
 
     def close(self) -> None:
         if self._owned:
@@ -368,7 +384,9 @@ class EnvVerifiedCritic(Critic):
             return "abstain: a password typed before this step is masked in the trace (not replayable)"
         replayer = self._replayer_for(ctx.device)
         start = replayer.start(task, ctx.seed, prefix)
-        if start is None or screen_digest(start.text) != screen_digest(ctx.screen):
+        if _stands_in(prefix, ctx) and replayer.live_password() is None:
+            return "abstain: the trace typed the task's password, and the live task names no single one"
+        if start is None or screen_digest(_as_recorded(start.text, replayer)) != screen_digest(ctx.screen):
             return "abstain: the replayed page differs from the recorded one"
         # A completion from the step's own state sets the bar: L actions are known to suffice.
         known = search(replayer, task, ctx.seed, prefix, start=start, config=self.config)
@@ -440,6 +458,22 @@ class EnvVerifiedCritic(Critic):
         rationale = json.dumps({"verified_action": (known.actions or [])[0].to_dict(),
                                 "continuation": [a.to_dict() for a in known.actions or []]})
         return ScoreMatrix(scores, reasons, rationale)
+
+
+def _stands_in(prefix: Sequence[Action], ctx: StepContext) -> bool:
+    """Whether the replay must type the live task's password (before or at this step)."""
+    entries = [ctx.action(i, j) for i in range(ctx.n) for j in range(ctx.m)]
+    return any(getattr(a, "content", None) == TASK_PASSWORD for a in [*prefix, *entries])
+
+
+def _as_recorded(text: str, replayer: Replayer) -> str:
+    """A replayed page's text masked as the episode recorded it: the live task's passwords
+    (learned from the task before anything was typed) become the mask wherever they show."""
+    from collabui.redaction import Redactor
+
+    redactor = Redactor()
+    redactor.learn_task(replayer.task_text)
+    return redactor.text(text)
 
 
 def _masked(action: Action) -> bool:

@@ -335,3 +335,54 @@ def test_demonstration_rows_mask_the_task_password_as_the_runtime_does(replayer)
     assert "'***'" in histories[-1] and "tula" in histories[-1]
     assert [r["action"].get("content") for r in rows].count("EiT") == 2  # targets keep the value
     assert all('password "EiT"' in r["task"] for r in rows)
+
+
+def _login_filler(request) -> str:
+    """Type the username, then the password, then press the button; the agent sampling at
+    T = 0.5 types a wrong password instead (masked too: text typed into a password field)."""
+    import re
+
+    text = str(request.messages[-1]["content"])
+    task = re.search(r"^Task: (.*)$", text, re.M).group(1)
+    page = next(line for line in text.splitlines() if line.startswith("<"))
+    user, password = re.findall(r'"([^"]+)"', task)
+    for element, content in re.findall(r"<input\[([A-Z]+)\]\| ([^>]*)>", page):
+        if content in ("", "password"):
+            value = user if content != "password" else password if request.temperature != 0.5 else "wrong-pw"
+            return f'Action: {{"action": "type_string", "element_id": "{element}", "content": "{value}"}}'
+    button = re.findall(r"<button\[([A-Z]+)\]\|", page)[-1]
+    return f'Action: {{"action": "click", "element_id": "{button}"}}'
+
+
+def test_critic_replays_the_password_the_task_names_from_the_live_task(tmp_path, critic):
+    """Traces mask a typed password, but record (one bit per entry) that it was exactly the
+    password the environment's task names: the critic types it again from the live task, so the
+    steps after it are labelled; another text typed there stays unknown, never guessed."""
+    from collabui import CollabAgentTeam
+    from collabui.devices import make_env
+    from collabui.models.fake import ScriptedChatModel
+    from collabui.trace import read_trace
+    from collabui.training.labels import iter_step_contexts
+
+    seed = 3
+    team = CollabAgentTeam(ScriptedChatModel(_login_filler), n_agents=3, rounds=1, topology="independent",
+                           max_steps=4, seed=0)
+    with make_env("miniwob/login-user") as env:
+        password = env.reset(seed=seed).task.split('"')[3]
+        result = team.run(None, env, seed=seed, trace=tmp_path, env_name="miniwob/login-user")
+    assert result.success
+    path = next(tmp_path.glob("*.jsonl"))
+    assert password.encode() not in path.read_bytes()
+    trace = read_trace(path)
+    typed = [s.get("task_password") for s in trace.steps]
+    # Step 1 typed the password: agents 0 and 1 (and the vote) typed the task's, agent 2 another text.
+    assert typed == [None, {"executed": True, "proposals": [[0, 0], [1, 0]]}, None]
+    contexts = list(iter_step_contexts(trace))
+    at_password, after = critic.score(contexts[1]), critic.score(contexts[2])
+    assert at_password.scores == ((1.0,), (1.0,), (None,)), at_password.reasons
+    assert "masked" in at_password.reasons[2][0]
+    assert after.scores == ((1.0,), (1.0,), (1.0,)), after.reasons  # the login click completes it
+    # Without the recorded bit the same step is not replayable (the old traces): it abstains.
+    plain = dataclasses.replace(contexts[2], prefix=tuple(dict(a, content="***") if a.get("content") == \
+        "<the task's password>" else a for a in contexts[2].prefix))
+    assert "masked" in critic.score(plain).reasons[0][0]
