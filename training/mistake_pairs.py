@@ -39,8 +39,11 @@ MISTAKE_COLUMNS = (*PAIR_COLUMNS, "chosen_source")
 def verified_answer(header: dict[str, Any], step: dict[str, Any], action: dict[str, Any]) -> str:
     """``action`` written as the step's agents answer: ``Action: <json>``, after the target's
     screen line when the team used the ``grounded`` prompt style."""
+    from collabui.redaction import PASSWORD_MASK, TASK_PASSWORD
     from collabui.training.sft_data import answer_text, grounded_thought, target_line
 
+    if action.get("content") == TASK_PASSWORD:  # written as the trace shows the task's password
+        action = {**action, "content": PASSWORD_MASK}
     space = _space(header)
     team = header.get("team") or {}
     thought = None

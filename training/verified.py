@@ -402,7 +402,7 @@ class EnvVerifiedCritic(Critic):
                 outcomes[action.key()] = ((None, "a masked password: what was typed is not known")
                                           if _masked(action) else
                                           self._try(replayer, task, ctx.seed, prefix, action, bar))
-        return self._matrix(ctx, outcomes, known)
+        return _as_recorded_labels(self._matrix(ctx, outcomes, known), replayer)
 
     def _moves_by_itself(self, task: str, seed: int) -> bool:
         """Look at the task's first page twice, SETTLE_CHECK_S apart, text and pixels (a moving
@@ -474,6 +474,24 @@ def _as_recorded(text: str, replayer: Replayer) -> str:
     redactor = Redactor()
     redactor.learn_task(replayer.task_text)
     return redactor.text(text)
+
+
+def _as_recorded_labels(matrix: ScoreMatrix, replayer: Replayer) -> ScoreMatrix:
+    """Labels that hold no password the trace masked: the reasons (continuations as calls) with
+    the live task's password masked, the verified actions typing it as the stand-in
+    :data:`~collabui.redaction.TASK_PASSWORD` (a later replay types it again)."""
+    password = replayer.live_password()
+    if password is None:
+        return matrix
+
+    def hide(action: dict[str, Any]) -> dict[str, Any]:
+        return {**action, "content": TASK_PASSWORD} if action.get("content") == password else action
+
+    data = json.loads(matrix.rationale or "{}")
+    rationale = json.dumps({"verified_action": hide(data["verified_action"]),
+                            "continuation": [hide(a) for a in data["continuation"]]})
+    reasons = [[_as_recorded(r, replayer) for r in row] for row in matrix.reasons]
+    return ScoreMatrix([list(row) for row in matrix.scores], reasons, rationale)
 
 
 def _masked(action: Action) -> bool:

@@ -382,6 +382,15 @@ def test_critic_replays_the_password_the_task_names_from_the_live_task(tmp_path,
     assert at_password.scores == ((1.0,), (1.0,), (None,)), at_password.reasons
     assert "masked" in at_password.reasons[2][0]
     assert after.scores == ((1.0,), (1.0,), (1.0,)), after.reasons  # the login click completes it
+    # Labels hold no password either: the search's continuation types the stand-in, the reasons the mask.
+    first = critic.score(contexts[0])
+    for labels in (first, at_password, after):
+        assert password not in f"{labels.rationale} {labels.reasons}"
+    typing = [a for a in json.loads(first.rationale)["continuation"] if a["action"] == "type_string"]
+    assert [a["content"] for a in typing][-1] == "<the task's password>"
+    from collabui.training.mistake_pairs import verified_answer
+
+    assert '"content": "***"' in verified_answer(trace.header, trace.steps[1], typing[-1])
     # Without the recorded bit the same step is not replayable (the old traces): it abstains.
     plain = dataclasses.replace(contexts[2], prefix=tuple(dict(a, content="***") if a.get("content") == \
         "<the task's password>" else a for a in contexts[2].prefix))
