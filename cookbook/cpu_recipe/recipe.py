@@ -496,8 +496,8 @@ def systems(config: RecipeConfig, trained: Path, marl: Path | None = None) -> di
         rows["base_team"] = {"model": "smollm2", "team": {"n_agents": 4, "rounds": 3, "prompt_style": "react"}}
         team = {"n_agents": 4, "rounds": 3, "max_new_tokens": 128}
         marl = marl if marl is not None else trained.parent / "marl"
-        teams = {"trained_team": trained if not config.marl_iterations else marl / "trained_team" / "bundle"}
-        rows["trained_team"] = {"model": f"trained:{teams['trained_team']}", "team": team}
+        team_model = marl / "trained_team" / "bundle" if config.marl_iterations else trained
+        rows["trained_team"] = {"model": f"trained:{team_model}", "team": team}
         # Same team, pages in their own order and ids: a position habit would show as a gap.
         rows["trained_team_unshuffled"] = {**rows["trained_team"], "shuffle_elements": False}
         for name in ABLATIONS if config.ablations else ():
