@@ -21,6 +21,7 @@ import hashlib
 import os
 import shutil
 import threading
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -462,21 +463,32 @@ class BrowserDevice(Device):
         that has no page to go back to; the last tab shows about:blank instead)."""
         from playwright.async_api import Error as PlaywrightError
 
-        try:
-            if frame.parent_frame is not None:
-                element = await frame.frame_element()
-                await element.evaluate("frame => { frame.src = 'about:blank'; }")
+        # Right after a commit Chromium may still be attaching the new document ("Not attached
+        # to an active page"): the undo is retried until the refused document is gone.
+        deadline = time.monotonic() + self.config.action_timeout_s
+        while True:
+            try:
+                await self._undo_once(frame, guard)
                 return
-            page = frame.page
-            await page.go_back(wait_until="commit")
-            if guard.refusal(page.url) is None and page.url != "about:blank":
-                return
-            if len(page.context.pages) > 1:
-                await page.close()
-            else:
-                await page.goto("about:blank")
-        except PlaywrightError:
-            return  # the frame or its page went away meanwhile: nothing left to undo
+            except PlaywrightError:
+                if frame.is_detached() or guard.refusal(frame.url) is None or time.monotonic() > deadline:
+                    return  # gone, already undone, or out of time (the block is reported anyway)
+                await asyncio.sleep(0.1)
+
+    @staticmethod
+    async def _undo_once(frame: Any, guard: NavigationGuard) -> None:
+        if frame.parent_frame is not None:
+            element = await frame.frame_element()
+            await element.evaluate("frame => { frame.src = 'about:blank'; }")
+            return
+        page = frame.page
+        await page.go_back(wait_until="commit")
+        if guard.refusal(page.url) is None and page.url != "about:blank":
+            return
+        if len(page.context.pages) > 1:
+            await page.close()
+        else:
+            await page.goto("about:blank")
 
     def _mark_dead(self, reason: str) -> None:
         if not self._closed:

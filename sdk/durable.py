@@ -81,6 +81,11 @@ def _serializer():
     return JsonPlusSerializer(allowed_msgpack_modules=types)
 
 
+#: Each superstep (one agent's LLM call) is on disk before the next starts: a kill -9 loses at
+#: most the call in flight. LangGraph's default ("async") writes while the next call runs, so a
+#: kill could cost a finished call; one SQLite write is nothing beside a model call.
+DURABILITY = "sync"
+
 _TABLES = """
 CREATE TABLE IF NOT EXISTS collabui_runs (run_id TEXT PRIMARY KEY, spec TEXT NOT NULL, created TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS collabui_episodes (episode_id TEXT PRIMARY KEY, run_id TEXT, spec TEXT NOT NULL,
@@ -233,7 +238,7 @@ class StepRunner:
         done = send is None and not self.graph.get_state(config).next
         while not done:
             pending = None
-            for update in self.graph.stream(send, config=config, stream_mode="updates"):
+            for update in self.graph.stream(send, config=config, stream_mode="updates", durability=DURABILITY):
                 if "__interrupt__" in update:
                     pending = update["__interrupt__"][0].value
                     continue
@@ -258,7 +263,7 @@ class StepRunner:
         done = send is None and not self.graph.get_state(config).next
         while not done:
             pending = None
-            stream = self.graph.astream(send, config=config, stream_mode="updates")
+            stream = self.graph.astream(send, config=config, stream_mode="updates", durability=DURABILITY)
             try:
                 async for update in stream:
                     if "__interrupt__" in update:
