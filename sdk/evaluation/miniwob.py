@@ -21,6 +21,7 @@ grow on a rerun (new episodes run, finished ones are reused). ``seed`` is the te
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import difflib
@@ -28,7 +29,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,10 +172,20 @@ class MiniWoBEvalConfig:
     element_format: str = field(default="auto", metadata={"help": ELEMENT_FORMAT_HELP,
                                                           "choices": ELEMENT_FORMAT_CHOICES})
     shuffle_elements: bool = field(default=False, metadata={"help": SHUFFLE_HELP})
+    serve: bool = field(default=False, metadata={
+        "help": "run the model on a vLLM server started for this evaluation (a trained bundle: its shared model "
+                "merged, each agent's LoRA adapter by name; needs `collabui serve --setup`); episodes at once: "
+                "--concurrency"})
 
     def __post_init__(self) -> None:
         self._check_team()
         self._check_page_options()
+        if self.serve and (self.is_baseline or self.model.strip().startswith("openai:")):
+            raise ConfigError(f"serve starts a vLLM server for a local model; {redact_url(self.model)} is "
+                              "not one (baselines run here, openai: specs are already served): drop --serve")
+        if self.serve and self.uses_workers:
+            raise ConfigError("serve and workers/ray do not combine: the server batches the requests of "
+                              "--concurrency K episodes in this process; use --concurrency")
         for name in ("episodes", "concurrency", "workers"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -313,7 +324,8 @@ def _episode_counts(result: Any) -> dict[str, int]:
 
 def evaluate_miniwob(config: MiniWoBEvalConfig, out_dir: str | Path, *, model: ChatModel | None = None,
                      env_factory: EnvFactory | None = None, plot: bool = False,
-                     command: str | None = None, progress: bool = True) -> dict[str, Any]:
+                     command: str | None = None, progress: bool = True,
+                     server_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Run (or resume) the evaluation and write ``results.json`` and ``summary.md``.
 
     Args:
@@ -324,6 +336,8 @@ def evaluate_miniwob(config: MiniWoBEvalConfig, out_dir: str | Path, *, model: C
         env_factory: builds a device from ``miniwob/<task>`` (tests); None: ``make_env``.
         plot: also write ``plot.png`` (needs matplotlib).
         command: the command line recorded in the results.
+        server_options: with ``config.serve``, :class:`~collabui.serving.VLLMServer` fields
+            (``enforce_eager``, ``kv_cache_gib``, ``venv``...).
 
     Returns:
         The results dict (also written to ``out_dir/results.json``).
@@ -340,7 +354,8 @@ def evaluate_miniwob(config: MiniWoBEvalConfig, out_dir: str | Path, *, model: C
     log.info("eval miniwob: %d tasks x %d episodes, %s, %s, out %s", len(tasks), config.episodes, label,
              _parallelism(config), out)
     run = _run_on_workers if config.uses_workers else _run_here
-    records = run(config, specs, out, model=model, env_factory=env_factory, progress=progress)
+    with _served(config, model, server_options or {}) as served:
+        records = run(config, specs, out, model=served or model, env_factory=env_factory, progress=progress)
     results = build_results(config, tasks, records, started=started_at,
                             seconds=time.perf_counter() - t0, command=command)
     _write_outputs(results, out, plot)
@@ -348,6 +363,22 @@ def evaluate_miniwob(config: MiniWoBEvalConfig, out_dir: str | Path, *, model: C
     log.info("eval miniwob: success %s/%s = %s (95%% CI %.2f-%.2f); %s", overall["successes"], overall["n"],
              overall["value"], overall["ci95"][0], overall["ci95"][1], out / "results.json")
     return results
+
+
+@contextlib.contextmanager
+def _served(config: MiniWoBEvalConfig, model: ChatModel | None,
+            server_options: Mapping[str, Any]) -> Iterator[ChatModel | None]:
+    """With ``serve``: a client of a vLLM server of the model, up for the evaluation; else None."""
+    if not config.serve:
+        yield None
+        return
+    if model is not None:
+        raise ConfigError("serve starts the model itself; pass model=None (or serve=False with a built model)")
+    from collabui.serving.managed import serve_model
+
+    client = {"guided_json": config.action_space} if config.guided_json else {}
+    with serve_model(config.model, config.adapters, client=client, **server_options) as served:
+        yield served
 
 
 def _parallelism(config: MiniWoBEvalConfig) -> str:
@@ -360,7 +391,7 @@ def _run_here(config: MiniWoBEvalConfig, specs: Sequence[EpisodeSpec], out: Path
               env_factory: EnvFactory | None, progress: bool) -> list[dict[str, Any]]:
     """The episodes in this process: one model, ``concurrency`` browsers."""
     own_model = model is None
-    adapter_names = team_adapter_names(config.adapters, config.team.n_agents) if own_model else None
+    adapter_names = team_adapter_names(config.adapters, config.team.n_agents) if own_model or config.serve else None
     if model is None:
         model = _load_model(config)
     envs = EnvPool(config.env, env_factory, options=config.env_options())  # sibling pools share them

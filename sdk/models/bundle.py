@@ -27,7 +27,7 @@ from typing import Any
 from collabui.errors import ConfigError, ModelLoadError
 
 __all__ = ["BUNDLE_FORMAT", "SHIPPED_BUNDLES", "bundle_dir", "bundle_fingerprint", "bundle_team", "read_bundle", "load_bundle", "write_bundle_manifest",
-           "write_bundle"]
+           "write_bundle", "base_model_dir", "merged_model_dir", "write_merged_model"]
 
 BUNDLE_FORMAT = "collabui.team-bundle/1"
 #: Built-in model specs served from bundles inside the package.
@@ -128,6 +128,71 @@ def load_bundle(folder: str | Path, **kwargs: Any) -> Any:
         raise ConfigError(f"{root / 'team.json'}: base {base!r} is not smollm2 or hf:PATH")
     model.name = f"trained:{root.name}"
     return model
+
+
+def base_model_dir(folder: str | Path) -> Path:
+    """The transformers folder of the bundle's base model (the embedded model's converted copy
+    for ``smollm2``)."""
+    root = Path(folder).expanduser()
+    base = str(read_bundle(root).get("base", "smollm2"))
+    if base in {"smollm2", "embedded"}:
+        from collabui.models.embedded import embedded_model_dir
+
+        return embedded_model_dir("smollm2")
+    if base.startswith("hf:"):
+        return _base_folder(root, base)
+    raise ConfigError(f"{root / 'team.json'}: base {base!r} is not smollm2 or hf:PATH")
+
+
+def write_merged_model(folder: str | Path, target: str | Path) -> Path:
+    """Write the bundle's shared model to ``target``: its base with the ``merge`` adapters
+    folded in (float32 on a CPU, bfloat16 on CUDA, as LocalModel loads it): what a server, or
+    training on top of it, loads as a plain model."""
+    import shutil
+
+    from collabui.models.local import LocalModel
+
+    root, out = Path(folder).expanduser(), Path(target)
+    manifest = read_bundle(root)
+    model = LocalModel(base_model_dir(root), merge=[root / m for m in manifest.get("merge", [])], prefix_cache=False)
+    tmp = out.with_name(f".{out.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.model.save_pretrained(str(tmp))
+    model.tokenizer.save_pretrained(str(tmp))
+    model.close()
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)  # whole or not at all
+    return out
+
+
+def merged_model_dir(folder: str | Path, cache_dir: str | Path | None = None) -> Path:
+    """A plain transformers folder of the bundle's shared model (base + ``merge`` adapters),
+    e.g. for a vLLM server, which serves LoRA adapters but does not merge them: the base's own
+    folder when nothing is merged, else a merged copy made once under the collabui cache
+    (``merged-models/<hash of the base and the merged weights>``) and reused."""
+    import hashlib
+
+    root = Path(folder).expanduser()
+    manifest = read_bundle(root)
+    base = base_model_dir(root)
+    if not manifest.get("merge"):
+        return base
+    digest = hashlib.sha256(str(base.resolve()).encode())
+    for path in sorted(base.glob("*.safetensors")):  # a base inside the bundle may be retrained
+        digest.update(f"{path.name}:{path.stat().st_size}:{path.stat().st_mtime_ns}".encode())
+    for name in manifest["merge"]:
+        for path in sorted((root / name).glob("*")):
+            digest.update(path.name.encode())
+            digest.update(path.read_bytes())
+    if cache_dir is None:
+        from collabui.models.embedded import cache_root
+
+        cache_dir = cache_root() / "merged-models"
+    target = Path(cache_dir) / digest.hexdigest()[:16]
+    if (target / "config.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return write_merged_model(root, target)
 
 
 def write_bundle_manifest(folder: str | Path, *, base: str, merge: list[str], agents: list[str | None],

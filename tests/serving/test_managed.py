@@ -1,0 +1,98 @@
+"""Trained bundles on a vLLM server: the merged shared model, per-agent adapters by slot, the
+bundle's team settings on the client, and ``eval miniwob --serve`` (against the fake server,
+which records every request; tests/serving/test_real_vllm.py serves a bundle on real vLLM)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from collabui.config import TeamConfig
+from collabui.errors import ConfigError
+from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
+from collabui.models.base import ChatRequest
+from collabui.models.bundle import merged_model_dir, write_bundle
+from collabui.models.local import LocalModel
+from collabui.models.spec import load_model
+from collabui.serving.managed import served_spec
+from collabui.trace import read_trace
+
+_ASK = ({"role": "user", "content": "Click the OK button."},)
+
+
+def _bundle(root: Path, tiny_model_dir: Path, adapter_dirs: dict[str, Path], stage1: str = "a1") -> Path:
+    # Agent 1 has no adapter of its own: it runs on the merged model alone.
+    return write_bundle(root, base=f"hf:{tiny_model_dir}", merge={"stage1": adapter_dirs[stage1]},
+                        agents={"agent0": adapter_dirs["a2"]}, slots=["agent0", None],
+                        team={"prompt_style": "trained", "max_new_tokens": 8}, made_by="test")
+
+
+def _greedy(model, adapter=None) -> str:
+    return model.generate([ChatRequest(messages=_ASK, max_new_tokens=6, temperature=0.0, adapter=adapter)])[0].text
+
+
+def test_the_merged_model_is_the_bundle_shared_model_made_once(tmp_path, tiny_model_dir, adapter_dirs):
+    root = _bundle(tmp_path / "bundle", tiny_model_dir, adapter_dirs)
+    merged = merged_model_dir(root, cache_dir=tmp_path / "cache")
+    assert (merged / "config.json").is_file() and merged.parent == tmp_path / "cache"
+    plain = LocalModel(merged, device="cpu")
+    assert _greedy(plain) == _greedy(load_model(f"trained:{root}", device="cpu"))  # same weights as the local bundle
+    assert _greedy(plain) != _greedy(LocalModel(tiny_model_dir, device="cpu"))  # and not the base alone
+    weights = next(merged.glob("*.safetensors"))
+    stamp = weights.stat().st_mtime_ns
+    assert merged_model_dir(root, cache_dir=tmp_path / "cache") == merged and weights.stat().st_mtime_ns == stamp
+    other = _bundle(tmp_path / "bundle", tiny_model_dir, adapter_dirs, stage1="a2")  # other merged weights
+    assert merged_model_dir(other, cache_dir=tmp_path / "cache") != merged
+    nothing_merged = write_bundle(tmp_path / "plain", base=f"hf:{tiny_model_dir}", merge={},
+                                  agents={"agent0": adapter_dirs["a2"]}, team={})
+    assert merged_model_dir(nothing_merged, cache_dir=tmp_path / "cache") == tiny_model_dir
+
+
+def test_a_bundle_is_served_as_its_merged_model_and_agent_adapters(tmp_path, tiny_model_dir, adapter_dirs, monkeypatch):
+    monkeypatch.setenv("COLLABUI_CACHE", str(tmp_path / "cache"))
+    root = _bundle(tmp_path / "bundle", tiny_model_dir, adapter_dirs)
+    served = served_spec(f"trained:{root}")
+    assert served.model == str(merged_model_dir(root)) and served.served_name == "trained-bundle"
+    assert dict(served.adapters) == {"agent0": root / "agent0"}
+    assert dict(served.team_defaults) == {"prompt_style": "trained", "max_new_tokens": 8, "adapters": ("agent0", None)}
+    base = served_spec(f"hf:{tiny_model_dir}", tmp_path / "bundle")  # a plain folder of agent adapters
+    assert base.model == str(tiny_model_dir) and set(base.adapters) == {"agent0"} and not base.team_defaults
+    with pytest.raises(ConfigError, match="brings its own agent adapters; drop --adapters"):
+        served_spec(f"trained:{root}", tmp_path / "bundle")
+    with pytest.raises(ConfigError, match="is not a local base model"):
+        served_spec("lexical")
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"model": "lexical"}, "lexical is not one"),
+    ({"model": "openai:m@http://127.0.0.1:9/v1"}, "openai: specs are already served"),
+    ({"workers": 2}, "serve and workers/ray do not combine"),
+])
+def test_serve_refuses_what_it_cannot_serve(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        MiniWoBEvalConfig(tasks="click-test", serve=True, **fields)
+
+
+@pytest.mark.browser
+def test_eval_serve_runs_the_bundle_team_on_its_own_server(tmp_path, tiny_model_dir, adapter_dirs, fake_pkg,
+                                                          monkeypatch):
+    monkeypatch.setenv("COLLABUI_CACHE", str(tmp_path / "cache"))
+    root = _bundle(tmp_path / "bundle", tiny_model_dir, adapter_dirs)
+    record = tmp_path / "requests.jsonl"
+    config = MiniWoBEvalConfig(tasks="click-test", episodes=1, model=f"trained:{root}", serve=True,
+                               team=TeamConfig(n_agents=2, rounds=2, topology="chain", max_steps=1))
+    options = {"python": sys.executable, "log_file": tmp_path / "vllm.log", "ready_timeout_s": 60,
+               "env": {"PYTHONPATH": str(fake_pkg), "FAKE_VLLM_RECORD": str(record)}}
+    results = evaluate_miniwob(config, tmp_path / "run", server_options=options, progress=False)
+    assert results["overall"]["success_rate"]["n"] == 1
+    [trace] = (tmp_path / "run" / "traces").glob("*.jsonl")
+    step = read_trace(trace).steps[0]
+    # Each agent on its bundle slot: agent 0 its adapter, agent 1 the merged model (the zero adapter).
+    assert [[p["adapter"] for p in row] for row in step["proposals"]] == [["agent0", "agent0"], [None, None]]
+    assert step["proposals"][0][0]["messages"][0]["content"].startswith("You operate a web browser")  # trained style
+    sent = [json.loads(line) for line in record.read_text().splitlines()]
+    assert sorted(r["model"] for r in sent) == ["agent0", "agent0", "trained-bundle-base", "trained-bundle-base"]
+    assert f"fake vllm: model={merged_model_dir(root)} " in (tmp_path / "vllm.log").read_text()
