@@ -51,7 +51,7 @@ ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "d
 _DEMO_FLAGS = ("minutes", "workers")
 _SFT_FLAGS = ("num_train_epochs", "learning_rate", "per_device_train_batch_size", "lora_r", "lora_dropout",
               "length_window", "full_finetune")
-_EVAL_FLAGS = ("episodes",)
+_EVAL_FLAGS = ("episodes", "serve")
 #: Fields of the evaluation's team with flags (added apart: flags reach one level of nesting).
 _EVAL_TEAM_FLAGS = ("seed", "max_steps")
 #: Flags spelled otherwise than their fields: the recipe's flags from before the config existed.
@@ -71,6 +71,8 @@ _HELPS = {
     "sft.full_finetune": "train every weight instead of the LoRA adapter (the bundle then carries the whole "
                          "model, ~540 MB: for measuring beside LoRA, not for --publish)",
     "evaluation.episodes": "held-out episodes per task (models)",
+    "evaluation.serve": "evaluate the model rows on a vLLM server each (`collabui serve --setup` once; 4 episodes "
+                        "at once); the baselines run here",
     "seed": "seed of the held-out evaluation",
     "max_steps": "environment steps per episode (every evaluation)",
 }
@@ -519,7 +521,10 @@ def eval_config(config: RecipeConfig, fields: dict[str, Any]) -> MiniWoBEvalConf
     fields = dict(fields)
     base = config.evaluation
     team = default_team(fields["model"], seed=base.team.seed, max_steps=base.team.max_steps, **fields.pop("team", {}))
-    return dataclasses.replace(base, element_format=_format(config, fields["model"]), team=team, **fields)
+    row = dataclasses.replace(base, serve=False, element_format=_format(config, fields["model"]), team=team, **fields)
+    if base.serve and not row.is_baseline:  # a server batches more episodes at once; baselines load no model
+        row = dataclasses.replace(row, serve=True, concurrency=4)
+    return row
 
 
 def validate(config: RecipeConfig, trained: Path, out: Path) -> dict[str, Any]:

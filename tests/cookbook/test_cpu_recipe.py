@@ -53,6 +53,15 @@ def test_every_system_is_a_valid_shuffled_heldout_evaluation(tmp_path):
     assert (team.seed, team.max_steps, team.max_new_tokens) == (args.evaluation.team.seed, args.evaluation.team.max_steps, 128)
     rollouts = recipe._on_training_tasks(args, tmp_path / "merged", seed=5000, episodes=2)
     assert (rollouts.team.seed, rollouts.team.n_agents, rollouts.team.max_new_tokens) == (5000, 1, 96)
+    assert not any(recipe.eval_config(args, f).serve for f in rows.values())
+
+
+def test_serve_puts_the_model_rows_on_vllm_and_keeps_the_baselines_here(tmp_path):
+    recipe = _recipe()
+    args = recipe._args(["--team", "--serve"])
+    rows = {name: recipe.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "merged").items()}
+    assert {name for name, c in rows.items() if c.serve} == set(rows) - {"random", "lexical"}
+    assert rows["trained_team"].concurrency == 4 and rows["lexical"].concurrency == args.evaluation.concurrency
 
 
 def test_table_is_generated_from_results(tmp_path):
@@ -112,7 +121,7 @@ DEFAULT_ARGS = {"out": "runs/recipe", "demo_minutes": 10.0, "demo_workers": 4, "
                 "synthetic_pages": False, "team_share": 0.0, "sft_epochs": 1.0, "balance": True, "balance_steps": False, "hindsight": 0, "lr": 3e-4, "lora_r": 32,
                 "batch": 8, "lora_dropout": 0.0, "length_window": 32, "full_finetune": False, "element_format": "html", "style": "trained", "episodes": 13,
                 "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "critic_episodes": 6, "team": False,
-                "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
+                "serve": False, "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
                 "dpo_lr": 5e-5, "marl_iterations": 0, "marl_episodes": 2, "ablations": False, "validate": 0,
                 "publish": False, "table": False}
 
