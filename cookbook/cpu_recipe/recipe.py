@@ -144,7 +144,7 @@ class RecipeConfig:
         "help": "answer format taught: the action alone, or the target's screen line first"})
     evaluation: MiniWoBEvalConfig = field(default_factory=_evaluation_template, metadata={
         "help": "stage 3", "skip_flags": _skip_all_but(MiniWoBEvalConfig, _EVAL_FLAGS)})
-    baseline_episodes: int = field(default=25, metadata={"help": "per task, random and lexical"})
+    baseline_episodes: int = field(default=25, metadata={"help": "per task, random, lexical and the trained team"})
     critic_episodes: int = field(default=6, metadata={"help": "per oracle task, for the critic check"})
     teams: bool = field(default=False, metadata={"help": "also evaluate 4 x 3 teams (slow on a CPU)"})
     systems: str | None = field(default=None, metadata={
@@ -499,9 +499,10 @@ def systems(config: RecipeConfig, trained: Path, marl: Path | None = None) -> di
         team = {"n_agents": 4, "rounds": 3, "max_new_tokens": 128}
         marl = marl if marl is not None else trained.parent / "marl"
         team_model = marl / "trained_team" / "bundle" if config.marl_iterations else trained
-        rows["trained_team"] = {"model": f"trained:{team_model}", "team": team}
+        # The headline row: as many episodes as the baselines it is compared with (200 by default).
+        rows["trained_team"] = {"model": f"trained:{team_model}", "team": team, "episodes": config.baseline_episodes}
         # Same team, pages in their own order and ids: a position habit would show as a gap.
-        rows["trained_team_unshuffled"] = {**rows["trained_team"], "shuffle_elements": False}
+        rows["trained_team_unshuffled"] = {"model": f"trained:{team_model}", "team": team, "shuffle_elements": False}
         for name in ABLATIONS if config.ablations else ():
             rows[name] = {"model": f"trained:{marl / name / 'bundle'}", "team": team}
     return rows

@@ -45,6 +45,9 @@ def test_every_system_is_a_valid_shuffled_heldout_evaluation(tmp_path):
     assert rows["trained_single"]["model"] == f"trained:{tmp_path / 'merged'}"
     assert "prompt_style" not in rows["trained_single"]["team"] and rows["base_single"]["team"]["prompt_style"] == "react"
     assert rows["random"]["episodes"] >= 25 and args.evaluation.episodes * len(HELDOUT_TASKS) >= 100
+    # The episode counts: >= 200 for random, lexical and the trained team, >= 100 for the others.
+    counts = {n: recipe.eval_config(args, f).episodes * len(HELDOUT_TASKS) for n, f in rows.items()}
+    assert min(counts[n] for n in ("random", "lexical", "trained_team")) >= 200 and min(counts.values()) >= 100
     shapes = {name: (c.team.n_agents, c.team.rounds) for name, c in
               ((n, recipe.eval_config(args, f)) for n, f in rows.items())}
     assert shapes["random"] == shapes["lexical"] == shapes["trained_single"] == (1, 1)  # baselines: one agent
