@@ -472,7 +472,9 @@ def run_marl(config: MARLConfig, *, progress: bool = True, env_factory: EnvFacto
         env_factory: builds ``Device`` objects from ``<env>/<task>`` (tests inject FakeDevices);
             default: one MiniWoB++ browser for every task.
         model_factory: builds the rollout chat model from ``(base_dir, {"agent{i}": folder})``;
-            default: a ``LocalModel`` loaded once and reloaded only to swap adapter sets.
+            default: with ``config.serve`` a vLLM server per adapter set
+            (:func:`collabui.serving.managed.vllm_model_factory`), else a ``LocalModel`` loaded
+            once and reloaded only to swap adapter sets.
         critic, adversary: objects replacing ``config.critic`` / ``config.adversary`` (tests);
             the config's specs are still what a rerun is compared against.
 
@@ -494,6 +496,10 @@ def run_marl(config: MARLConfig, *, progress: bool = True, env_factory: EnvFacto
     if base_dir is None:
         base_dir = merged_base(config.model, out)
     run_config = effective_config(config)
+    if model_factory is None and config.serve:
+        from collabui.serving.managed import vllm_model_factory
+
+        model_factory = vllm_model_factory()
     run = _Run(run_config, out, base_dir, state, EnvPool(config.env, env_factory, options=_env_options(run_config)),
                TeamModels(base_dir, model_factory), critic or _make_critic(config),
                adversary if adversary is not None else _make_adversary(config), progress, iteration_topologies(config))

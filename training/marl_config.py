@@ -24,7 +24,7 @@ __all__ = ["MARLConfig", "OBJECTIVES", "RESUMABLE_CHANGES", "flat_fields", "nest
 
 _ENVS = {"miniwob": "web", "miniwob-mobile": "mobile"}
 #: Fields that may change between runs into the same folder.
-RESUMABLE_CHANGES = ("iterations", "out_dir", "workers", "ray", "concurrency")  # where episodes run changes no outcome
+RESUMABLE_CHANGES = ("iterations", "out_dir", "workers", "ray", "concurrency", "serve")  # where episodes run changes no outcome
 #: The per-agent update of an iteration: the paper's DPO, or its "PO -> RFT" ablation.
 OBJECTIVES = ("dpo", "rft")
 #: Team fields a MARL run sets itself: the adapters of each iteration, the env's action space;
@@ -93,6 +93,9 @@ class MARLConfig:
                                 "the current adapters and its own browser; 1: this process"})
     concurrency: int = field(default=1, metadata={
         "metavar": "K", "help": "episodes (browsers) at once in this process, on one model; not with --workers"})
+    serve: bool = field(default=False, metadata={
+        "help": "roll out (and evaluate) on a vLLM server of the base model with the current agent adapters, one "
+                "per adapter set (`collabui serve --setup` once); episodes at once: --concurrency"})
     ray: str | None = field(default=None, metadata={
         "metavar": "ADDRESS", "help": "run the workers as Ray actors on this cluster (host:port, auto, local); "
                                       "needs the ray extra"})

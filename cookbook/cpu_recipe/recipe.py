@@ -418,7 +418,8 @@ def marl_config(config: RecipeConfig, start: Path, out: Path, **change: Any) -> 
     return MARLConfig(**{"model": f"trained:{start}", "train_tasks": TRAIN_TASKS, "eval_tasks": (),
                          "eval_episodes_per_task": 0, "episodes_per_task": config.marl_episodes,
                          "iterations": config.marl_iterations, "team": team, "critic": "verified",
-                         "adversary": "own", "shuffle_elements": True, "concurrency": 2, "out_dir": str(out),
+                         "adversary": "own", "shuffle_elements": True, "out_dir": str(out),
+                         "serve": config.evaluation.serve, "concurrency": 4 if config.evaluation.serve else 2,
                          "dpo": dpo, **change})
 
 

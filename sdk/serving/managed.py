@@ -13,15 +13,17 @@ the local backend.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from collabui.errors import ConfigError
+from collabui.models.base import ChatModel, ChatRequest, ChatResult
 
-__all__ = ["ServedSpec", "served_spec", "serve_model"]
+__all__ = ["ServedSpec", "ServedModel", "served_spec", "serve_model", "vllm_model_factory"]
 
 log = logging.getLogger(__name__)
 
@@ -68,31 +70,77 @@ def _served_name(spec: str, folder: Path) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "-" for c in raw)
 
 
-@contextlib.contextmanager
-def serve_model(spec: str, adapters: str | Path | None = None, *, client: Mapping[str, Any] | None = None,
-                **server_fields: Any) -> Iterator[Any]:
-    """Start a vLLM server for ``spec`` and yield a client ChatModel of it (a team built on it
-    runs as on the local backend); the server stops on exit, also on errors and Ctrl-C.
+class ServedModel(ChatModel):
+    """A client of a vLLM server that this model started and owns: ``close()`` stops the server.
 
     Args:
-        spec: a local model spec (see :func:`served_spec`).
-        adapters: an adapter folder (``agent0/``, ...) on top of a base spec.
+        server: the server (started here unless it runs already).
         client: keyword arguments of the client (``load_model``'s ``openai:`` kwargs, e.g.
             ``guided_json``, ``timeout``).
-        server_fields: :class:`VLLMServer` fields (``enforce_eager``, ``kv_cache_gib``, ...).
+        team_defaults: the team settings the served model was trained for.
     """
+
+    def __init__(self, server: Any, *, client: Mapping[str, Any] | None = None,
+                 team_defaults: Mapping[str, Any] | None = None) -> None:
+        self.server = server
+        if not server.running:
+            server.start()
+        try:
+            self.client = server.client(**dict(client or {}))
+        except BaseException:
+            server.stop()
+            raise
+        self.name = self.client.name
+        self.team_defaults = dict(team_defaults or {})
+        log.info("vLLM is serving %s at %s (log %s)", server.name, server.base_url, server.log_path)
+
+    @classmethod
+    def of_spec(cls, spec: str, adapters: str | Path | None = None, *, client: Mapping[str, Any] | None = None,
+                **server_fields: Any) -> ServedModel:
+        """A server of the local spec ``spec`` (see :func:`served_spec`) and its client;
+        ``server_fields`` are :class:`VLLMServer` fields (``enforce_eager``, ``kv_cache_gib``...)."""
+        from collabui.serving.vllm_server import VLLMServer
+
+        served = served_spec(spec, adapters)
+        log.info("serving %s on vLLM (%s; 30-120 s to start on a CPU) ...", spec,
+                 f"{len(served.adapters)} adapters" if served.adapters else "no adapters")
+        server = VLLMServer(model=served.model, adapters=dict(served.adapters), served_name=served.served_name,
+                            **server_fields)
+        return cls(server, client=client, team_defaults=served.team_defaults)
+
+    def generate(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        return self.client.generate(requests)
+
+    async def agenerate(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        return await self.client.agenerate(requests)
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        finally:
+            self.server.stop()
+
+
+@contextlib.contextmanager
+def serve_model(spec: str, adapters: str | Path | None = None, *, client: Mapping[str, Any] | None = None,
+                **server_fields: Any) -> Iterator[ServedModel]:
+    """Start a vLLM server for ``spec`` and yield its :class:`ServedModel` (a team built on it
+    runs as on the local backend); the server stops on exit, also on errors and Ctrl-C."""
+    model = ServedModel.of_spec(spec, adapters, client=client, **server_fields)
+    try:
+        yield model
+    finally:
+        model.close()
+
+
+def _served_folder(server_fields: Mapping[str, Any], base_dir: Path, adapters: Mapping[str, Path]) -> ServedModel:
     from collabui.serving.vllm_server import VLLMServer
 
-    served = served_spec(spec, adapters)
-    server = VLLMServer(model=served.model, adapters=dict(served.adapters), served_name=served.served_name,
-                        **server_fields)
-    log.info("serving %s on vLLM (%s; 30-120 s to start on a CPU) ...", spec,
-             f"{len(served.adapters)} adapters" if served.adapters else "no adapters")
-    with server:
-        model = server.client(**dict(client or {}))
-        model.team_defaults = dict(served.team_defaults)
-        log.info("vLLM is serving %s at %s (log %s)", spec, server.base_url, server.log_path)
-        try:
-            yield model
-        finally:
-            model.close()
+    return ServedModel(VLLMServer(model=str(base_dir), adapters=dict(adapters), **server_fields))
+
+
+def vllm_model_factory(**server_fields: Any) -> Callable[[Path, Mapping[str, Path]], ServedModel]:
+    """A rollout model factory (``(base_dir, {"agent0": folder, ...}) -> ChatModel``, as MARL's
+    ``model_factory``) that serves each set of adapters on a vLLM server of its own; closing the
+    model stops it. It pickles (rollout workers build their own)."""
+    return functools.partial(_served_folder, dict(server_fields))

@@ -96,3 +96,27 @@ def test_eval_serve_runs_the_bundle_team_on_its_own_server(tmp_path, tiny_model_
     sent = [json.loads(line) for line in record.read_text().splitlines()]
     assert sorted(r["model"] for r in sent) == ["agent0", "agent0", "trained-bundle-base", "trained-bundle-base"]
     assert f"fake vllm: model={merged_model_dir(root)} " in (tmp_path / "vllm.log").read_text()
+
+
+def test_the_rollout_factory_serves_each_adapter_set_and_stops_the_last(tmp_path, tiny_model_dir, adapter_dirs,
+                                                                        fake_pkg):
+    import pickle
+
+    from collabui.serving.managed import vllm_model_factory
+    from collabui.serving.vllm_server import group_members
+    from collabui.training.rollout import TeamModels
+
+    record = tmp_path / "requests.jsonl"
+    factory = vllm_model_factory(python=sys.executable, ready_timeout_s=60,
+                                 env={"PYTHONPATH": str(fake_pkg), "FAKE_VLLM_RECORD": str(record)})
+    pickle.loads(pickle.dumps(factory))  # rollout workers build their own
+    models = TeamModels(tiny_model_dir, factory)
+    first = models.get({})
+    first.generate([ChatRequest(_ASK, max_new_tokens=4)])
+    pid = first.server.pid
+    second = models.get({"agent0": adapter_dirs["a1"]})
+    assert second is not first and not first.server.running and group_members(pid) == []
+    second.generate([ChatRequest(_ASK, max_new_tokens=4, adapter="agent0")])
+    models.close()
+    assert not second.server.running
+    assert [json.loads(line)["model"] for line in record.read_text().splitlines()] == [tiny_model_dir.name, "agent0"]

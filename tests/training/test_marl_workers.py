@@ -8,6 +8,7 @@ the answers, executed actions and outcomes must match episode by episode.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from collabui.trace import read_trace
 from collabui.training import labels
 from collabui.training.marl import MARLConfig, run_marl
 from tests.evaluation.worker_kit import fake_env
+from tests.serving.conftest import fake_pkg  # noqa: F401 - a fixture
 
 
 class StopAfterRollouts(Exception):
@@ -68,3 +70,25 @@ def test_workers_may_change_when_a_run_resumes(tmp_path):
     assert {"workers", "ray"} <= set(RESUMABLE_CHANGES)
     with pytest.raises(Exception, match="workers must be an integer >= 1"):
         MARLConfig(workers=0, train_tasks=("a",), eval_tasks=("b",))
+
+
+@pytest.mark.slow
+def test_serve_rolls_out_on_a_vllm_server_of_the_base_model(base_dir, tmp_path, stop_after_rollouts,
+                                                            fake_pkg, monkeypatch):  # noqa: F811 - the fixture
+    """``serve=True`` takes the default path to the server: the venv's python (here a stand-in
+    running the fake vLLM, which answers every request with a click on B and records it)."""
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    (venv / "python").chmod(0o755)
+    record = tmp_path / "requests.jsonl"
+    monkeypatch.setenv("COLLABUI_VLLM_VENV", str(venv.parent))
+    monkeypatch.setenv("PYTHONPATH", str(fake_pkg))
+    monkeypatch.setenv("FAKE_VLLM_RECORD", str(record))
+    with pytest.raises(StopAfterRollouts):
+        run_marl(_config(base_dir, tmp_path / "served", serve=True), progress=False, env_factory=fake_env)
+    episodes = _episodes(tmp_path / "served")
+    assert len(episodes) == 3  # the held-out evaluation's and the rollouts', all answered by the server
+    assert {a for e in episodes for a in e["answers"]} == {'Thought: B is the button.\nAction: {"action": "click", "element_id": "B"}'}
+    sent = [json.loads(line) for line in record.read_text().splitlines()]
+    assert len(sent) == sum(len(e["answers"]) for e in episodes) and {r["model"] for r in sent} == {base_dir.name}
