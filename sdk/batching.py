@@ -80,11 +80,9 @@ class SuperstepBatcher:
             try:
                 results = model.generate([r for r, _ in items])
             except BaseException as exc:  # delivered to every waiting node
-                for _, fut in items:
-                    fut.set_exception(exc)
+                _deliver(items, exc=exc)
                 continue
-            for (_, fut), res in zip(items, results, strict=True):
-                fut.set_result(res)
+            _deliver(items, results)
 
     async def _run_async(self, group: _Group) -> None:
         for model, items in self._by_model(group):
@@ -92,11 +90,9 @@ class SuperstepBatcher:
             try:
                 results = await model.agenerate([r for r, _ in items])
             except BaseException as exc:
-                for _, fut in items:
-                    fut.set_exception(exc)
+                _deliver(items, exc=exc)
                 continue
-            for (_, fut), res in zip(items, results, strict=True):
-                fut.set_result(res)
+            _deliver(items, results)
 
     def submit(self, key: Hashable, expected: int, model: ChatModel, request: ChatRequest) -> ChatResult:
         """Blocking: wait until the group is complete, generate, return this request's result."""
@@ -111,3 +107,17 @@ class SuperstepBatcher:
         if full is not None:
             await self._run_async(full)
         return await asyncio.wrap_future(fut)
+
+
+def _deliver(items: list[tuple[ChatRequest, Future]], results: list[ChatResult] | None = None, *,
+             exc: BaseException | None = None) -> None:
+    """Hand each waiting node its result (or the batch's exception). A node whose wait was
+    cancelled (Ctrl-C, a graph being torn down) cancelled its future, which takes nothing more."""
+    outcomes = [exc] * len(items) if exc is not None else list(results or [])
+    for (_, fut), outcome in zip(items, outcomes, strict=True):
+        if fut.done():
+            continue
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(outcome)
