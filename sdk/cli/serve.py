@@ -98,15 +98,17 @@ def _run_hint(server: Any, adapters: str | None) -> str:
 
 
 def _bundle_hint(server: Any, served: Any) -> str:
-    """The ``collabui run`` flags that run a served bundle's team as trained."""
+    """The ``collabui run`` flags that run a served bundle's team as trained: its prompt style,
+    page format, adapter slots (``none``: the shared model alone) and trained DAG."""
     team = served.team_defaults
     hint = f"collabui run --model {server.model_spec}"
-    for flag, key in (("--prompt-style", "prompt_style"), ("--element-format", "element_format")):
+    for flag, key in (("--prompt-style", "prompt_style"), ("--element-format", "element_format"),
+                      ("--topology", "topology")):
         if team.get(key):
             hint += f" {flag} {team[key]}"
     slots = team.get("adapters") or ()
-    if slots and all(slots):
-        hint += f" --agents {len(slots)} --adapter-names {','.join(slots)}"
+    if slots:
+        hint += f" --agents {len(slots)} --adapter-names {','.join(s or 'none' for s in slots)}"
     return hint
 
 

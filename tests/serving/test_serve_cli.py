@@ -131,3 +131,32 @@ def test_setup_refuses_a_cuda_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 def test_setup_step_failure_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match=r"failed at 'check torch' .*rerun `collabui serve --setup`"):
         setup_mod._run([sys.executable, "-c", "import sys; sys.exit('boom')"], "check torch", True)
+
+
+def test_serve_a_bundle_prints_the_flags_of_its_team(tmp_path: Path, fake_pkg: Path, tiny_model_dir: Path,
+                                                    adapter_dirs: dict[str, Path]) -> None:
+    from collabui.models.bundle import merged_model_dir, write_bundle
+
+    bundle = write_bundle(tmp_path / "team", base=f"hf:{tiny_model_dir}", merge={"stage1": adapter_dirs["a1"]},
+                          agents={"agent0": adapter_dirs["a2"]}, slots=["agent0", None],
+                          team={"prompt_style": "trained", "element_format": "text-first", "topology": "edges:0-1"})
+    env = {**os.environ, "COLLABUI_CACHE": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "collabui.cli", "serve", "--venv", str(_fake_venv(tmp_path, fake_pkg)),
+           "--model", f"trained:{bundle}", "--log-file", str(tmp_path / "log")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        lines = [proc.stdout.readline(), proc.stdout.readline()]
+        assert lines[0].startswith("serving trained-team at http://127.0.0.1:"), lines
+        spec = lines[1].split("--model ")[1].split()[0]
+        assert spec.startswith("openai:trained-team-base@http://127.0.0.1:")  # the merged model's zero adapter
+        assert lines[1].strip().endswith("--prompt-style trained --element-format text-first --topology edges:0-1 "
+                                          "--agents 2 --adapter-names agent0,none")
+        with urllib.request.urlopen(spec.split("@", 1)[1] + "/models", timeout=5) as response:
+            assert [m["id"] for m in json.load(response)["data"]] == ["trained-team", "agent0", "trained-team-base"]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=150) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    assert f"fake vllm: model={merged_model_dir(bundle, cache_dir=tmp_path / 'cache' / 'merged-models')} " in \
+        (tmp_path / "log").read_text()
