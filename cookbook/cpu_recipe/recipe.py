@@ -655,7 +655,7 @@ def main(argv: list[str] | None = None) -> int:
     from collabui.cli._log import configure
 
     config = _args(argv)
-    configure()  # the stages' progress (episodes, labels, MARL stages) on stderr, bars on a terminal
+    configure()  # the stages' progress (episodes, labels, MARL stages) on stderr, bars on a tty
     out = Path(config.out_dir)
     if config.table:
         path = out / "results.json" if (out / "results.json").is_file() else HERE / "results.json"
