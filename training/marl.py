@@ -229,18 +229,30 @@ class _Run:
         return stats.to_dict()
 
     def pairs(self, it: Path) -> dict[str, Any]:
-        from collabui.training.mistake_pairs import build_mistake_pairs
+        from collabui.training.mistake_pairs import (
+            balance_pairs,
+            build_mistake_pairs,
+            correction_counts,
+        )
         from collabui.training.pairs import build_pairs, pair_stats, save_pairs
 
-        if self.config.adversary == "own":
-            ds = build_mistake_pairs(it / "traces", it / "labels.jsonl", critic=self.critic.name)
+        c = self.config
+        if c.adversary == "own":
+            ds = build_mistake_pairs(it / "traces", it / "labels.jsonl", critic=self.critic.name,
+                                     right_pairs=c.right_pairs)
         else:
             ds = build_pairs(it / "traces", it / "labels.jsonl", self.adversary, critic=self.critic.name,
                              progress=self.progress)
+        built = correction_counts(ds, c.action_space)
+        if c.max_pairs:
+            ds = balance_pairs(ds, c.max_pairs, c.action_space, seed=c.team.seed)
         tmp = save_pairs(ds, it / ".pairs.jsonl.tmp")
         os.replace(tmp, it / "pairs.jsonl")
         stats = pair_stats(ds)
-        stats["per_agent"] = {str(a): stats["per_agent"].get(a, 0) for a in range(self.config.team.n_agents)}
+        stats["per_agent"] = {str(a): stats["per_agent"].get(a, 0) for a in range(c.team.n_agents)}
+        stats["corrections"] = correction_counts(ds, c.action_space)
+        if c.max_pairs:
+            stats["corrections_built"] = built
         return stats
 
     def update(self, k: int, it: Path) -> dict[str, Any]:

@@ -79,6 +79,12 @@ class MARLConfig:
     adversary: str = field(default="rule", metadata={
         "help": "where rejected answers come from: rule | llm:<model spec> (invented mistakes) | own "
         "(the agents' own wrong proposals, chosen = a verified-right answer; pair with --critic verified)"})
+    right_pairs: bool = field(default=False, metadata={
+        "help": "(--adversary own) also pair each verified-right proposal with the team's most common wrong one at "
+                "that step, so what the agents already do right keeps its weight beside the corrections"})
+    max_pairs: int = field(default=0, metadata={
+        "metavar": "N", "help": "at most N pairs per agent and iteration, drawn evenly over the kinds of correction "
+                                "(click -> type_string, type_string -> click, ...); 0: all"})
     objective: str = field(default="dpo", metadata={
         "choices": OBJECTIVES, "help": "per-agent update: dpo (the paper) | rft (SFT on the chosen answers only, the PO -> RFT "
                 "ablation; it uses the --dpo options SFT shares: learning rate, steps, batch, LoRA)"})
@@ -105,7 +111,7 @@ class MARLConfig:
 
     def __post_init__(self) -> None:
         for name, least in (("episodes_per_task", 1), ("eval_episodes_per_task", 0), ("iterations", 1),
-                            ("workers", 1), ("concurrency", 1)):
+                            ("workers", 1), ("concurrency", 1), ("max_pairs", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ConfigError(f"{name} must be an integer >= {least}, got {value!r}")
@@ -130,6 +136,9 @@ class MARLConfig:
         object.__setattr__(self, "eval_tasks", held_out)
         _check_spec(self.critic, ("outcome", "reference", "oracle", "verified"), "critic")
         _check_spec(self.adversary, ("rule", "own"), "adversary")
+        if self.right_pairs and self.adversary != "own":
+            raise ConfigError("right_pairs pairs right proposals with the team's own wrong ones: use it with "
+                              "--adversary own")
         if self.model != "smollm2" and not (self.model.startswith("hf:") and len(self.model) > 3) \
                 and not is_bundle_spec(self.model):
             raise ConfigError("training needs a local model: use smollm2, hf:PATH, smollm2-trained or "

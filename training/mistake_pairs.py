@@ -15,13 +15,21 @@ exact context agent i saw in round j, and its ``chosen`` is, in order of prefere
 A step where every entry was right, or that the critic abstained on, gives no pair. The rows
 have the columns of :data:`collabui.training.pairs.PAIR_COLUMNS`, ``rejected_source`` being
 ``own``, and ``chosen_source`` (``self``, ``team`` or ``verified``) added.
+
+Pairs of mistakes alone are one-sided: they only say what to do where the agents went wrong,
+and where most mistakes are of one kind (clicking Submit before typing) every correction
+pushes the same way (towards typing) until the team types forever (the recipe's v18).
+:func:`right_pairs_for_step` adds the other side: each RIGHT entry against the team's most
+common wrong proposal at that step (``rejected_source`` ``team``), so what the agents already
+do right keeps its weight; :func:`balance_pairs` then draws each agent's pairs evenly over the
+kinds of correction (``click -> type_string`` and so on).
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from collabui.trace import read_trace
@@ -31,7 +39,8 @@ from collabui.training.pairs import PAIR_COLUMNS, clean_answer
 if TYPE_CHECKING:
     from datasets import Dataset
 
-__all__ = ["build_mistake_pairs", "mistake_pairs_for_step", "verified_sft_rows", "MISTAKE_COLUMNS"]
+__all__ = ["build_mistake_pairs", "mistake_pairs_for_step", "right_pairs_for_step", "balance_pairs",
+           "correction_kind", "correction_counts", "traces_action_space", "verified_sft_rows", "MISTAKE_COLUMNS"]
 
 MISTAKE_COLUMNS = (*PAIR_COLUMNS, "chosen_source")
 
@@ -106,18 +115,139 @@ def mistake_pairs_for_step(header: dict[str, Any], step: dict[str, Any], label: 
     return rows
 
 
+def right_pairs_for_step(header: dict[str, Any], step: dict[str, Any], label: dict[str, Any],
+                         previous: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Each right entry (i, j) of a labelled step against what would have been wrong there:
+
+    * the step's most common wrong (parsed) proposal, in the words of the first agent that made
+      it (``rejected_source`` ``team``);
+    * typing the ``previous`` step's executed text into the same field again (found on this
+      page by its ``dom`` rank; ``rejected_source`` ``repeat``): the field already holds it, so
+      the page would not change, which the verified critic scores 0 ("changed nothing"). This
+      is the pair that says when to stop typing, a mistake the trained team makes held out
+      (typing the password until it runs out of steps) but rarely on the training pages.
+
+    ``chosen`` is agent i's own answer (``chosen_source`` ``own``). No rows for a step the
+    critic abstained on, or when neither negative exists."""
+    rewards = label.get("rewards") or []
+    props = step["proposals"]
+    if label.get("abstained") or not rewards or any(r is None for row in rewards for r in row):
+        return []
+    space = _space(header)
+    negatives = []
+    wrong = [props[a][j] for a in range(len(props)) for j in range(len(props[a]))
+             if rewards[a][j] != 1 and (props[a][j].get("action") or {}).get("action") not in (None, "unknown")]
+    if wrong:
+        key = Counter(_key(p["action"]) for p in wrong).most_common(1)[0][0]
+        negatives.append((key, clean_answer(next(p for p in wrong if _key(p["action"]) == key)["raw"], space), "team"))
+    repeat = _repeated_typing(previous, step)
+    if repeat is not None and _key(repeat) not in {n[0] for n in negatives} and not any(
+            rewards[a][j] == 1 and _key(props[a][j].get("action") or {}) == _key(repeat)
+            for a in range(len(props)) for j in range(len(props[a]))):
+        negatives.append((_key(repeat), verified_answer(header, step, repeat), "repeat"))
+    rows = []
+    for i, row in enumerate(props):
+        for j, prop in enumerate(row):
+            if rewards[i][j] != 1:
+                continue
+            for key, rejected, source in negatives:
+                if key == _key(prop.get("action") or {}):
+                    continue
+                rows.append({"prompt": [dict(m) for m in prop["messages"]],
+                             "chosen": [{"role": "assistant", "content": clean_answer(prop["raw"], space)}],
+                             "rejected": [{"role": "assistant", "content": rejected}],
+                             "agent": i, "episode_id": str(header["episode_id"]), "t": int(step["t"]), "round": j,
+                             "score": float(label["scores"][i][j] or 0.0), "rejected_source": source,
+                             "chosen_source": "own"})
+    return rows
+
+
+def _repeated_typing(previous: dict[str, Any] | None, step: dict[str, Any]) -> dict[str, Any] | None:
+    """The previous step's executed ``type_string`` aimed at the same field on ``step``'s page
+    (ids are reshuffled on every page: the field is the one of the same ``dom`` rank, tag and
+    label), or None when there is none or it cannot be found."""
+    from collabui.devices.simplify import flat_elements
+
+    action = (previous or {}).get("executed") or {}
+    if action.get("action") != "type_string" or not action.get("element_id"):
+        return None
+    before = {e["id"]: e for e in flat_elements(_tree(previous))}.get(action["element_id"])
+    if before is None or before.get("dom") is None:
+        return None
+    same = [e for e in flat_elements(_tree(step))
+            if e.get("dom") == before["dom"] and e["tag"] == before["tag"] and e["context"] == before["context"]]
+    return {**action, "element_id": same[0]["id"]} if len(same) == 1 else None
+
+
+def _tree(step: dict[str, Any] | None) -> Any:
+    return (((step or {}).get("observation") or {}).get("extra") or {}).get("tree")
+
+
 def build_mistake_pairs(trace_paths: PathLike | Iterable[PathLike], labels_path: PathLike, *,
-                        critic: str | None = None) -> Dataset:
-    """Own-mistake pairs for every labelled step of the traces (dedupes identical records)."""
+                        critic: str | None = None, right_pairs: bool = False) -> Dataset:
+    """Own-mistake pairs for every labelled step of the traces (dedupes identical records);
+    ``right_pairs``: also :func:`right_pairs_for_step`'s."""
     from datasets import Dataset, Value
 
     from collabui.training.pairs import pair_features
 
-    rows = _unique(_labelled_rows(trace_paths, labels_path, critic, mistake_pairs_for_step),
+    def rows_for_step(header: dict[str, Any], step: dict[str, Any], label: dict[str, Any],
+                      previous: dict[str, Any] | None) -> list[dict[str, Any]]:
+        rows = mistake_pairs_for_step(header, step, label)
+        return rows + right_pairs_for_step(header, step, label, previous) if right_pairs else rows
+
+    rows = _unique(_labelled_rows(trace_paths, labels_path, critic, rows_for_step),
                    ("agent", "prompt", "chosen", "rejected"))
     features = pair_features()
     features["chosen_source"] = Value("string")
     return Dataset.from_dict({c: [r[c] for r in rows] for c in MISTAKE_COLUMNS}, features=features)
+
+
+def correction_kind(row: Mapping[str, Any], space: str) -> str:
+    """``"<rejected action> -> <chosen action>"`` of a pair record, e.g. ``click -> type_string``
+    (``unknown`` for an answer that does not parse)."""
+    from collabui.parsing import parse_action
+
+    def kind(turns: Any) -> str:
+        return str(parse_action(str(turns[-1]["content"]) if turns else "", space).to_dict()["action"])
+
+    return f"{kind(row['rejected'])} -> {kind(row['chosen'])}"
+
+
+def correction_counts(ds: Dataset, space: str) -> dict[str, int]:
+    """How many pairs of ``ds`` make each :func:`correction_kind`."""
+    return dict(sorted(Counter(correction_kind(row, space) for row in ds).items()))
+
+
+def traces_action_space(trace_paths: PathLike | Iterable[PathLike]) -> str:
+    """The action space the traces' agents answered in (their first header's; ``web`` if none)."""
+    paths = expand_trace_paths(trace_paths)
+    return _space(read_trace(paths[0]).header) if paths else "web"
+
+
+def balance_pairs(ds: Dataset, per_agent: int, space: str, *, seed: int = 0) -> Dataset:
+    """At most ``per_agent`` pairs for each agent, drawn evenly over the kinds of correction:
+    round-robin over the kinds (each kind's pairs in a seeded shuffled order) until the agent
+    has ``per_agent`` or runs out, so a rare kind keeps all its pairs and a common one does not
+    decide the update alone. Rows keep ``ds``'s order."""
+    import random
+
+    if per_agent < 1:
+        raise ValueError(f"per_agent must be >= 1, got {per_agent}")
+    groups: dict[tuple[int, str], list[int]] = {}
+    for index, row in enumerate(ds):
+        groups.setdefault((int(row["agent"]), correction_kind(row, space)), []).append(index)
+    rng = random.Random(seed)
+    keep: list[int] = []
+    for agent in sorted({a for a, _ in groups}):
+        queues = [rng.sample(groups[key], len(groups[key])) for key in sorted(groups) if key[0] == agent]
+        taken = 0
+        while taken < per_agent and any(queues):
+            for queue in queues:
+                if queue and taken < per_agent:
+                    keep.append(queue.pop())
+                    taken += 1
+    return ds.select(sorted(keep))
 
 
 def verified_sft_rows(trace_paths: PathLike | Iterable[PathLike], labels_path: PathLike, *,
@@ -131,20 +261,24 @@ def verified_sft_rows(trace_paths: PathLike | Iterable[PathLike], labels_path: P
     Each row is ``{"prompt", "completion", "agent", "episode_id", "t", "round", "source"}``
     (``source``: ``own`` for rewarded entries, else the chosen's source); duplicates dropped.
     """
-    return _unique(_labelled_rows(trace_paths, labels_path, critic, _sft_rows_for_step), ("prompt", "completion"))
+    return _unique(_labelled_rows(trace_paths, labels_path, critic, lambda h, s, lab, _: _sft_rows_for_step(h, s, lab)),
+                   ("prompt", "completion"))
 
 
 def _labelled_rows(trace_paths: PathLike | Iterable[PathLike], labels_path: PathLike, critic: str | None,
-                   rows_for_step: Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], list[dict[str, Any]]],
+                   rows_for_step: Callable[[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any] | None],
+                                           list[dict[str, Any]]],
                    ) -> Iterator[dict[str, Any]]:
-    """``rows_for_step(header, step, label)`` over every labelled step of the traces."""
+    """``rows_for_step(header, step, label, previous step or None)`` over every labelled step."""
     labels = load_labels(labels_path, critic=critic)
     for path in expand_trace_paths(trace_paths):
         trace = read_trace(path)
+        previous = None
         for step in trace.steps:
             label = labels.get((str(trace.header["episode_id"]), int(step["t"])))
             if label:
-                yield from rows_for_step(trace.header, step, label)
+                yield from rows_for_step(trace.header, step, label, previous)
+            previous = step
 
 
 def _unique(rows: Iterable[dict[str, Any]], fields: tuple[str, ...]) -> list[dict[str, Any]]:

@@ -164,6 +164,12 @@ class RecipeConfig:
         "right answers, per-agent DPO (+ SFT term), edge update; the trained team rows then use it (default 0)"})
     marl_episodes: int = field(default=2, metadata={
         "metavar": "N", "help": "MARL rollout episodes per training task and iteration"})
+    marl_pairs: int = field(default=0, metadata={
+        "metavar": "N", "help": "MARL: at most N pairs per agent and iteration, drawn evenly over the kinds of "
+        "correction (click -> type_string, type_string -> click, ...) (default 0: all)"})
+    marl_right_pairs: bool = field(default=False, metadata={
+        "help": "MARL: also pair each verified-right proposal with the team's wrong one at that step and with "
+        "typing the previous step's text again (the pairs that say when to stop typing)"})
     ablations: bool = field(default=False, metadata={
         "help": "with --marl-iterations and --team: also train the paper's ablations from the same SFT model at "
         "the same compute (ablation_no_cr: outcome critic; ablation_no_edge_update; ablation_rft: SFT on "
@@ -175,7 +181,7 @@ class RecipeConfig:
     table: bool = field(default=False, metadata={"help": "print the README table of results.json and exit"})
 
     def __post_init__(self) -> None:
-        for name in ("validate", "onpolicy_episodes", "round2_demo_rows", "hindsight", "marl_iterations"):
+        for name in ("validate", "onpolicy_episodes", "round2_demo_rows", "hindsight", "marl_iterations", "marl_pairs"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{flag_of(name)} must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.team_share <= 1.0:
@@ -226,7 +232,7 @@ _TAUGHT = ("balance_steps", "batch", "demo_minutes", "dpo_lr", "element_format",
            "length_window", "lora_dropout", "lora_r", "lr", "onpolicy_dpo", "onpolicy_episodes", "round2_demo_rows",
            "sft_epochs", "sft_examples", "style", "synthetic_pages", "team_share")
 #: MARL's settings, in the MARL team's ``made_by`` (they shape the team, not the SFT model).
-_TAUGHT_MARL = ("marl_episodes", "marl_iterations")
+_TAUGHT_MARL = ("marl_episodes", "marl_iterations", "marl_pairs", "marl_right_pairs")
 
 
 def made_by_command(config: RecipeConfig, *, marl: bool = False) -> str:
@@ -418,7 +424,8 @@ def marl_config(config: RecipeConfig, start: Path, out: Path, **change: Any) -> 
     return MARLConfig(**{"model": f"trained:{start}", "train_tasks": TRAIN_TASKS, "eval_tasks": (),
                          "eval_episodes_per_task": 0, "episodes_per_task": config.marl_episodes,
                          "iterations": config.marl_iterations, "team": team, "critic": "verified",
-                         "adversary": "own", "shuffle_elements": True, "out_dir": str(out),
+                         "adversary": "own", "right_pairs": config.marl_right_pairs, "max_pairs": config.marl_pairs,
+                         "shuffle_elements": True, "out_dir": str(out),
                          "serve": config.evaluation.serve, "concurrency": 4 if config.evaluation.serve else 2,
                          "dpo": dpo, **change})
 

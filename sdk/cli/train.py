@@ -60,7 +60,12 @@ def add_commands(sub: Any) -> None:
                        "(the agents' own wrong proposals against verified-right answers; default rule)")
     pairs.add_argument("--critic", default=None, help="use the labels of this critic when the file holds several")
     pairs.add_argument("--out", required=True, help="pairs JSONL")
-    pairs.add_argument("--seed", type=int, default=0, help="seed of the rule adversary (default 0)")
+    pairs.add_argument("--seed", type=int, default=0, help="seed of the rule adversary and of --max-pairs' draw "
+                       "(default 0)")
+    pairs.add_argument("--right-pairs", action="store_true", help="(--adversary own) also pair each right proposal "
+                       "with the team's wrong one at that step and with typing the previous step's text again")
+    pairs.add_argument("--max-pairs", type=int, default=0, metavar="N", help="at most N pairs per agent, drawn "
+                       "evenly over the kinds of correction (click -> type_string, ...); default 0: all")
     dpo = tsub.add_parser("dpo", help="train one LoRA adapter per agent with DPO",
                           epilog="Any AgentDPOConfig / TRL DPOConfig field is accepted, e.g. --max_steps 20 --beta 0.1")
     dpo.add_argument("--pairs", required=True, help="pairs JSONL of `collabui train pairs`")
@@ -176,15 +181,19 @@ def _label(args: argparse.Namespace) -> int:
 
 
 def _pairs(args: argparse.Namespace) -> int:
-    if args.adversary == "own":  # the seed is the rule adversary's: own mistakes are read, not drawn
+    if args.adversary == "own" and not args.max_pairs:  # own mistakes are read, not drawn
         refuse_ignored(changed_flags(args, {"seed": 0}), "with --adversary own (it draws nothing); drop it")
+    if args.adversary != "own":
+        refuse_ignored(changed_flags(args, {"right_pairs": False}), "without --adversary own; add it or drop it")
+    if args.max_pairs < 0:
+        raise ConfigError(f"--max-pairs must be >= 0, got {args.max_pairs}")
     from collabui.training.adversary import LLMAdversary, RuleAdversary
     from collabui.training.pairs import build_pairs, pair_stats, save_pairs
 
     if args.adversary == "own":
         from collabui.training.mistake_pairs import build_mistake_pairs
 
-        ds = build_mistake_pairs(args.traces, args.labels, critic=args.critic)
+        ds = build_mistake_pairs(args.traces, args.labels, critic=args.critic, right_pairs=args.right_pairs)
     else:
         if args.adversary == "rule":
             adversary = RuleAdversary(seed=args.seed)
@@ -195,6 +204,10 @@ def _pairs(args: argparse.Namespace) -> int:
         else:
             raise ConfigError(f"unknown adversary {args.adversary!r}; use rule, own or llm:<model spec>")
         ds = build_pairs(args.traces, args.labels, adversary, critic=args.critic, progress=True)
+    if args.max_pairs:
+        from collabui.training.mistake_pairs import balance_pairs, traces_action_space
+
+        ds = balance_pairs(ds, args.max_pairs, traces_action_space(args.traces), seed=args.seed)
     path = save_pairs(ds, args.out)
     print(json.dumps({"pairs": len(ds), "path": str(path), **pair_stats(ds)}, default=str))
     return 0

@@ -125,7 +125,8 @@ DEFAULT_ARGS = {"out": "runs/recipe", "demo_minutes": 10.0, "demo_workers": 4, "
                 "batch": 8, "lora_dropout": 0.0, "length_window": 32, "full_finetune": False, "element_format": "html", "style": "trained", "episodes": 13,
                 "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "critic_episodes": 6, "team": False,
                 "serve": False, "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
-                "dpo_lr": 5e-5, "marl_iterations": 0, "marl_episodes": 2, "ablations": False, "validate": 0,
+                "dpo_lr": 5e-5, "marl_iterations": 0, "marl_episodes": 2, "marl_pairs": 0, "marl_right_pairs": False,
+                "ablations": False, "validate": 0,
                 "publish": False, "table": False}
 
 

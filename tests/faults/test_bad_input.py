@@ -104,6 +104,8 @@ def test_ignored_flags_in_eval_and_url_runs(tmp_path, capsys):
     (["train", "sft", "--pairs", "p.jsonl", "--out", "OUT", "--merge"], "--merge would be ignored with --pairs"),
     (["train", "pairs", "--traces", "t", "--labels", "l", "--adversary", "own", "--seed", "3", "--out", "OUT/p.jsonl"],
      "--seed would be ignored with --adversary own"),
+    (["train", "pairs", "--traces", "t", "--labels", "l", "--right-pairs", "--out", "OUT/p.jsonl"],
+     "--right-pairs would be ignored without --adversary own"),
 ])
 def test_train_serve_bench_flags_that_would_be_ignored_are_errors(tmp_path, capsys, argv, fragment):
     """Found by auditing train, serve and bench: each is refused before anything starts (no

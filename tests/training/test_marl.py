@@ -180,6 +180,8 @@ def test_rerun_with_another_config_is_a_one_line_error(base_dir, tmp_path):
     ({"dpo": {"output_dir": "x"}}, "output_dir"),
     ({"objective": "ppo"}, "unknown objective"),
     ({"element_format": "xml"}, "unknown element_format"),
+    ({"right_pairs": True}, "with --adversary own"),
+    ({"max_pairs": -1}, "max_pairs must be an integer >= 0"),
     ({"concurrency": 2, "workers": 2}, "do not combine"),
     ({"eval_tasks": ()}, "eval_tasks is empty"),
     ({"model": "openai:gpt-4o"}, "needs a local model"),
@@ -286,6 +288,41 @@ def test_own_mistake_pairs_train_only_the_agent_that_erred(base_dir, tmp_path):
     statuses = {a["agent"]: a["status"] for a in report.iterations[0].dpo["agents"]}
     assert statuses[1] == "trained" and statuses[0] != "trained"
     assert not (out / "iter0" / "adapters" / "agent0" / "adapter_model.safetensors").is_file()
+
+
+def test_right_pairs_give_the_agent_that_was_right_a_pair_too(base_dir, tmp_path):
+    """right_pairs: agent 0's right answers are also paired, against agent 1's wrong one, so both
+    agents train; with max_pairs (1 per agent: no cut here) the stats count the corrections
+    built and kept."""
+    import dataclasses as dc
+
+    from tests.training.marl_kit import OK
+
+    wrong = 'Thought: Cancel.\nAction: {"action": "click", "element_id": "C"}'
+    model_factory, env_factory = _factories(_log())
+
+    def erring_factory(base, adapters):
+        model = model_factory(base, adapters)
+        inner = model.generate
+
+        def generate(requests):
+            return [dc.replace(r, text=wrong if q.temperature == 0.3 else OK)
+                    for q, r in zip(requests, inner(requests), strict=True)]
+
+        model.generate = generate
+        return model
+
+    out = tmp_path / "run"
+    config = _config(base_dir, out, adversary="own", right_pairs=True, max_pairs=1,
+                     dpo={"max_steps": 1, "per_device_train_batch_size": 1, "loss_type": ["sigmoid", "sft"]})
+    report = run_marl(config, progress=False, env_factory=env_factory, model_factory=erring_factory)
+    pairs = [json.loads(line) for line in (out / "iter0" / "pairs.jsonl").read_text().splitlines()]
+    assert sorted((p["agent"], p["rejected_source"]) for p in pairs) == [(0, "team"), (1, "own")]
+    assert all('"C"' in p["rejected"][0]["content"] for p in pairs)
+    stats = report.iterations[0].pairs
+    assert stats["corrections"] == stats["corrections_built"] == {"click -> click": 2}
+    statuses = {a["agent"]: a["status"] for a in report.iterations[0].dpo["agents"]}
+    assert statuses[0] == statuses[1] == "trained"
 
 
 def test_rft_objective_trains_each_agent_on_its_chosen_answers(base_dir, tmp_path):

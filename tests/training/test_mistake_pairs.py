@@ -86,3 +86,71 @@ def test_on_policy_sft_rows_keep_right_answers_and_correct_wrong_ones():
     assert row["source"] == "verified" and json.loads(row["completion"][0]["content"][8:]) == CLICK_A
     assert _sft_rows_for_step(HEADER, wrong, {"rewards": [[0]], "scores": [[0.0]], "abstained": False}) == []
     assert _sft_rows_for_step(HEADER, wrong, {"rewards": [[None]], "abstained": True}) == []
+
+
+TYPE_A = {"action": "type_string", "element_id": "A", "content": "bob", "press_enter": False}
+
+
+def _tree(*elements: tuple[str, str, int]) -> dict:
+    """A page of labelled fields and buttons: (tag, id, dom rank)."""
+    parts = [{"tag": "", "id": None, "parts": [{"tag": "label", "id": None, "parts": ["Name"]},
+                                              {"tag": tag, "id": i, "parts": [], "dom": dom}]}
+             for tag, i, dom in elements]
+    return {"tag": "", "id": None, "parts": parts}
+
+
+def test_right_answers_are_paired_with_the_teams_mistake_and_with_typing_again():
+    from collabui.training.mistake_pairs import right_pairs_for_step
+
+    # The previous page typed "bob" into field A; this page lists that field as Q (ids reshuffle).
+    previous = {"t": 0, "executed": TYPE_A, "observation": {"text": "", "extra": {"tree": _tree(("input", "A", 0))}}}
+    step = {"t": 1, "observation": {"text": "", "extra": {"tree": _tree(("input", "Q", 0), ("button", "S", 1))}},
+            "proposals": [[_prop(0, 0, _answer({"action": "click", "element_id": "S"}), {"action": "click", "element_id": "S"}),
+                           _prop(0, 1, _answer(CLICK_B), CLICK_B)],
+                          [_prop(1, 0, "??", UNKNOWN), _prop(1, 1, _answer(CLICK_B), CLICK_B)]]}
+    label = {"rewards": [[1, 0], [0, 0]], "scores": [[1.0, 0.0], [0.0, 0.0]], "abstained": False}
+    rows = right_pairs_for_step(HEADER, step, label, previous)
+    # Only the right entry (0, 0) is chosen; against the most common wrong proposal, and against
+    # typing "bob" into the same field (found by its dom rank) again.
+    assert [(r["agent"], r["round"], r["rejected_source"], r["chosen_source"]) for r in rows] == [
+        (0, 0, "team", "own"), (0, 0, "repeat", "own")]
+    assert json.loads(rows[0]["rejected"][0]["content"].removeprefix("Action: ")) == CLICK_B
+    assert json.loads(rows[1]["rejected"][0]["content"].removeprefix("Action: ")) == {**TYPE_A, "element_id": "Q"}
+    assert '"S"' in rows[0]["chosen"][0]["content"]
+
+
+def test_no_repeat_pair_when_typing_again_was_right_or_the_field_is_gone():
+    from collabui.training.mistake_pairs import right_pairs_for_step
+
+    previous = {"t": 0, "executed": TYPE_A, "observation": {"text": "", "extra": {"tree": _tree(("input", "A", 0))}}}
+    again = {**TYPE_A, "element_id": "Q"}
+    step = {"t": 1, "observation": {"text": "", "extra": {"tree": _tree(("input", "Q", 0))}},
+            "proposals": [[_prop(0, 0, _answer(again), again), _prop(0, 1, _answer(CLICK_B), CLICK_B)]]}
+    label = {"rewards": [[1, 1]], "scores": [[1.0, 1.0]], "abstained": False}
+    assert right_pairs_for_step(HEADER, step, label, previous) == []  # the critic called it right
+    gone = {**step, "observation": {"text": "", "extra": {"tree": _tree(("input", "Q", 5))}}}
+    label = {"rewards": [[0, 1]], "scores": [[0.0, 1.0]], "abstained": False}
+    rows = right_pairs_for_step(HEADER, gone, label, previous)
+    assert [r["rejected_source"] for r in rows] == ["team"]  # no field of that rank: no repeat
+
+
+def test_balance_pairs_draws_each_agent_evenly_over_the_kinds_of_correction():
+    from datasets import Dataset
+
+    from collabui.training.mistake_pairs import balance_pairs, correction_counts
+
+    def pair(agent: int, rejected: dict, chosen: dict) -> dict:
+        return {"agent": agent, "rejected": [{"role": "assistant", "content": _answer(rejected)}],
+                "chosen": [{"role": "assistant", "content": _answer(chosen)}]}
+
+    rows = ([pair(0, CLICK_A, CLICK_B)] * 10 + [pair(0, CLICK_A, TYPE_A)] * 2 + [pair(0, TYPE_A, CLICK_A)] * 3
+            + [pair(1, CLICK_B, CLICK_A)] * 2)
+    ds = Dataset.from_list([{**r, "k": k} for k, r in enumerate(rows)])
+    assert correction_counts(ds, "web") == {"click -> click": 12, "click -> type_string": 2, "type_string -> click": 3}
+    kept = balance_pairs(ds, 6, "web", seed=1)
+    # Agent 0: 2 of each kind (the rare kinds are not crowded out); agent 1 keeps what it has.
+    assert [r["agent"] for r in kept].count(0) == 6 and [r["agent"] for r in kept].count(1) == 2
+    assert correction_counts(kept.filter(lambda r: r["agent"] == 0), "web") == {
+        "click -> click": 2, "click -> type_string": 2, "type_string -> click": 2}
+    assert kept["k"] == sorted(kept["k"])  # the dataset's order is kept
+    assert balance_pairs(ds, 6, "web", seed=1)["k"] == kept["k"]  # seeded

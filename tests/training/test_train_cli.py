@@ -45,6 +45,26 @@ def test_label_then_pairs(tmp_path, capsys):
     capsys.readouterr()
 
 
+def test_own_pairs_with_right_pairs_and_a_cap_per_agent(tmp_path, capsys):
+    """`train pairs --adversary own --right-pairs --max-pairs 1`: agent 1's wrong round-0 answer
+    (C) is its own pair, the right answers (agent 0's, agent 1's round 1) are paired against it,
+    one pair per agent kept."""
+    traces, labels, pairs = tmp_path / "traces", tmp_path / "labels.jsonl", tmp_path / "pairs.jsonl"
+    _record(traces)
+    assert main(["train", "label", "--traces", str(traces), "--critic", "outcome", "--out", str(labels)]) == 0
+    records = [json.loads(line) for line in labels.read_text().splitlines()]
+    for r in records:  # as the verified critic scores it: C was wrong
+        r["rewards"][1][0], r["scores"][1][0] = 0, 0.0
+    labels.write_text("".join(json.dumps(r) + "\n" for r in records))
+    argv = ["train", "pairs", "--traces", str(traces), "--labels", str(labels), "--adversary", "own", "--out", str(pairs)]
+    assert main([*argv, "--right-pairs"]) == 0
+    built = load_pairs(pairs)
+    assert sorted(set(zip(built["agent"], built["rejected_source"], strict=True))) == [(0, "team"), (1, "own"), (1, "team")]
+    assert main([*argv, "--right-pairs", "--max-pairs", "1"]) == 0
+    assert sorted(load_pairs(pairs)["agent"]) == [0, 1] and len(built) > 2
+    capsys.readouterr()
+
+
 @pytest.mark.parametrize("argv", [["train", "label", "--traces", "/nonexistent", "--out", "x.jsonl"],
                                   ["train", "label", "--traces", ".", "--critic", "oracle", "--out", "x.jsonl"],
                                   ["train", "pairs", "--traces", ".", "--labels", "l", "--adversary", "evil", "--out", "p"]])

@@ -395,3 +395,33 @@ def test_critic_replays_the_password_the_task_names_from_the_live_task(tmp_path,
     plain = dataclasses.replace(contexts[2], prefix=tuple(dict(a, content="***") if a.get("content") == \
         "<the task's password>" else a for a in contexts[2].prefix))
     assert "masked" in critic.score(plain).reasons[0][0]
+
+
+def test_typing_the_previous_text_again_is_found_on_a_reshuffled_page_and_scored_wasted():
+    """The ``repeat`` negative of own-mistake pairs (mistake_pairs._repeated_typing): the field
+    the previous step typed into is found on the next page although every id was reshuffled,
+    and the verified critic scores typing the same text into it again as wrong ("changed
+    nothing"), while Submit is right."""
+    from collabui.training.critic import to_action
+    from collabui.training.mistake_pairs import _repeated_typing
+
+    seed = 7
+    with Replayer(action_timeout_s=0.5, shuffle_elements=True) as rep:
+        critic = EnvVerifiedCritic(replayer=rep)
+        first = rep.start("enter-text", seed)
+        field = next(e for e in flat_elements(first.extra["tree"]) if e["tag"] == "input")
+        typed = web.TypeString(field["id"], first.task.split('"')[1])
+        second = rep.act(typed).observation
+        repeat = _repeated_typing({"executed": typed.to_dict(), "observation": {"extra": first.extra}},
+                                  {"observation": {"extra": second.extra}})
+        assert repeat is not None
+        now = next(e for e in flat_elements(second.extra["tree"]) if e["tag"] == "input")
+        assert now["id"] != field["id"]  # reshuffled
+        assert repeat == {**typed.to_dict(), "element_id": now["id"]}
+        assert _repeated_typing({"executed": web.Click(field["id"]).to_dict(), "observation": {"extra": first.extra}},
+                                {"observation": {"extra": second.extra}}) is None  # only typing repeats
+        submit = _by_text(second, "Submit", "button")
+        labels = critic.score(_context(second, seed, "enter-text", [[web.Click(submit), to_action(repeat, WEB)]],
+                                       prefix=(typed,)))
+        assert labels.scores == ((1.0, 0.0),), labels.reasons
+        assert labels.reasons[0][1] == "changed nothing on the page"
