@@ -98,6 +98,9 @@ def add_commands(sub: Any) -> None:
     a.add_argument("--start", type=int, default=0, help="first record, 0-based (default 0)")
     a.add_argument("--limit", type=int, default=None, help="at most this many records (default all)")
     a.add_argument("--guided-json", action="store_true", help=GUIDED_HELP)
+    a.add_argument("--serve", action="store_true", help="run the model on a vLLM server started for this evaluation "
+                   "and stopped with it (a trained bundle: its shared model merged, each agent's LoRA adapter by "
+                   "name; needs `collabui serve --setup`): the agents of a round are answered in one batch")
 
     from collabui.evaluation.throughput import ThroughputConfig
 
@@ -247,14 +250,30 @@ def _autowebbench_command(args: argparse.Namespace, config: TeamConfig) -> str:
     for flag, value in (("--limit", args.limit), ("--adapters", args.adapters)):
         if value is not None:
             parts += [flag, str(value)]
-    return shlex.join(parts + (["--guided-json"] if args.guided_json else []))
+    return shlex.join(parts + [flag for flag, on in (("--guided-json", args.guided_json), ("--serve", args.serve)) if on])
+
+
+def _autowebbench_model(args: argparse.Namespace, baseline: bool) -> Any:
+    """The model of ``eval autowebbench``: loaded here, or (``--serve``) served on vLLM."""
+    from collabui.errors import ConfigError
+    from collabui.models.spec import load_model
+
+    client = {"guided_json": "web"} if args.guided_json else {}
+    if not args.serve:
+        return load_model(args.model, adapters=args.adapters, **client)
+    if baseline or args.model.strip().startswith("openai:"):
+        raise ConfigError(f"--serve starts a vLLM server for a local model; {redact_url(args.model)} is not one "
+                          "(baselines run here, openai: specs are already served): drop --serve")
+    from collabui.serving.managed import ServedModel
+
+    return ServedModel.of_spec(args.model, args.adapters, client=client)
 
 
 def _autowebbench(args: argparse.Namespace) -> int:
     from collabui.errors import ConfigError
     from collabui.evaluation.autowebbench import SUMMARY_FILE, evaluate_autowebbench, load_records
     from collabui.evaluation.miniwob import system_label
-    from collabui.models.spec import load_model, team_adapter_names
+    from collabui.models.spec import team_adapter_names
     from collabui.team import CollabAgentTeam, _resolve_topology
 
     refuse_ignored_model_flags(args.model, guided_json=args.guided_json, adapters=args.adapters)
@@ -269,7 +288,7 @@ def _autowebbench(args: argparse.Namespace) -> int:
     if not 0 <= args.start < len(records) or (args.limit is not None and args.limit < 1):
         raise ConfigError(f"--start must be in [0, {len(records) - 1}] and --limit >= 1; "
                           f"got --start {args.start} --limit {args.limit}")
-    model = load_model(args.model, adapters=args.adapters, **({"guided_json": "web"} if args.guided_json else {}))
+    model = _autowebbench_model(args, baseline)
     try:
         team = CollabAgentTeam(model, config=config)
         system = {"model": redact_url(args.model), "adapters": args.adapters, "n_agents": config.n_agents,
@@ -279,8 +298,9 @@ def _autowebbench(args: argparse.Namespace) -> int:
                   "temperatures": [config.agent_temperature(i) for i in range(config.n_agents)],
                   "prompt_style": config.prompt_style, "max_new_tokens": config.max_new_tokens,
                   "max_observation_chars": config.max_observation_chars}
-        if args.guided_json:  # only when on: folders of earlier (unguided) runs still resume
-            system["guided_json"] = True
+        for flag in ("guided_json", "serve"):  # only when on: folders of earlier runs still resume
+            if getattr(args, flag):
+                system[flag] = True  # vLLM's numerics (bf16 where the CPU has it) are not the local fp32
         evaluate_autowebbench(args.data, team, args.out, start=args.start, limit=args.limit,
                               system=system, command=_autowebbench_command(args, config),
                               progress=not args.quiet)

@@ -98,6 +98,35 @@ def test_eval_serve_runs_the_bundle_team_on_its_own_server(tmp_path, tiny_model_
     assert f"fake vllm: model={merged_model_dir(root)} " in (tmp_path / "vllm.log").read_text()
 
 
+def test_eval_autowebbench_serve_runs_the_bundle_team_on_its_own_server(tmp_path, tiny_model_dir, adapter_dirs,
+                                                                        fake_pkg, monkeypatch, capsys):
+    from collabui.cli import main
+    from tests.shared_data import AUTOWEBBENCH
+
+    monkeypatch.setenv("COLLABUI_CACHE", str(tmp_path / "cache"))
+    venv = tmp_path / "venv" / "bin"  # `collabui serve --setup`'s venv, running the fake vLLM
+    venv.mkdir(parents=True)
+    (venv / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    (venv / "python").chmod(0o755)
+    record = tmp_path / "requests.jsonl"
+    for name, value in (("COLLABUI_VLLM_VENV", venv.parent), ("PYTHONPATH", fake_pkg), ("FAKE_VLLM_RECORD", record)):
+        monkeypatch.setenv(name, str(value))
+    root = _bundle(tmp_path / "bundle", tiny_model_dir, adapter_dirs)
+    out = tmp_path / "awb"
+    argv = ["eval", "autowebbench", "--data", str(AUTOWEBBENCH / "en" / "ind.json"), "--model", f"trained:{root}",
+            "--agents", "2", "--rounds", "1", "--topology", "chain", "--limit", "2", "--out", str(out)]
+    assert main([*argv, "--serve"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["data"]["records"] == 2 and results["system"]["serve"] is True
+    assert results["command"].endswith("--serve")
+    sent = [json.loads(line) for line in record.read_text().splitlines()]
+    # Two records, each agent on its bundle slot: agent 0 its adapter, agent 1 the merged model.
+    assert sorted(r["model"] for r in sent) == ["agent0", "agent0", "trained-bundle-base", "trained-bundle-base"]
+    assert main(["eval", "autowebbench", "--data", str(AUTOWEBBENCH / "en" / "ind.json"), "--model", "lexical",
+                 "--serve", "--out", str(tmp_path / "lex")]) == 2
+    assert "is not one (baselines run here" in capsys.readouterr().err
+
+
 def test_the_rollout_factory_serves_each_adapter_set_and_stops_the_last(tmp_path, tiny_model_dir, adapter_dirs,
                                                                         fake_pkg):
     import pickle
