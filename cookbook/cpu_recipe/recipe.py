@@ -536,22 +536,30 @@ def eval_config(config: RecipeConfig, fields: dict[str, Any]) -> MiniWoBEvalConf
     return row
 
 
-def validate(config: RecipeConfig, trained: Path, out: Path) -> dict[str, Any]:
-    """The trained model on new seeds (from 100; demonstrations use 1000 on) of the training
-    tasks: the figure to choose formats and hyperparameters by."""
+def validate(config: RecipeConfig, trained: Path, out: Path, *, team: bool = False) -> dict[str, Any]:
+    """The trained model (``team``: as the 4 x 3 team of the held-out team rows) on new seeds
+    (from 100; demonstrations use 1000 on) of the training tasks: the figure to choose formats
+    and hyperparameters by. On the vLLM server with ``--serve``, as the held-out rows."""
     from collabui.evaluation.miniwob import evaluate_miniwob
 
-    rollouts = _on_training_tasks(config, trained, seed=100, episodes=config.validate)
-    return evaluate_miniwob(rollouts, out, command="recipe.py --validate")
+    return evaluate_miniwob(validation_config(config, trained, team=team), out, command="recipe.py --validate")
 
 
-def _on_training_tasks(config: RecipeConfig, trained: Path, *, seed: int, episodes: int) -> MiniWoBEvalConfig:
-    """The trained model as a single agent on every training task, shuffled pages in the format
-    it learned (validation and on-policy rollouts; the seed ranges differ)."""
+def validation_config(config: RecipeConfig, trained: Path, *, team: bool = False) -> MiniWoBEvalConfig:
+    """The evaluation :func:`validate` runs."""
+    rollouts = _on_training_tasks(config, trained, seed=100, episodes=config.validate, team=team)
+    return dataclasses.replace(rollouts, serve=True, concurrency=4) if config.evaluation.serve else rollouts
+
+
+def _on_training_tasks(config: RecipeConfig, trained: Path, *, seed: int, episodes: int,
+                       team: bool = False) -> MiniWoBEvalConfig:
+    """The trained model as a single agent (``team``: 4 x 3) on every training task, shuffled
+    pages in the format it learned (validation and on-policy rollouts; the seed ranges differ)."""
+    shape = {"n_agents": 4, "rounds": 3, "max_new_tokens": 128} if team else \
+        {"n_agents": 1, "rounds": 1, "max_new_tokens": 96}
     return MiniWoBEvalConfig(tasks=",".join(TRAIN_TASKS), episodes=episodes, shuffle_elements=True,
                              element_format=config.element_format, concurrency=2, model=f"trained:{trained}",
-                             team=TeamConfig(n_agents=1, rounds=1, max_new_tokens=96, seed=seed,
-                                             max_steps=config.evaluation.team.max_steps))
+                             team=TeamConfig(**shape, seed=seed, max_steps=config.evaluation.team.max_steps))
 
 
 def _format(config: RecipeConfig, model: str) -> str:
@@ -595,9 +603,11 @@ def train(config: RecipeConfig, out: Path, clock: _Clock) -> Path:
     return bundle(config, sft_dir, out / "bundle", dpo_dir)
 
 
-def checks(config: RecipeConfig, trained: Path, out: Path, clock: _Clock) -> dict[str, Any]:
-    """Validation on the training tasks (with ``--validate``) and the verified critic's check:
-    the results.json fields they fill."""
+def checks(config: RecipeConfig, trained: Path, out: Path, clock: _Clock,
+           teams: dict[str, Path] | None = None) -> dict[str, Any]:
+    """Validation on the training tasks (with ``--validate``; with ``--team`` the trained team's
+    too: the MARL team of ``teams`` when there is one) and the verified critic's check: the
+    results.json fields they fill."""
     found: dict[str, Any] = {}
     if config.validate:
         # Its own folder per model: the SFT model's figure stays when a round is added later.
@@ -605,6 +615,13 @@ def checks(config: RecipeConfig, trained: Path, out: Path, clock: _Clock) -> dic
         val = found["validation"] = _row(clock.run("5 validation", lambda: validate(config, trained, folder)))
         print(f"[recipe] validation (training tasks, new seeds): {val['successes']}/{val['episodes']} "
               f"{json.dumps(val['per_task'])}", file=sys.stderr)
+    if config.validate and config.teams:
+        team = (teams or {}).get("trained_team", trained)
+        folder = out / ("validation-marl-team" if team != trained else "validation-team")
+        val = found["validation_team"] = _row(clock.run("5 validation team", lambda: validate(
+            config, team, folder, team=True)))
+        print(f"[recipe] validation of the trained team (training tasks, new seeds): {val['successes']}/"
+              f"{val['episodes']} {json.dumps(val['per_task'])}", file=sys.stderr)
     check = found["critic_check"] = clock.run("4 critic check", lambda: critic_check(config, out / "critic_check"))
     print(f"[recipe] verified critic: coverage {check['coverage_a']}, agreement with the oracle "
           f"{check['agreement']} over {check['entries_both']} entries", file=sys.stderr)
@@ -678,7 +695,7 @@ def main(argv: list[str] | None = None) -> int:
     trained = train(config, out, clock)
     teams = marl(config, trained, out / "marl", clock) if config.marl_iterations else {}
     rows = systems(config, trained, out / "marl")
-    found = checks(config, trained, out, clock)
+    found = checks(config, trained, out, clock, teams)
     path = out / "results.json"
     # Rows of earlier runs into this folder stay: --systems can add rows one session at a time.
     results: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {"systems": {}}

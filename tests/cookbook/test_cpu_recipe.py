@@ -65,6 +65,13 @@ def test_serve_puts_the_model_rows_on_vllm_and_keeps_the_baselines_here(tmp_path
     rows = {name: recipe.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "merged").items()}
     assert {name for name, c in rows.items() if c.serve} == set(rows) - {"random", "lexical"}
     assert rows["trained_team"].concurrency == 4 and rows["lexical"].concurrency == args.evaluation.concurrency
+    # The validations (the figures to tune on: training tasks, new seeds) run where the rows do.
+    args = recipe._args(["--team", "--serve", "--validate", "5"])
+    single, team = (recipe.validation_config(args, tmp_path / "b", team=t) for t in (False, True))
+    assert single.serve and team.serve and team.concurrency == 4
+    assert (single.team.n_agents, single.team.rounds, team.team.n_agents, team.team.rounds) == (1, 1, 4, 3)
+    assert team.tasks.split(",") == list(recipe.TRAIN_TASKS) and team.episodes == 5 and team.team.seed == 100
+    assert not recipe.validation_config(recipe._args(["--validate", "5"]), tmp_path / "b").serve
 
 
 def test_table_is_generated_from_results(tmp_path):
