@@ -51,7 +51,7 @@ ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "d
 _DEMO_FLAGS = ("minutes", "workers")
 _SFT_FLAGS = ("num_train_epochs", "learning_rate", "per_device_train_batch_size", "lora_r", "lora_dropout",
               "length_window", "full_finetune")
-_EVAL_FLAGS = ("episodes", "serve")
+_EVAL_FLAGS = ("episodes", "serve", "serve_dtype")
 #: Fields of the evaluation's team with flags (added apart: flags reach one level of nesting).
 _EVAL_TEAM_FLAGS = ("seed", "max_steps")
 #: Flags spelled otherwise than their fields: the recipe's flags from before the config existed.
@@ -530,9 +530,10 @@ def eval_config(config: RecipeConfig, fields: dict[str, Any]) -> MiniWoBEvalConf
     fields = dict(fields)
     base = config.evaluation
     team = default_team(fields["model"], seed=base.team.seed, max_steps=base.team.max_steps, **fields.pop("team", {}))
-    row = dataclasses.replace(base, serve=False, element_format=_format(config, fields["model"]), team=team, **fields)
+    row = dataclasses.replace(base, serve=False, serve_dtype="auto", element_format=_format(config, fields["model"]),
+                              team=team, **fields)
     if base.serve and not row.is_baseline:  # a server batches more episodes at once; baselines load no model
-        row = dataclasses.replace(row, serve=True, concurrency=4)
+        row = dataclasses.replace(row, serve=True, serve_dtype=base.serve_dtype, concurrency=4)
     return row
 
 
@@ -548,7 +549,9 @@ def validate(config: RecipeConfig, trained: Path, out: Path, *, team: bool = Fal
 def validation_config(config: RecipeConfig, trained: Path, *, team: bool = False) -> MiniWoBEvalConfig:
     """The evaluation :func:`validate` runs."""
     rollouts = _on_training_tasks(config, trained, seed=100, episodes=config.validate, team=team)
-    return dataclasses.replace(rollouts, serve=True, concurrency=4) if config.evaluation.serve else rollouts
+    if not config.evaluation.serve:
+        return rollouts
+    return dataclasses.replace(rollouts, serve=True, serve_dtype=config.evaluation.serve_dtype, concurrency=4)
 
 
 def _on_training_tasks(config: RecipeConfig, trained: Path, *, seed: int, episodes: int,

@@ -125,6 +125,9 @@ def default_team(model: str, **fields: Any) -> TeamConfig:
     return TeamConfig(**fields)
 
 
+#: Weights' dtypes a served evaluation may ask vLLM for (VLLMServer.dtype).
+SERVE_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
 #: TeamConfig fields the evaluation sets itself: the action space (from ``mobile``) and the
 #: batch timer have no flag; ``adapters`` names served adapters (``--adapters`` is a folder).
 _TEAM_FIELDS_SET_HERE = ("adapters", "action_space", "batch_fallback_s")
@@ -176,10 +179,18 @@ class MiniWoBEvalConfig:
         "help": "run the model on a vLLM server started for this evaluation (a trained bundle: its shared model "
                 "merged, each agent's LoRA adapter by name; needs `collabui serve --setup`); episodes at once: "
                 "--concurrency"})
+    serve_dtype: str = field(default="auto", metadata={
+        "choices": SERVE_DTYPES, "help": "(--serve) the server's weights: auto (bfloat16 where the CPU has it natively, "
+                                         "else float32), or float32 to compare exactly with a local (float32) run"})
 
     def __post_init__(self) -> None:
         self._check_team()
         self._check_page_options()
+        if self.serve_dtype not in SERVE_DTYPES:
+            raise ConfigError(f"unknown serve_dtype {self.serve_dtype!r}; use one of {', '.join(SERVE_DTYPES)}")
+        if self.serve_dtype != "auto" and not self.serve:
+            raise ConfigError("serve_dtype would be ignored without serve (a local model runs in float32); "
+                              "add --serve or drop --serve-dtype")
         if self.serve and (self.is_baseline or self.model.strip().startswith("openai:")):
             raise ConfigError(f"serve starts a vLLM server for a local model; {redact_url(self.model)} is "
                               "not one (baselines run here, openai: specs are already served): drop --serve")
@@ -377,7 +388,8 @@ def _served(config: MiniWoBEvalConfig, model: ChatModel | None,
     from collabui.serving.managed import serve_model
 
     client = {"guided_json": config.action_space} if config.guided_json else {}
-    with serve_model(config.model, config.adapters, client=client, **server_options) as served:
+    with serve_model(config.model, config.adapters, client=client,
+                     **{"dtype": config.serve_dtype, **server_options}) as served:
         yield served
 
 

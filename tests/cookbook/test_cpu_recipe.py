@@ -72,6 +72,11 @@ def test_serve_puts_the_model_rows_on_vllm_and_keeps_the_baselines_here(tmp_path
     assert (single.team.n_agents, single.team.rounds, team.team.n_agents, team.team.rounds) == (1, 1, 4, 3)
     assert team.tasks.split(",") == list(recipe.TRAIN_TASKS) and team.episodes == 5 and team.team.seed == 100
     assert not recipe.validation_config(recipe._args(["--validate", "5"]), tmp_path / "b").serve
+    # --serve-dtype reaches every served row and the validations; the baselines run here, as always.
+    args = recipe._args(["--team", "--serve", "--serve-dtype", "float32", "--validate", "5"])
+    rows = {name: recipe.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "m").items()}
+    assert {n: c.serve_dtype for n, c in rows.items() if c.serve_dtype != "auto"}.keys() == set(rows) - {"random", "lexical"}
+    assert recipe.validation_config(args, tmp_path / "b", team=True).serve_dtype == "float32"
 
 
 def test_table_is_generated_from_results(tmp_path):
@@ -131,7 +136,7 @@ DEFAULT_ARGS = {"out": "runs/recipe", "demo_minutes": 10.0, "demo_workers": 4, "
                 "synthetic_pages": False, "team_share": 0.0, "sft_epochs": 1.0, "balance": True, "balance_steps": False, "hindsight": 0, "lr": 3e-4, "lora_r": 32,
                 "batch": 8, "lora_dropout": 0.0, "length_window": 32, "full_finetune": False, "element_format": "html", "style": "trained", "episodes": 13,
                 "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "critic_episodes": 6, "team": False,
-                "serve": False, "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
+                "serve": False, "serve_dtype": "auto", "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
                 "dpo_lr": 5e-5, "marl_iterations": 0, "marl_episodes": 2, "marl_pairs": 0, "marl_right_pairs": False,
                 "ablations": False, "validate": 0,
                 "publish": False, "table": False}

@@ -43,6 +43,7 @@ def _args() -> argparse.Namespace:
     p.add_argument("--host", required=True)
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--lora-modules", nargs="*", default=[])
+    p.add_argument("--dtype", default=None)
     args, _ = p.parse_known_args()
     return args
 
@@ -114,7 +115,7 @@ def _start_tree(pid_file: str) -> None:
 
 def main() -> None:
     args = _args()
-    print(f"fake vllm: model={args.model} kv={os.environ.get('VLLM_CPU_KVCACHE_SPACE')}", flush=True)
+    print(f"fake vllm: model={args.model} kv={os.environ.get('VLLM_CPU_KVCACHE_SPACE')} dtype={args.dtype}", flush=True)
     if MODE == "die":
         print("RuntimeError: operator torchvision::nms does not exist", flush=True)
         sys.exit(1)

@@ -70,10 +70,16 @@ def test_a_bundle_is_served_as_its_merged_model_and_agent_adapters(tmp_path, tin
     ({"model": "lexical"}, "lexical is not one"),
     ({"model": "openai:m@http://127.0.0.1:9/v1"}, "openai: specs are already served"),
     ({"workers": 2}, "serve and workers/ray do not combine"),
+    ({"serve_dtype": "float8"}, "unknown serve_dtype 'float8'"),
 ])
 def test_serve_refuses_what_it_cannot_serve(fields, message):
     with pytest.raises(ConfigError, match=message):
         MiniWoBEvalConfig(tasks="click-test", serve=True, **fields)
+
+
+def test_serve_dtype_without_serve_is_refused():
+    with pytest.raises(ConfigError, match="serve_dtype would be ignored without serve"):
+        MiniWoBEvalConfig(tasks="click-test", model="smollm2", serve_dtype="float32")
 
 
 @pytest.mark.browser
@@ -83,7 +89,7 @@ def test_eval_serve_runs_the_bundle_team_on_its_own_server(tmp_path, tiny_model_
     root = _bundle(tmp_path / "bundle", tiny_model_dir, adapter_dirs)
     record = tmp_path / "requests.jsonl"
     config = MiniWoBEvalConfig(tasks="click-test", episodes=1, model=f"trained:{root}", serve=True,
-                               team=TeamConfig(n_agents=2, rounds=2, topology="chain", max_steps=1))
+                               serve_dtype="float32", team=TeamConfig(n_agents=2, rounds=2, topology="chain", max_steps=1))
     options = {"python": sys.executable, "log_file": tmp_path / "vllm.log", "ready_timeout_s": 60,
                "env": {"PYTHONPATH": str(fake_pkg), "FAKE_VLLM_RECORD": str(record)}}
     results = evaluate_miniwob(config, tmp_path / "run", server_options=options, progress=False)
@@ -96,6 +102,7 @@ def test_eval_serve_runs_the_bundle_team_on_its_own_server(tmp_path, tiny_model_
     sent = [json.loads(line) for line in record.read_text().splitlines()]
     assert sorted(r["model"] for r in sent) == ["agent0", "agent0", "trained-bundle-base", "trained-bundle-base"]
     assert f"fake vllm: model={merged_model_dir(root)} " in (tmp_path / "vllm.log").read_text()
+    assert "dtype=float32" in (tmp_path / "vllm.log").read_text()  # --serve-dtype reaches the server
 
 
 def test_eval_autowebbench_serve_runs_the_bundle_team_on_its_own_server(tmp_path, tiny_model_dir, adapter_dirs,
