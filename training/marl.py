@@ -250,7 +250,7 @@ class _Run:
         os.replace(tmp, it / "pairs.jsonl")
         stats = pair_stats(ds)
         stats["per_agent"] = {str(a): stats["per_agent"].get(a, 0) for a in range(c.team.n_agents)}
-        stats["corrections"] = correction_counts(ds, c.action_space)
+        stats["corrections"] = correction_counts(ds, c.action_space) if c.max_pairs else built
         if c.max_pairs:
             stats["corrections_built"] = built
         return stats

@@ -86,13 +86,30 @@ def _key(action: dict[str, Any]) -> str:
     return json.dumps(action, sort_keys=True)
 
 
+def _usable(label: dict[str, Any]) -> bool:
+    """Whether a step's label scores every entry (no abstention, no unknown entry)."""
+    rewards = label.get("rewards") or []
+    return not label.get("abstained") and bool(rewards) and all(r is not None for row in rewards for r in row)
+
+
+def _pair(header: dict[str, Any], step: dict[str, Any], label: dict[str, Any], i: int, j: int, chosen: str,
+          rejected: str, rejected_source: str, chosen_source: str) -> dict[str, Any]:
+    """The pair record of entry (i, j): in the exact context agent i saw in round j."""
+    return {"prompt": [dict(m) for m in step["proposals"][i][j]["messages"]],
+            "chosen": [{"role": "assistant", "content": chosen}],
+            "rejected": [{"role": "assistant", "content": rejected}],
+            "agent": i, "episode_id": str(header["episode_id"]), "t": int(step["t"]), "round": j,
+            "score": float(label["scores"][i][j] or 0.0), "rejected_source": rejected_source,
+            "chosen_source": chosen_source}
+
+
 def mistake_pairs_for_step(header: dict[str, Any], step: dict[str, Any], label: dict[str, Any]) -> list[dict[str, Any]]:
     """The own-mistake records of one labelled step (see the module docstring)."""
     from collabui.training.verified import verified_action
 
     rewards = label.get("rewards") or []
     props = step["proposals"]
-    if label.get("abstained") or not rewards or any(r is None for row in rewards for r in row):
+    if not _usable(label):
         return []
     space = _space(header)
     target_action = verified_action(label)
@@ -106,12 +123,7 @@ def mistake_pairs_for_step(header: dict[str, Any], step: dict[str, Any], label: 
             chosen = chosen or _chosen_for(i, props, rewards, target, space)
             if chosen is None:
                 return rows  # nothing known to be right at this step
-            rows.append({"prompt": [dict(m) for m in prop["messages"]],
-                         "chosen": [{"role": "assistant", "content": chosen[0]}],
-                         "rejected": [{"role": "assistant", "content": clean_answer(prop["raw"], space)}],
-                         "agent": i, "episode_id": str(header["episode_id"]), "t": int(step["t"]),
-                         "round": j, "score": float(label["scores"][i][j] or 0.0),
-                         "rejected_source": "own", "chosen_source": chosen[1]})
+            rows.append(_pair(header, step, label, i, j, chosen[0], clean_answer(prop["raw"], space), "own", chosen[1]))
     return rows
 
 
@@ -131,7 +143,7 @@ def right_pairs_for_step(header: dict[str, Any], step: dict[str, Any], label: di
     critic abstained on, or when neither negative exists."""
     rewards = label.get("rewards") or []
     props = step["proposals"]
-    if label.get("abstained") or not rewards or any(r is None for row in rewards for r in row):
+    if not _usable(label):
         return []
     space = _space(header)
     negatives = []
@@ -153,12 +165,7 @@ def right_pairs_for_step(header: dict[str, Any], step: dict[str, Any], label: di
             for key, rejected, source in negatives:
                 if key == _key(prop.get("action") or {}):
                     continue
-                rows.append({"prompt": [dict(m) for m in prop["messages"]],
-                             "chosen": [{"role": "assistant", "content": clean_answer(prop["raw"], space)}],
-                             "rejected": [{"role": "assistant", "content": rejected}],
-                             "agent": i, "episode_id": str(header["episode_id"]), "t": int(step["t"]), "round": j,
-                             "score": float(label["scores"][i][j] or 0.0), "rejected_source": source,
-                             "chosen_source": "own"})
+                rows.append(_pair(header, step, label, i, j, clean_answer(prop["raw"], space), rejected, source, "own"))
     return rows
 
 
@@ -297,7 +304,7 @@ def _sft_rows_for_step(header: dict[str, Any], step: dict[str, Any], label: dict
     from collabui.training.verified import verified_action
 
     rewards = label.get("rewards") or []
-    if label.get("abstained") or not rewards or any(r is None for row in rewards for r in row):
+    if not _usable(label):
         return []
     space, props = _space(header), step["proposals"]
     target_action = verified_action(label)

@@ -253,17 +253,15 @@ def _autowebbench_command(args: argparse.Namespace, config: TeamConfig) -> str:
     return shlex.join(parts + [flag for flag, on in (("--guided-json", args.guided_json), ("--serve", args.serve)) if on])
 
 
-def _autowebbench_model(args: argparse.Namespace, baseline: bool) -> Any:
+def _autowebbench_model(args: argparse.Namespace) -> Any:
     """The model of ``eval autowebbench``: loaded here, or (``--serve``) served on vLLM."""
-    from collabui.errors import ConfigError
+    from collabui.evaluation.miniwob import refuse_unservable
     from collabui.models.spec import load_model
 
     client = {"guided_json": "web"} if args.guided_json else {}
     if not args.serve:
         return load_model(args.model, adapters=args.adapters, **client)
-    if baseline or args.model.strip().startswith("openai:"):
-        raise ConfigError(f"--serve starts a vLLM server for a local model; {redact_url(args.model)} is not one "
-                          "(baselines run here, openai: specs are already served): drop --serve")
+    refuse_unservable(args.model)
     from collabui.serving.managed import ServedModel
 
     return ServedModel.of_spec(args.model, args.adapters, client=client)
@@ -288,7 +286,7 @@ def _autowebbench(args: argparse.Namespace) -> int:
     if not 0 <= args.start < len(records) or (args.limit is not None and args.limit < 1):
         raise ConfigError(f"--start must be in [0, {len(records) - 1}] and --limit >= 1; "
                           f"got --start {args.start} --limit {args.limit}")
-    model = _autowebbench_model(args, baseline)
+    model = _autowebbench_model(args)
     try:
         team = CollabAgentTeam(model, config=config)
         system = {"model": redact_url(args.model), "adapters": args.adapters, "n_agents": config.n_agents,

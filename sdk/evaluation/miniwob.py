@@ -125,6 +125,14 @@ def default_team(model: str, **fields: Any) -> TeamConfig:
     return TeamConfig(**fields)
 
 
+def refuse_unservable(model: str) -> None:
+    """ConfigError unless ``model`` is a local model a vLLM server can be started for (what
+    ``--serve`` does): not a baseline, not an ``openai:`` spec (already served)."""
+    if model.strip().split(":")[0] in _BASELINES or model.strip().startswith("openai:"):
+        raise ConfigError(f"serve starts a vLLM server for a local model; {redact_url(model)} is not one "
+                          "(baselines run here, openai: specs are already served): drop --serve")
+
+
 #: Weights' dtypes a served evaluation may ask vLLM for (VLLMServer.dtype).
 SERVE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -191,9 +199,8 @@ class MiniWoBEvalConfig:
         if self.serve_dtype != "auto" and not self.serve:
             raise ConfigError("serve_dtype would be ignored without serve (a local model runs in float32); "
                               "add --serve or drop --serve-dtype")
-        if self.serve and (self.is_baseline or self.model.strip().startswith("openai:")):
-            raise ConfigError(f"serve starts a vLLM server for a local model; {redact_url(self.model)} is "
-                              "not one (baselines run here, openai: specs are already served): drop --serve")
+        if self.serve:
+            refuse_unservable(self.model)
         if self.serve and self.uses_workers:
             raise ConfigError("serve and workers/ray do not combine: the server batches the requests of "
                               "--concurrency K episodes in this process; use --concurrency")
