@@ -26,6 +26,7 @@ from collabui.cli.flags import (
 )
 from collabui.cli.run import refuse_ignored_model_flags
 from collabui.config import GUIDED_HELP, MODEL_HELP, SCREENSHOTS_HELP, TeamConfig
+from collabui.models.spec import is_baseline
 from collabui.redaction import PASSWORD_MASK, redact_url
 
 __all__ = ["add_commands", "run_command", "miniwob_command", "miniwob_config"]
@@ -36,7 +37,6 @@ log = logging.getLogger(__name__)
 #: Flags written in every recorded command line, even at their defaults.
 _ALWAYS = ("tasks", "episodes", "model", "concurrency", "team.n_agents", "team.rounds", "team.topology",
            "team.seed", "team.max_steps")
-_BASELINES = ("random", "lexical")
 #: `eval miniwob` defaults that differ from the configs': screenshots on; the team's shape
 #: left to the model (1x1 for random/lexical, else 4x3) unless given.
 _MINIWOB_DEFAULTS = {"team.screenshots": True, "team.n_agents": None, "team.rounds": None}
@@ -101,6 +101,9 @@ def add_commands(sub: Any) -> None:
     a.add_argument("--serve", action="store_true", help="run the model on a vLLM server started for this evaluation "
                    "and stopped with it (a trained bundle: its shared model merged, each agent's LoRA adapter by "
                    "name; needs `collabui serve --setup`): the agents of a round are answered in one batch")
+    dtype = {f.name: f for f in dataclasses.fields(MiniWoBEvalConfig)}["serve_dtype"]
+    a.add_argument("--serve-dtype", default=dtype.default, choices=dtype.metadata["choices"],
+                   help=dtype.metadata["help"])
 
     from collabui.evaluation.throughput import ThroughputConfig
 
@@ -250,33 +253,34 @@ def _autowebbench_command(args: argparse.Namespace, config: TeamConfig) -> str:
     for flag, value in (("--limit", args.limit), ("--adapters", args.adapters)):
         if value is not None:
             parts += [flag, str(value)]
+    if args.serve_dtype != "auto":
+        parts += ["--serve-dtype", args.serve_dtype]
     return shlex.join(parts + [flag for flag, on in (("--guided-json", args.guided_json), ("--serve", args.serve)) if on])
 
 
 def _autowebbench_model(args: argparse.Namespace) -> Any:
     """The model of ``eval autowebbench``: loaded here, or (``--serve``) served on vLLM."""
-    from collabui.evaluation.miniwob import refuse_unservable
     from collabui.models.spec import load_model
 
     client = {"guided_json": "web"} if args.guided_json else {}
     if not args.serve:
         return load_model(args.model, adapters=args.adapters, **client)
-    refuse_unservable(args.model)
     from collabui.serving.managed import ServedModel
 
-    return ServedModel.of_spec(args.model, args.adapters, client=client)
+    return ServedModel.of_spec(args.model, args.adapters, client=client, dtype=args.serve_dtype)
 
 
 def _autowebbench(args: argparse.Namespace) -> int:
     from collabui.errors import ConfigError
     from collabui.evaluation.autowebbench import SUMMARY_FILE, evaluate_autowebbench, load_records
-    from collabui.evaluation.miniwob import system_label
+    from collabui.evaluation.miniwob import check_serve, system_label
     from collabui.models.spec import team_adapter_names
     from collabui.team import CollabAgentTeam, _resolve_topology
 
     refuse_ignored_model_flags(args.model, guided_json=args.guided_json, adapters=args.adapters)
+    check_serve(args.model, args.serve, args.serve_dtype)  # before the records and the model load
 
-    baseline = args.model.strip().split(":")[0] in _BASELINES
+    baseline = is_baseline(args.model)
     n = args.n_agents or (1 if baseline else 4)
     config = config_from_args(TeamConfig, args, skip={"action_space", "adapters", "batch_fallback_s"}, n_agents=n,
                               rounds=args.rounds or (1 if baseline else 3), action_space="web",
@@ -299,6 +303,8 @@ def _autowebbench(args: argparse.Namespace) -> int:
         for flag in ("guided_json", "serve"):  # only when on: folders of earlier runs still resume
             if getattr(args, flag):
                 system[flag] = True  # vLLM's numerics (bf16 where the CPU has it) are not the local fp32
+        if args.serve_dtype != "auto":
+            system["serve_dtype"] = args.serve_dtype
         evaluate_autowebbench(args.data, team, args.out, start=args.start, limit=args.limit,
                               system=system, command=_autowebbench_command(args, config),
                               progress=not args.quiet)

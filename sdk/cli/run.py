@@ -25,10 +25,11 @@ from collabui.config import (
     TeamConfig,
 )
 from collabui.errors import ConfigError
+from collabui.models.spec import is_baseline
 from collabui.redaction import Secrets, redact_url
 
 __all__ = ["add_commands", "run_command", "add_page_flags", "page_options", "team_config", "ADAPTERS_HELP",
-           "is_baseline", "refuse_ignored_model_flags"]
+           "refuse_ignored_model_flags"]
 
 ADAPTERS_HELP = "a trained team's adapter folder (agent0/, agent1/, ...) on top of --model"
 #: TeamConfig fields `run` takes no flag for (set by the library).
@@ -106,11 +107,6 @@ def page_options(args: argparse.Namespace) -> dict[str, object]:
 
         page["element_format"] = model_element_format(args.model)
     return page
-
-
-def is_baseline(model: str) -> bool:
-    """True for the ``random[:SEED]`` / ``lexical`` specs: no weights, no adapters, no decoding."""
-    return model.strip().partition(":")[0] in ("random", "lexical")
 
 
 def refuse_ignored_model_flags(model: str, *, guided_json: bool, adapter_names: Any = None,

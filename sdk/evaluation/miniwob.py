@@ -57,7 +57,7 @@ from collabui.evaluation.runner import (
 )
 from collabui.evaluation.stats import rate_entry
 from collabui.models.base import ChatModel
-from collabui.models.spec import load_model, team_adapter_names
+from collabui.models.spec import is_baseline, load_model, team_adapter_names
 from collabui.redaction import redact_url
 
 __all__ = ["EASY_TASKS", "SUITES", "MiniWoBEvalConfig", "default_team", "load_run_config", "resolve_tasks",
@@ -82,7 +82,6 @@ EASY_TASKS: tuple[str, ...] = (
 )
 #: Named suites (``all`` is every task the installed ``miniwob`` package ships).
 SUITES: dict[str, tuple[str, ...] | None] = {"easy": EASY_TASKS, "all": None}
-_BASELINES = ("random", "lexical")
 
 
 def resolve_tasks(spec: str | Sequence[str]) -> list[str]:
@@ -120,21 +119,28 @@ def default_team(model: str, **fields: Any) -> TeamConfig:
     """The team an evaluation of ``model`` runs unless told otherwise: a single agent (1x1) for
     the ``random`` and ``lexical`` baselines, else TeamConfig's defaults (the paper's 4x3).
     ``fields`` set any TeamConfig field (``n_agents``/``rounds`` given win over the defaults)."""
-    if model.strip().split(":")[0] in _BASELINES:
+    if is_baseline(model):
         fields = {"n_agents": 1, "rounds": 1, **fields}
     return TeamConfig(**fields)
 
 
-def refuse_unservable(model: str) -> None:
-    """ConfigError unless ``model`` is a local model a vLLM server can be started for (what
-    ``--serve`` does): not a baseline, not an ``openai:`` spec (already served)."""
-    if model.strip().split(":")[0] in _BASELINES or model.strip().startswith("openai:"):
+#: Weights' dtypes a served evaluation may ask vLLM for (VLLMServer.dtype).
+SERVE_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def check_serve(model: str, serve: bool, serve_dtype: str) -> None:
+    """ConfigError when the serving options cannot apply: an unknown dtype, a dtype without
+    ``serve``, or ``serve`` for a model no server is started for (baselines run here, ``openai:``
+    specs are already served)."""
+    if serve_dtype not in SERVE_DTYPES:
+        raise ConfigError(f"unknown serve_dtype {serve_dtype!r}; use one of {', '.join(SERVE_DTYPES)}")
+    if serve_dtype != "auto" and not serve:
+        raise ConfigError("serve_dtype would be ignored without serve (a local model runs in float32); "
+                          "add --serve or drop --serve-dtype")
+    if serve and (is_baseline(model) or model.strip().startswith("openai:")):
         raise ConfigError(f"serve starts a vLLM server for a local model; {redact_url(model)} is not one "
                           "(baselines run here, openai: specs are already served): drop --serve")
 
-
-#: Weights' dtypes a served evaluation may ask vLLM for (VLLMServer.dtype).
-SERVE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 #: TeamConfig fields the evaluation sets itself: the action space (from ``mobile``) and the
 #: batch timer have no flag; ``adapters`` names served adapters (``--adapters`` is a folder).
@@ -194,13 +200,7 @@ class MiniWoBEvalConfig:
     def __post_init__(self) -> None:
         self._check_team()
         self._check_page_options()
-        if self.serve_dtype not in SERVE_DTYPES:
-            raise ConfigError(f"unknown serve_dtype {self.serve_dtype!r}; use one of {', '.join(SERVE_DTYPES)}")
-        if self.serve_dtype != "auto" and not self.serve:
-            raise ConfigError("serve_dtype would be ignored without serve (a local model runs in float32); "
-                              "add --serve or drop --serve-dtype")
-        if self.serve:
-            refuse_unservable(self.model)
+        check_serve(self.model, self.serve, self.serve_dtype)
         if self.serve and self.uses_workers:
             raise ConfigError("serve and workers/ray do not combine: the server batches the requests of "
                               "--concurrency K episodes in this process; use --concurrency")
@@ -266,7 +266,7 @@ class MiniWoBEvalConfig:
 
     @property
     def is_baseline(self) -> bool:
-        return self.model.strip().split(":")[0] in _BASELINES
+        return is_baseline(self.model)
 
     @property
     def env(self) -> str:

@@ -28,7 +28,10 @@ from collabui.models.bundle import SHIPPED_BUNDLES
 from collabui.redaction import redact_url
 
 __all__ = ["load_model", "bundle_folder", "model_defaults", "model_element_format", "model_fingerprint", "agent_adapter_folders",
-           "team_adapter_names", "local_base", "SPEC_FORMS"]
+           "team_adapter_names", "local_base", "is_baseline", "SPEC_FORMS"]
+
+#: The spec kinds that are baselines: policies in code, no weights, adapters or decoding.
+BASELINE_KINDS = ("random", "lexical")
 
 SPEC_FORMS = (
     "smollm2 (embedded), smollm2-trained (the shipped trained team), trained:FOLDER (a team "
@@ -84,6 +87,11 @@ def local_base(spec: str) -> str:
     raise ConfigError(f"--model {redact_url(spec)!r} is not a local base model; use smollm2 or hf:PATH{hint}")
 
 
+def is_baseline(spec: str) -> bool:
+    """True for the ``random[:SEED]`` / ``lexical`` specs: no weights, no adapters, no decoding."""
+    return spec.strip().partition(":")[0] in BASELINE_KINDS
+
+
 def load_model(spec: str, *, adapters: str | Path | None = None, **kwargs: Any) -> ChatModel:
     """Load the chat model named by ``spec``; kwargs go to the model's constructor.
 
@@ -119,7 +127,7 @@ def load_model(spec: str, *, adapters: str | Path | None = None, **kwargs: Any) 
         from collabui.models.bundle import bundle_dir, load_bundle
 
         return load_bundle(bundle_dir(text) if text in SHIPPED_BUNDLES else rest, **kwargs)
-    if kind in {"random", "lexical"}:
+    if kind in BASELINE_KINDS:
         return _baseline(spec, kind, sep, rest, kwargs)
     if sep and kind == "hf" and rest:
         from collabui.models.local import LocalModel

@@ -122,10 +122,16 @@ def test_eval_autowebbench_serve_runs_the_bundle_team_on_its_own_server(tmp_path
     out = tmp_path / "awb"
     argv = ["eval", "autowebbench", "--data", str(AUTOWEBBENCH / "en" / "ind.json"), "--model", f"trained:{root}",
             "--agents", "2", "--rounds", "1", "--topology", "chain", "--limit", "2", "--out", str(out)]
-    assert main([*argv, "--serve"]) == 0
+    assert main([*argv, "--serve-dtype", "float32"]) == 2  # nothing to serve in float32
+    assert "serve_dtype would be ignored without serve" in capsys.readouterr().err
+    assert not (out / "results.json").exists()
+    assert main([*argv, "--serve", "--serve-dtype", "float32"]) == 0
     results = json.loads((out / "results.json").read_text())
     assert results["data"]["records"] == 2 and results["system"]["serve"] is True
-    assert results["command"].endswith("--serve")
+    assert results["system"]["serve_dtype"] == "float32"
+    assert results["command"].endswith("--serve-dtype float32 --serve")
+    logs = list((tmp_path / "cache" / "logs").glob("vllm-*.log"))
+    assert len(logs) == 1 and "dtype=float32" in logs[0].read_text()  # --serve-dtype reaches the server
     sent = [json.loads(line) for line in record.read_text().splitlines()]
     # Two records, each agent on its bundle slot: agent 0 its adapter, agent 1 the merged model.
     assert sorted(r["model"] for r in sent) == ["agent0", "agent0", "trained-bundle-base", "trained-bundle-base"]
