@@ -511,7 +511,7 @@ def run_marl(config: MARLConfig, *, progress: bool = True, env_factory: EnvFacto
     if model_factory is None and config.serve:
         from collabui.serving.managed import vllm_model_factory
 
-        model_factory = vllm_model_factory()
+        model_factory = vllm_model_factory(dtype=config.serve_dtype)
     run = _Run(run_config, out, base_dir, state, EnvPool(config.env, env_factory, options=_env_options(run_config)),
                TeamModels(base_dir, model_factory), critic or _make_critic(config),
                adversary if adversary is not None else _make_adversary(config), progress, iteration_topologies(config))

@@ -426,7 +426,8 @@ def marl_config(config: RecipeConfig, start: Path, out: Path, **change: Any) -> 
                          "iterations": config.marl_iterations, "team": team, "critic": "verified",
                          "adversary": "own", "right_pairs": config.marl_right_pairs, "max_pairs": config.marl_pairs,
                          "shuffle_elements": True, "out_dir": str(out),
-                         "serve": config.evaluation.serve, "concurrency": 4 if config.evaluation.serve else 2,
+                         "serve": config.evaluation.serve, "serve_dtype": config.evaluation.serve_dtype,
+                         "concurrency": 4 if config.evaluation.serve else 2,
                          "dpo": dpo, **change})
 
 

@@ -77,6 +77,9 @@ def test_serve_puts_the_model_rows_on_vllm_and_keeps_the_baselines_here(tmp_path
     rows = {name: recipe.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "m").items()}
     assert {n: c.serve_dtype for n, c in rows.items() if c.serve_dtype != "auto"}.keys() == set(rows) - {"random", "lexical"}
     assert recipe.validation_config(args, tmp_path / "b", team=True).serve_dtype == "float32"
+    marl = recipe.marl_config(recipe._args(["--team", "--serve", "--serve-dtype", "float32", "--marl-iterations", "1"]),
+                              tmp_path / "b", tmp_path / "m")
+    assert marl.serve and marl.serve_dtype == "float32"  # MARL's rollouts too
 
 
 def test_table_is_generated_from_results(tmp_path):

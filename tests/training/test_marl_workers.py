@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from collabui.config import TeamConfig
+from collabui.errors import ConfigError
 from collabui.trace import read_trace
 from collabui.training import labels
 from collabui.training.marl import MARLConfig, run_marl
@@ -85,10 +86,16 @@ def test_serve_rolls_out_on_a_vllm_server_of_the_base_model(base_dir, tmp_path, 
     monkeypatch.setenv("COLLABUI_VLLM_VENV", str(venv.parent))
     monkeypatch.setenv("PYTHONPATH", str(fake_pkg))
     monkeypatch.setenv("FAKE_VLLM_RECORD", str(record))
+    monkeypatch.setenv("COLLABUI_CACHE", str(tmp_path / "cache"))  # the servers' logs
     with pytest.raises(StopAfterRollouts):
-        run_marl(_config(base_dir, tmp_path / "served", serve=True), progress=False, env_factory=fake_env)
+        run_marl(_config(base_dir, tmp_path / "served", serve=True, serve_dtype="float32"), progress=False,
+                 env_factory=fake_env)
     episodes = _episodes(tmp_path / "served")
     assert len(episodes) == 3  # the held-out evaluation's and the rollouts', all answered by the server
     assert {a for e in episodes for a in e["answers"]} == {'Thought: B is the button.\nAction: {"action": "click", "element_id": "B"}'}
     sent = [json.loads(line) for line in record.read_text().splitlines()]
     assert len(sent) == sum(len(e["answers"]) for e in episodes) and {r["model"] for r in sent} == {base_dir.name}
+    logs = list((tmp_path / "cache" / "logs").glob("vllm-*.log"))
+    assert logs and all("dtype=float32" in log.read_text() for log in logs)  # serve_dtype reaches each server
+    with pytest.raises(ConfigError, match="serve_dtype would be ignored without serve"):
+        _config(base_dir, tmp_path / "x", serve_dtype="float32")
