@@ -65,6 +65,13 @@ class TeamConfig:
     adapters: tuple[str | None, ...] | None = field(
         default=None, metadata={"help": "per-agent names of the adapters the model serves (none = base model)"}
     )
+    agent_styles: tuple[str, ...] | None = field(
+        default=None, metadata={"help": "per-agent prompt styles (default: prompt_style for every agent)"}
+    )
+    agent_formats: tuple[str, ...] | None = field(
+        default=None, metadata={"help": "per-agent page formats, html or text-first, each agent reading the "
+                                "page re-rendered from the device's element tree (default: the device's)"}
+    )
     action_space: str = field(default="web", metadata={"help": "web or mobile", "choices": ("web", "mobile")})
     max_steps: int = field(default=10, metadata={"help": "environment steps per episode"})
     prompt_style: str = field(
@@ -109,6 +116,8 @@ class TeamConfig:
             if any(t < 0 for t in temps):
                 raise ConfigError(f"temperatures must be >= 0, got {list(temps)}")
             object.__setattr__(self, "temperatures", temps)
+        for name, allowed in (("agent_styles", PROMPT_STYLES), ("agent_formats", ELEMENT_FORMATS)):
+            self._check_per_agent(name, allowed)
         if self.adapters is not None:
             adapters = tuple(self.adapters)
             if len(adapters) != self.n_agents:
@@ -117,10 +126,23 @@ class TeamConfig:
                 )
             object.__setattr__(self, "adapters", adapters)
 
+    def _check_per_agent(self, name: str, allowed: tuple[str, ...]) -> None:
+        values = getattr(self, name)
+        if values is None:
+            return
+        values = tuple(values)
+        if len(values) != self.n_agents:
+            raise ConfigError(f"{name} has {len(values)} values for {self.n_agents} agents; give one per agent")
+        unknown = sorted(set(values) - set(allowed))
+        if unknown:
+            raise ConfigError(f"{name} has unknown values {unknown}; use {list(allowed)}")
+        object.__setattr__(self, name, values)
+
     def for_model(self, model: Any) -> TeamConfig:
         """This config with ``auto`` settings resolved for ``model``: its trained prompt style
         (``react`` for untrained models), when no adapters are named its per-agent adapters
-        (cycled over the agents), and for the default ``random`` topology the DAG its agents
+        (cycled over the agents) and likewise its per-agent prompt styles and page formats (a
+        bundle of different models), and for the default ``random`` topology the DAG its agents
         were trained in (a MARL-trained bundle records it; used by a team of that size)."""
         defaults = getattr(model, "team_defaults", None) or {}
         changes: dict[str, Any] = {}
@@ -132,6 +154,9 @@ class TeamConfig:
         shipped = tuple(defaults.get("adapters") or ())
         if self.adapters is None and shipped:
             changes["adapters"] = tuple(shipped[i % len(shipped)] for i in range(self.n_agents))
+        for name in ("agent_styles", "agent_formats"):  # a mixed bundle's agents, cycled like its adapters
+            if getattr(self, name) is None and defaults.get(name):
+                changes[name] = tuple(defaults[name][i % len(defaults[name])] for i in range(self.n_agents))
         if not changes:
             return self
         from dataclasses import replace
@@ -144,6 +169,14 @@ class TeamConfig:
 
     def agent_adapter(self, i: int) -> str | None:
         return self.adapters[i] if self.adapters else None
+
+    def agent_style(self, i: int) -> str:
+        """Agent ``i``'s prompt style (``prompt_style`` unless ``agent_styles`` sets it)."""
+        return self.agent_styles[i] if self.agent_styles else self.prompt_style
+
+    def agent_format(self, i: int) -> str | None:
+        """Agent ``i``'s page format, or None: the page as the device rendered it."""
+        return self.agent_formats[i] if self.agent_formats else None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form of the fields as set (None stays None, a Topology object becomes its own

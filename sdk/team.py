@@ -9,6 +9,7 @@ generation requests are sent to the model as one batch.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import AsyncGenerator, Generator, Sequence
@@ -18,11 +19,12 @@ from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 from collabui.actions import Action, ActionSpace, get_action_space
 from collabui.batching import SuperstepBatcher
 from collabui.config import TeamConfig
+from collabui.devices import simplify
 from collabui.devices.base import Observation
 from collabui.errors import ConfigError
 from collabui.models.base import ChatModel, ChatRequest, ChatResult, Message
 from collabui.parsing import parse_proposal
-from collabui.prompts import PeerOutput, build_messages, render_observation
+from collabui.prompts import PeerOutput, build_messages, history_in_format, render_observation
 from collabui.vote import VoteResult, majority_vote
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -103,6 +105,7 @@ class _StepState(TypedDict, total=False):
     t: int
     task: str
     observation: str
+    views: dict[str, str]  # the observation in other page formats (TeamConfig.agent_formats)
     history: list[str]
     proposals: Annotated[dict[tuple[int, int], Proposal], _merge]
     vote: VoteResult
@@ -266,14 +269,18 @@ class CollabAgentTeam:
         preds = self._topology.predecessors(i)
         peers = [props[(k, j)].as_peer() for k in preds]
         own = props[(i, j - 1)].as_peer() if j > 0 else None
+        view = self.config.agent_format(i)
+        history = state.get("history", [])
+        if view in state.get("views", {}):
+            history = [history_in_format(entry, view) for entry in history]
         messages = build_messages(
             space=self.space,
             task=state["task"],
-            observation=state["observation"],
-            history=state.get("history", []),
+            observation=state.get("views", {}).get(view, state["observation"]),
+            history=history,
             peers=peers,
             own_previous=own,
-            style=self.config.prompt_style,
+            style=self.config.agent_style(i),
         )
         seed = None
         if self.config.seed is not None:
@@ -361,10 +368,22 @@ class CollabAgentTeam:
             "t": t,
             "task": task,
             "observation": rendered,
+            "views": self._views(observation),
             "structure": _structure(observation),
             "history": list(history),
             "proposals": {},
         }
+
+    def _views(self, observation: Observation | str) -> dict[str, str]:
+        """The page in each agent format other than the device's, re-rendered from the device's
+        element tree (same elements, ids and order); none without a tree (a text, a phone)."""
+        tree = None if isinstance(observation, str) else observation.extra.get("tree")
+        if not tree or not self.config.agent_formats:
+            return {}
+        own = simplify.observation_format(observation.text)
+        return {fmt: render_observation(dataclasses.replace(observation, text=simplify.render(tree, fmt)),
+                                        max_chars=self.config.max_observation_chars)
+                for fmt in set(self.config.agent_formats) - {own}}
 
     def _run_config(self) -> dict[str, Any]:
         # max_concurrency must sit at the top level of the run config (LangGraph ignores it

@@ -34,7 +34,7 @@ BUNDLE_FORMAT = "collabui.team-bundle/1"
 SHIPPED_BUNDLES = {"smollm2-trained": "smollm2"}
 #: Team settings a bundle may record: those its adapters were trained for (``topology``: the
 #: DAG per-agent adapters were trained in, taken where a team asks for the ``random`` default).
-_TEAM_FIELDS = ("prompt_style", "max_new_tokens", "element_format", "topology")
+_TEAM_FIELDS = ("prompt_style", "max_new_tokens", "element_format", "topology", "agent_styles", "agent_formats")
 
 
 def bundle_dir(spec: str) -> Path:

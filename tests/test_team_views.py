@@ -1,0 +1,55 @@
+"""Agents that read the page differently: per-agent prompt styles and page formats, on a real
+MiniWoB++ page (the device's element tree is what the other format is rendered from)."""
+
+import re
+
+import pytest
+
+from collabui import CollabAgentTeam, make_env
+from collabui.actions.web import Click
+from collabui.config import TeamConfig
+from collabui.errors import ConfigError
+from collabui.models.fake import ScriptedChatModel
+from collabui.prompts import history_entry
+
+
+def _clicks_the_first_button(req):
+    user = req.messages[-1]["content"]
+    found = re.search(r'<button\[(\w+)\]|button "[^"]*" \[(\w+)\]', user)
+    return f'Action: {{"action": "click", "element_id": "{found[1] or found[2]}"}}'
+
+
+@pytest.mark.browser
+def test_each_agent_reads_the_page_in_its_own_format_and_style():
+    model = ScriptedChatModel(_clicks_the_first_button)
+    team = CollabAgentTeam(model, n_agents=2, rounds=1, topology="independent", adapters=("v12", "v14"),
+                           agent_styles=("trained", "grounded"), agent_formats=("html", "text-first"))
+    with make_env("miniwob/click-dialog", shuffle_elements=True) as env:
+        obs = env.reset(seed=3)
+        button = re.search(r"<button\[(\w+)\]\| (\w+)>", obs.text)
+        done = history_entry(Click(button[1]), obs)  # as an episode records it, on the device's html page
+        step = team.step(obs.task, obs, [done])
+    html, text_first = (req.messages[-1]["content"] for req in sorted(model.requests, key=lambda r: r.adapter))
+    assert f"<button[{button[1]}]| {button[2]}>" in html and f'button "{button[2]}" [{button[1]}]' not in html
+    assert f'button "{button[2]}" [{button[1]}]' in text_first and "<button[" not in text_first  # same ids
+    assert f"1. {done}" in html and f'1. click(button "{button[2]}")' in text_first  # the history too
+    systems = {req.adapter: req.messages[0]["content"] for req in model.requests}
+    assert systems["v12"] != systems["v14"]  # trained vs grounded instructions
+    assert step.action == Click(button[1])  # both formats name the same element
+
+
+def test_per_agent_settings_are_checked_and_cycled_from_a_bundle():
+    with pytest.raises(ConfigError, match="agent_formats has 1 values for 4 agents"):
+        TeamConfig(agent_formats=("html",))
+    with pytest.raises(ConfigError, match=r"agent_styles has unknown values \['fancy'\]"):
+        TeamConfig(n_agents=1, agent_styles=("fancy",))
+
+    class Mixed:  # what a bundle of two models tells the team (models.bundle team_defaults)
+        team_defaults = {"prompt_style": "trained", "adapters": ["v12", "v14"],
+                         "agent_styles": ["trained", "grounded"], "agent_formats": ["html", "text-first"]}
+
+    config = TeamConfig().for_model(Mixed())
+    assert config.adapters == ("v12", "v14", "v12", "v14")
+    assert [config.agent_style(i) for i in range(4)] == ["trained", "grounded"] * 2
+    assert [config.agent_format(i) for i in range(4)] == ["html", "text-first"] * 2
+    assert TeamConfig(prompt_style="react").agent_style(3) == "react" and TeamConfig().agent_format(0) is None
