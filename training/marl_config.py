@@ -18,7 +18,7 @@ from collabui.config import (
 )
 from collabui.devices.simplify import ELEMENT_FORMATS
 from collabui.errors import ConfigError
-from collabui.evaluation.miniwob import SERVE_DTYPES, check_serve
+from collabui.evaluation.miniwob import SERVE_DTYPE_HELP, SERVE_DTYPES, check_serve
 from collabui.training.marl_bundle import is_bundle_spec
 
 __all__ = ["MARLConfig", "OBJECTIVES", "RESUMABLE_CHANGES", "flat_fields", "nest_team_fields", "rft_config"]
@@ -103,9 +103,7 @@ class MARLConfig:
     serve: bool = field(default=False, metadata={
         "help": "roll out (and evaluate) on a vLLM server of the base model with the current agent adapters, one "
                 "per adapter set (`collabui serve --setup` once); episodes at once: --concurrency"})
-    serve_dtype: str = field(default="auto", metadata={
-        "choices": SERVE_DTYPES, "help": "(--serve) the server's weights: auto (bfloat16 where the CPU has it "
-                                         "natively, else float32), or float32 as the local backend computes"})
+    serve_dtype: str = field(default="auto", metadata={"choices": SERVE_DTYPES, "help": SERVE_DTYPE_HELP})
     ray: str | None = field(default=None, metadata={
         "metavar": "ADDRESS", "help": "run the workers as Ray actors on this cluster (host:port, auto, local); "
                                       "needs the ray extra"})

@@ -52,7 +52,7 @@ _MINIWOB_HELPS = {
 def add_commands(sub: Any) -> None:
     """Register ``eval`` and its subcommands on the top-level subparsers."""
     from collabui.cli.run import ADAPTERS_HELP
-    from collabui.evaluation.miniwob import MiniWoBEvalConfig
+    from collabui.evaluation.miniwob import SERVE_DTYPE_HELP, SERVE_DTYPES, MiniWoBEvalConfig
 
     ev = sub.add_parser("eval", help="evaluate a team or a baseline; compare results")
     esub = ev.add_subparsers(dest="eval_command", required=True)
@@ -101,9 +101,7 @@ def add_commands(sub: Any) -> None:
     a.add_argument("--serve", action="store_true", help="run the model on a vLLM server started for this evaluation "
                    "and stopped with it (a trained bundle: its shared model merged, each agent's LoRA adapter by "
                    "name; needs `collabui serve --setup`): the agents of a round are answered in one batch")
-    dtype = {f.name: f for f in dataclasses.fields(MiniWoBEvalConfig)}["serve_dtype"]
-    a.add_argument("--serve-dtype", default=dtype.default, choices=dtype.metadata["choices"],
-                   help=dtype.metadata["help"])
+    a.add_argument("--serve-dtype", default="auto", choices=SERVE_DTYPES, help=SERVE_DTYPE_HELP)
 
     from collabui.evaluation.throughput import ThroughputConfig
 

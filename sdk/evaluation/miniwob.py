@@ -126,6 +126,8 @@ def default_team(model: str, **fields: Any) -> TeamConfig:
 
 #: Weights' dtypes a served evaluation may ask vLLM for (VLLMServer.dtype).
 SERVE_DTYPES = ("auto", "float32", "bfloat16", "float16")
+SERVE_DTYPE_HELP = ("(--serve) the server's weights: auto (bfloat16 where the CPU has it natively, else "
+                    "float32), or float32 to compare exactly with a local (float32) run")
 
 
 def check_serve(model: str, serve: bool, serve_dtype: str) -> None:
@@ -193,9 +195,7 @@ class MiniWoBEvalConfig:
         "help": "run the model on a vLLM server started for this evaluation (a trained bundle: its shared model "
                 "merged, each agent's LoRA adapter by name; needs `collabui serve --setup`); episodes at once: "
                 "--concurrency"})
-    serve_dtype: str = field(default="auto", metadata={
-        "choices": SERVE_DTYPES, "help": "(--serve) the server's weights: auto (bfloat16 where the CPU has it natively, "
-                                         "else float32), or float32 to compare exactly with a local (float32) run"})
+    serve_dtype: str = field(default="auto", metadata={"choices": SERVE_DTYPES, "help": SERVE_DTYPE_HELP})
 
     def __post_init__(self) -> None:
         self._check_team()
