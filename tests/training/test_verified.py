@@ -72,6 +72,24 @@ def test_search_finds_what_the_environment_rewards(replayer):
         assert not any(o.done for o in outcomes[:-1])
 
 
+def test_a_box_ticked_and_unticked_is_cut_from_the_path(replayer):
+    """A pair of equal clicks that undo each other (no single removal completes the task
+    without the other) is cut, so no demonstration teaches clicking a box twice."""
+    from collabui.training.verified import _shortest
+
+    task, seed = "click-checkboxes", 5
+    found = search(replayer, task, seed, config=SearchConfig())
+    assert found.found and len(found.actions) >= 2, found.reason
+    tick = found.actions[0]  # a box the task asks for: ticked, unticked, ticked again
+    padded = [tick, tick, *found.actions]
+    replayer.start(task, seed)
+    outcomes = [replayer.act(a) for a in padded]
+    assert outcomes[-1].done and outcomes[-1].reward > 0  # the padded path is rewarded too
+    kept, seen = _shortest(replayer, task, seed, (), padded, [])
+    assert len(kept) == len(found.actions) and len(seen) == len(kept)
+    assert sorted(map(repr, kept)) == sorted(map(repr, found.actions))
+
+
 def test_rank_candidates_types_quoted_text_first(replayer):
     obs = replayer.start("enter-text", 1)
     first = rank_candidates(obs.task, obs)[0]
