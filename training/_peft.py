@@ -224,7 +224,9 @@ def fit_lora(
     what: str,
     hint: str,
 ) -> Any:
-    """Build ``make_trainer(peft_config)``, continue from ``init`` if given, train; the trainer.
+    """Build ``make_trainer(peft_config)`` (its LM head scoring the answer tokens only:
+    :func:`~collabui.training._compact_head.compact_lm_head`), continue from ``init`` if given,
+    train; the trainer.
 
     Args:
         make_trainer: builds the TRL trainer around ``model`` with the given ``peft_config``.
@@ -238,9 +240,12 @@ def fit_lora(
         ConfigError, ModelLoadError: as raised while building or training.
         ModelError: any other failure, with ``what`` and ``hint`` in its one-line message.
     """
+    from collabui.training._compact_head import compact_lm_head
+
     trainer = None
     try:
         trainer = make_trainer(peft_config)
+        compact_lm_head(trainer)  # on a CPU, TRL's head would score every page token too
         if init is not None:
             load_init_weights(trainer.model, init)
         trainer.train()

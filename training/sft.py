@@ -244,10 +244,13 @@ def _train_full(rows: Any, model: Any, tokenizer: Any, target: Path, config: Age
         return report
     from trl import SFTTrainer
 
+    from collabui.training._compact_head import compact_lm_head
+
     args = trainer_args(config, target.name, progress)
     started = time.perf_counter()
     try:
         trainer = SFTTrainer(model=copy.deepcopy(model), args=args, train_dataset=rows, processing_class=tokenizer)
+        compact_lm_head(trainer)
         trainer.train()
     except (ConfigError, ModelLoadError):
         raise

@@ -280,3 +280,40 @@ def test_one_real_dpo_step_on_smollm2(tmp_path: Path) -> None:
     assert any(float(t.abs().sum()) > 0 for k, t in weights.items() if "lora_B" in k)
     assert report.base_sha256 == dpo._fingerprint(AutoModelForCausalLM.from_pretrained(base))
     print(f"SmolLM2 DPO: {stats.seconds_per_step:.1f} s/step, whole call {elapsed:.1f} s")
+
+
+def test_compact_lm_head_gives_trls_dpo_loss_and_gradients(base_dir: Path, tmp_path: Path) -> None:
+    """DPO with the SFT term: the answer-only LM head gives TRL's loss and gradients (the policy
+    and the reference, an adapter-disabled pass, both go through it)."""
+    import torch
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import DPOTrainer
+
+    from collabui.training._compact_head import compact_lm_head
+
+    tokenizer = AutoTokenizer.from_pretrained(base_dir)
+    rows = _pairs([_row(0, k, chosen="the submit button" * (k + 1), rejected="type") for k in range(2)])
+    trainer = DPOTrainer(model=AutoModelForCausalLM.from_pretrained(base_dir), ref_model=None,
+                         args=_config(tmp_path, loss_type=["sigmoid", "sft"]), train_dataset=rows,
+                         processing_class=tokenizer,
+                         peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                init_lora_weights=False))
+    inputs = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
+    trainer.model.train()
+
+    def loss_and_grads() -> tuple[float, dict]:
+        trainer.model.zero_grad()
+        loss = trainer.compute_loss(trainer.model, dict(inputs))
+        loss.backward()
+        return float(loss.detach()), {n: p.grad.clone() for n, p in trainer.model.named_parameters()
+                                      if p.grad is not None}
+
+    theirs, theirs_grads = loss_and_grads()
+    assert compact_lm_head(trainer) is True
+    ours, ours_grads = loss_and_grads()
+    assert ours == pytest.approx(theirs, rel=1e-5)
+    assert ours_grads.keys() == theirs_grads.keys() and ours_grads
+    for name, grad in ours_grads.items():  # float32 sums in another order: noise of ~1e-6
+        scale = float(theirs_grads[name].abs().max())
+        torch.testing.assert_close(grad, theirs_grads[name], rtol=1e-3, atol=1e-4 * scale + 1e-8)

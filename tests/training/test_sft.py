@@ -113,6 +113,68 @@ def test_collator_masks_prompt_tokens(base_dir: Path, tmp_path: Path) -> None:
         assert len(trained) > 5
 
 
+def _loss_and_grads(trainer, inputs) -> tuple[float, dict]:
+    model = trainer.model
+    model.zero_grad()
+    loss = trainer.compute_loss(model, dict(inputs))
+    loss.backward()
+    return float(loss.detach()), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("lora", [True, False])
+def test_compact_lm_head_gives_trls_loss_and_gradients(base_dir: Path, tmp_path: Path, lora: bool) -> None:
+    """The answer-only LM head gives TRL's loss, gradients, entropy and accuracy (LoRA or every
+    weight), on padded rows; removing it (restore_base) gives TRL's own forward back."""
+    import torch
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTTrainer
+
+    from collabui.training._compact_head import compact_lm_head
+
+    tokenizer = AutoTokenizer.from_pretrained(base_dir)
+    rows = _ds([_row(k) for k in range(3)] + [{**_row(1), "completion": [
+        {"role": "assistant", "content": "Thought: a longer answer than the others, so rows pad.\n"
+                                         'Action: {"action": "click", "element_id": "B"}'}]}])
+    peft = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False) if lora else None
+    trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(base_dir),
+                         args=_config(tmp_path, per_device_train_batch_size=4),
+                         train_dataset=rows.select_columns(["prompt", "completion"]), processing_class=tokenizer,
+                         peft_config=peft)
+    inputs = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
+    assert (inputs["attention_mask"] == 0).any()  # padded rows are part of the check
+    trainer.model.train()
+    theirs, theirs_grads = _loss_and_grads(trainer, inputs)
+    assert compact_lm_head(trainer) is True
+    ours, ours_grads = _loss_and_grads(trainer, inputs)
+    assert ours == pytest.approx(theirs, rel=1e-5) and ours > 0.1
+    assert ours_grads.keys() == theirs_grads.keys() and ours_grads
+    # LoRA: only adapter weights get gradients; full fine-tuning: every layer's.
+    assert all("lora_" in n for n in ours_grads) if lora else len(ours_grads) > 10
+    for name, grad in ours_grads.items():
+        torch.testing.assert_close(grad, theirs_grads[name], rtol=1e-4, atol=1e-6)
+    metrics = trainer._metrics["train"]
+    assert metrics["entropy"][0] == pytest.approx(metrics["entropy"][1], rel=1e-4)
+    assert metrics["mean_token_accuracy"][0] == pytest.approx(metrics["mean_token_accuracy"][1])
+    # Without fused_lm_head the model is the plain causal LM (generation is unchanged).
+    plain = trainer.model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
+    assert plain.logits.shape[-1] == len(tokenizer)
+
+
+def test_compact_lm_head_keeps_trls_head_for_scaled_logits(base_dir: Path, tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTTrainer
+
+    from collabui.training._compact_head import compact_lm_head
+
+    model = AutoModelForCausalLM.from_pretrained(base_dir)
+    model.config.final_logit_softcapping = 30.0  # a head TRL caps: not ours to replace
+    trainer = SFTTrainer(model=model, args=_config(tmp_path), processing_class=AutoTokenizer.from_pretrained(base_dir),
+                         train_dataset=_ds([_row(0)]).select_columns(["prompt", "completion"]))
+    patched = model.__dict__["forward"]
+    assert compact_lm_head(trainer) is False and model.__dict__["forward"] is patched
+
+
 def test_train_sft_adapter_resume_merge(base_dir: Path, tmp_path: Path) -> None:
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM

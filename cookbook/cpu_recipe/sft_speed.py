@@ -1,0 +1,104 @@
+"""How fast is an SFT step of the recipe, with TRL's LM head and with the answer-only one?
+
+Run:  ./.venv/bin/python cookbook/cpu_recipe/sft_speed.py --demo runs/recipe/demo --steps 6 --repeats 2
+
+On the recipe's own rows (the first ``--steps`` x batch rows the recipe trains on, from a
+demonstration folder) and its SFT settings (LoRA r=32 on every linear layer, batch 8), it times
+``--steps`` optimizer steps of TRL's ``SFTTrainer`` with TRL's fused LM head (every position
+scored) and with :func:`collabui.training._compact_head.compact_lm_head` (the answer tokens
+only), interleaved ``--repeats`` times so both share the machine's load, and prints seconds per
+step, the ratio and each run's last loss (they agree: the loss is the same). Not a test:
+timings depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def _rows(demo: Path, n: int) -> object:
+    from datasets import Dataset
+
+    sys.path.insert(0, str(HERE))
+    import recipe
+
+    config = recipe._args(["--out", str(demo.parent), "--balance-steps"])
+    rows = recipe._demo_rows(config, demo)[:n]
+    return Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
+
+
+def _sft_config(work: Path, steps: int) -> object:
+    sys.path.insert(0, str(HERE))
+    import recipe
+
+    template = recipe._sft_template()
+    return dataclasses.replace(template, output_dir=str(work), max_steps=steps, lora_alpha=2 * template.lora_r,
+                               warmup_steps=0, disable_tqdm=True)
+
+
+def _time(compact: bool, rows: object, steps: int, work: Path) -> tuple[float, float]:
+    """Seconds per step (the first step excluded: allocation) and the last logged loss."""
+    from transformers import TrainerCallback
+    from trl import SFTTrainer
+
+    from collabui.models.embedded import embedded_model_dir
+    from collabui.training._compact_head import compact_lm_head
+    from collabui.training._peft import load_base, restore_base
+
+    tokenizer, model = load_base(Path(embedded_model_dir()))
+    config = _sft_config(work, steps)
+    stamps: list[float] = []
+
+    class _Stamp(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003, ANN201
+            stamps.append(time.perf_counter())
+
+    trainer = SFTTrainer(model=model, args=config, train_dataset=rows, processing_class=tokenizer,
+                         peft_config=config.lora_config(), callbacks=[_Stamp()])
+    if compact:
+        compact_lm_head(trainer)
+    trainer.train()
+    restore_base(trainer.accelerator.unwrap_model(trainer.model), model)
+    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    return (stamps[-1] - stamps[0]) / (len(stamps) - 1), losses[-1]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--demo", type=Path, required=True, help="a demonstration folder (OUT/demo of the recipe)")
+    ap.add_argument("--steps", type=int, default=6, help="optimizer steps per timing (the first is not counted)")
+    ap.add_argument("--repeats", type=int, default=2)
+    args = ap.parse_args()
+    if not (args.demo / "steps.jsonl").is_file():
+        print(f"error: no steps.jsonl in {args.demo}; pass the demo folder of a recipe run", file=sys.stderr)
+        return 2
+    if args.steps < 2:
+        print("error: --steps must be >= 2 (the first step is not timed)", file=sys.stderr)
+        return 2
+    rows = _rows(args.demo, 8 * args.steps)
+    times: dict[str, list[float]] = {"trl": [], "compact": []}
+    losses: dict[str, list[float]] = {"trl": [], "compact": []}
+    with tempfile.TemporaryDirectory() as work:
+        for r in range(args.repeats):
+            for name in ("trl", "compact"):
+                seconds, loss = _time(name == "compact", rows, args.steps, Path(work) / f"{name}{r}")
+                times[name].append(seconds)
+                losses[name].append(loss)
+                print(f"repeat {r}: {name:8s} {seconds:.2f} s/step, last loss {loss:.4f}", flush=True)
+    ratio = statistics.median(t / c for t, c in zip(times["trl"], times["compact"], strict=True))
+    print(f"TRL's LM head {statistics.median(times['trl']):.2f} s/step, answer-only "
+          f"{statistics.median(times['compact']):.2f} s/step: {ratio:.2f}x faster (median of {args.repeats} "
+          f"interleaved repeats, {args.steps - 1} timed steps of 8 rows each)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
