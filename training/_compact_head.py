@@ -1,4 +1,4 @@
-"""TRL's fused LM head, made to score only the labelled positions on every device.
+"""TRL's fused LM head, made to score only the labelled positions on a CPU too.
 
 TRL's SFT and DPO trainers patch the model's ``forward`` with a fused LM head
 (``trl.trainer.utils.add_fused_lm_head``): called with ``fused_lm_head=True`` it returns per-token
@@ -14,7 +14,8 @@ tokens the loss reads. Measured on the recipe's rows: an SFT step 2.0-2.5x faste
 (LoRA layers included: PEFT injects them into the backbone's own modules), keeps the hidden
 states of the labelled positions only and returns the same fields, zero where the label is -100.
 What it does not cover (pre-shifted labels, MoE router losses, heads that scale or cap their
-logits) goes to TRL's forward unchanged. ``_peft.restore_base`` removes it with TRL's patch.
+logits) goes to TRL's forward unchanged, and on CUDA or XPU it leaves TRL's head alone (compact
+there already, and tiled over the vocabulary, which this one is not). ``_peft.restore_base`` removes it with TRL's patch.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from typing import Any
 
 __all__ = ["compact_lm_head"]
 
+#: Devices where TRL's fused head already projects the labelled positions only (and in vocabulary
+#: tiles, which a large vocabulary on a GPU needs): its head stays there.
+_COMPACT_ALREADY = ("cuda", "xpu")
 #: Config fields that change the logits after the head; a model with any of them keeps TRL's head.
 _SCALED_HEAD = ("final_logit_softcapping", "logit_scale", "output_multiplier", "lm_head_multiplier", "logits_scaling")
 
@@ -34,8 +38,9 @@ def compact_lm_head(trainer: Any) -> bool:
     the labelled positions only. Call it right after building a TRL SFT or DPO trainer.
 
     Returns:
-        Whether the policy model's head was replaced (False: its config scales the logits, or
-        the trainer installed no fused head; TRL's head then stays).
+        Whether the policy model's head was replaced (False: the model is on CUDA or XPU, where
+        TRL's head is compact already, its config scales the logits, or the trainer installed no
+        fused head; TRL's head then stays).
     """
     model = trainer.accelerator.unwrap_model(trainer.model)
     causal = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -51,6 +56,8 @@ def _install(causal: Any) -> bool:
     config = causal.config.get_text_config()
     if trl_forward is None or any(getattr(config, k, None) is not None for k in _SCALED_HEAD):
         return False
+    if causal.get_output_embeddings().weight.device.type in _COMPACT_ALREADY:
+        return False  # TRL's Triton kernel scores only the labelled positions there, in tiles
 
     @functools.wraps(type(causal).forward)  # generate() checks its kwargs against this signature
     def forward(self: Any, *args: Any, fused_lm_head: bool = False, labels: Any = None, shift_labels: Any = None,

@@ -175,6 +175,22 @@ def test_compact_lm_head_keeps_trls_head_for_scaled_logits(base_dir: Path, tmp_p
     assert compact_lm_head(trainer) is False and model.__dict__["forward"] is patched
 
 
+def test_compact_lm_head_leaves_trls_head_where_it_is_compact_already(base_dir: Path, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTTrainer
+
+    from collabui.training import _compact_head
+
+    model = AutoModelForCausalLM.from_pretrained(base_dir)
+    trainer = SFTTrainer(model=model, args=_config(tmp_path), processing_class=AutoTokenizer.from_pretrained(base_dir),
+                         train_dataset=_ds([_row(0)]).select_columns(["prompt", "completion"]))
+    patched = model.__dict__["forward"]
+    # As on CUDA: TRL's Triton kernel already skips the unlabelled positions, in vocabulary tiles.
+    monkeypatch.setattr(_compact_head, "_COMPACT_ALREADY", ("cpu",))
+    assert _compact_head.compact_lm_head(trainer) is False and model.__dict__["forward"] is patched
+
+
 def test_train_sft_adapter_resume_merge(base_dir: Path, tmp_path: Path) -> None:
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM
