@@ -1,14 +1,18 @@
-"""How fast is an SFT step of the recipe, with TRL's LM head and with the answer-only one?
+"""How fast is an SFT (or DPO) step of the recipe, with TRL's LM head and with the answer-only one?
 
 Run:  ./.venv/bin/python cookbook/cpu_recipe/sft_speed.py --demo runs/recipe/demo --steps 6 --repeats 2
+      ./.venv/bin/python cookbook/cpu_recipe/sft_speed.py --demo runs/recipe/demo --trainer dpo
 
 On the recipe's own rows (the first ``--steps`` x batch rows the recipe trains on, from a
 demonstration folder) and its SFT settings (LoRA r=32 on every linear layer, batch 8), it times
 ``--steps`` optimizer steps of TRL's ``SFTTrainer`` with TRL's fused LM head (every position
 scored) and with :func:`collabui.training._compact_head.compact_lm_head` (the answer tokens
 only), interleaved ``--repeats`` times so both share the machine's load, and prints seconds per
-step, the ratio and each run's last loss (they agree: the loss is the same). Not a test:
-timings depend on the machine.
+step, the ratio and each run's last loss (they agree: the loss is the same). ``--trainer dpo``
+times MARL's update instead: DPO with the SFT term (TRL ``loss_type=["sigmoid", "sft"]``), LoRA
+r=8 on every linear layer, 2 pairs a step, each pair a recipe row's answer against the next
+row's (another action, as an agent's wrong proposal would be). Not a test: timings depend on
+the machine.
 """
 
 from __future__ import annotations
@@ -24,15 +28,29 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def _rows(demo: Path, n: int) -> object:
+def _rows(demo: Path, n: int, dpo: bool) -> object:
     from datasets import Dataset
 
     sys.path.insert(0, str(HERE))
     import recipe
 
     config = recipe._args(["--out", str(demo.parent), "--balance-steps"])
-    rows = recipe._demo_rows(config, demo)[:n]
-    return Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
+    rows = recipe._demo_rows(config, demo)[:2 * n + 1]
+    if dpo:
+        return Dataset.from_list([{"prompt": r["prompt"], "chosen": r["completion"], "rejected": nxt["completion"]}
+                                  for r, nxt in zip(rows, rows[1:], strict=False)
+                                  if r["completion"] != nxt["completion"]][:n])
+    return Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows[:n]])
+
+
+def _dpo_config(work: Path, steps: int) -> object:
+    sys.path.insert(0, str(HERE))
+    import recipe
+
+    from collabui.training.dpo import AgentDPOConfig
+
+    return AgentDPOConfig(output_dir=str(work), max_steps=steps, loss_type=["sigmoid", "sft"], lora_r=8,
+                          lora_alpha=16, lora_dropout=0.0, lora_target_modules=list(recipe.ALL_LINEAR), disable_tqdm=True)
 
 
 def _sft_config(work: Path, steps: int) -> object:
@@ -44,25 +62,26 @@ def _sft_config(work: Path, steps: int) -> object:
                                warmup_steps=0, disable_tqdm=True)
 
 
-def _time(compact: bool, rows: object, steps: int, work: Path) -> tuple[float, float]:
+def _time(compact: bool, rows: object, steps: int, work: Path, dpo: bool) -> tuple[float, float]:
     """Seconds per step (the first step excluded: allocation) and the last logged loss."""
     from transformers import TrainerCallback
-    from trl import SFTTrainer
+    from trl import DPOTrainer, SFTTrainer
 
     from collabui.models.embedded import embedded_model_dir
     from collabui.training._compact_head import compact_lm_head
     from collabui.training._peft import load_base, restore_base
 
     tokenizer, model = load_base(Path(embedded_model_dir()))
-    config = _sft_config(work, steps)
+    config = _dpo_config(work, steps) if dpo else _sft_config(work, steps)
     stamps: list[float] = []
 
     class _Stamp(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003, ANN201
             stamps.append(time.perf_counter())
 
-    trainer = SFTTrainer(model=model, args=config, train_dataset=rows, processing_class=tokenizer,
-                         peft_config=config.lora_config(), callbacks=[_Stamp()])
+    kind = DPOTrainer if dpo else SFTTrainer
+    trainer = kind(model=model, args=config, train_dataset=rows, processing_class=tokenizer,
+                   peft_config=config.lora_config(), callbacks=[_Stamp()])
     if compact:
         compact_lm_head(trainer)
     trainer.train()
@@ -76,6 +95,7 @@ def main() -> int:
     ap.add_argument("--demo", type=Path, required=True, help="a demonstration folder (OUT/demo of the recipe)")
     ap.add_argument("--steps", type=int, default=6, help="optimizer steps per timing (the first is not counted)")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--trainer", choices=("sft", "dpo"), default="sft", help="the recipe's SFT or MARL's DPO")
     args = ap.parse_args()
     if not (args.demo / "steps.jsonl").is_file():
         print(f"error: no steps.jsonl in {args.demo}; pass the demo folder of a recipe run", file=sys.stderr)
@@ -83,20 +103,22 @@ def main() -> int:
     if args.steps < 2:
         print("error: --steps must be >= 2 (the first step is not timed)", file=sys.stderr)
         return 2
-    rows = _rows(args.demo, 8 * args.steps)
+    dpo = args.trainer == "dpo"
+    rows = _rows(args.demo, (2 if dpo else 8) * args.steps, dpo)
     times: dict[str, list[float]] = {"trl": [], "compact": []}
     losses: dict[str, list[float]] = {"trl": [], "compact": []}
     with tempfile.TemporaryDirectory() as work:
         for r in range(args.repeats):
             for name in ("trl", "compact"):
-                seconds, loss = _time(name == "compact", rows, args.steps, Path(work) / f"{name}{r}")
+                seconds, loss = _time(name == "compact", rows, args.steps, Path(work) / f"{name}{r}", dpo)
                 times[name].append(seconds)
                 losses[name].append(loss)
                 print(f"repeat {r}: {name:8s} {seconds:.2f} s/step, last loss {loss:.4f}", flush=True)
     ratio = statistics.median(t / c for t, c in zip(times["trl"], times["compact"], strict=True))
     print(f"TRL's LM head {statistics.median(times['trl']):.2f} s/step, answer-only "
           f"{statistics.median(times['compact']):.2f} s/step: {ratio:.2f}x faster (median of {args.repeats} "
-          f"interleaved repeats, {args.steps - 1} timed steps of 8 rows each)")
+          f"interleaved repeats, {args.steps - 1} timed {args.trainer.upper()} steps of "
+          f"{2 if dpo else 8} {'pairs' if dpo else 'rows'} each)")
     return 0
 
 
