@@ -15,7 +15,8 @@ tokens the loss reads. Measured on the recipe's rows: an SFT step 2.0-2.5x faste
 states of the labelled positions only and returns the same fields, zero where the label is -100.
 What it does not cover (pre-shifted labels, MoE router losses, heads that scale or cap their
 logits) goes to TRL's forward unchanged, and on CUDA or XPU it leaves TRL's head alone (compact
-there already, and tiled over the vocabulary, which this one is not). ``_peft.restore_base`` removes it with TRL's patch.
+there already, and tiled over the vocabulary, which this one is not). ``_peft.restore_base``
+removes it with TRL's patch.
 """
 
 from __future__ import annotations

@@ -26,13 +26,12 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import recipe  # noqa: E402  (the recipe's rows and configs, from beside this file)
 
 
 def _rows(demo: Path, n: int, dpo: bool) -> object:
     from datasets import Dataset
-
-    sys.path.insert(0, str(HERE))
-    import recipe
 
     config = recipe._args(["--out", str(demo.parent), "--balance-steps"])
     rows = recipe._demo_rows(config, demo)[:2 * n + 1]
@@ -44,9 +43,6 @@ def _rows(demo: Path, n: int, dpo: bool) -> object:
 
 
 def _dpo_config(work: Path, steps: int) -> object:
-    sys.path.insert(0, str(HERE))
-    import recipe
-
     from collabui.training.dpo import AgentDPOConfig
 
     return AgentDPOConfig(output_dir=str(work), max_steps=steps, loss_type=["sigmoid", "sft"], lora_r=8,
@@ -54,9 +50,6 @@ def _dpo_config(work: Path, steps: int) -> object:
 
 
 def _sft_config(work: Path, steps: int) -> object:
-    sys.path.insert(0, str(HERE))
-    import recipe
-
     template = recipe._sft_template()
     return dataclasses.replace(template, output_dir=str(work), max_steps=steps, lora_alpha=2 * template.lora_r,
                                warmup_steps=0, disable_tqdm=True)

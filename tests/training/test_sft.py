@@ -137,8 +137,8 @@ def test_compact_lm_head_gives_trls_loss_and_gradients(base_dir: Path, tmp_path:
         {"role": "assistant", "content": "Thought: a longer answer than the others, so rows pad.\n"
                                          'Action: {"action": "click", "element_id": "B"}'}]}])
     peft = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False) if lora else None
-    trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(base_dir),
-                         args=_config(tmp_path, per_device_train_batch_size=4),
+    base = AutoModelForCausalLM.from_pretrained(base_dir)
+    trainer = SFTTrainer(model=base, args=_config(tmp_path, per_device_train_batch_size=4),
                          train_dataset=rows.select_columns(["prompt", "completion"]), processing_class=tokenizer,
                          peft_config=peft)
     inputs = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
@@ -159,6 +159,11 @@ def test_compact_lm_head_gives_trls_loss_and_gradients(base_dir: Path, tmp_path:
     # Without fused_lm_head the model is the plain causal LM (generation is unchanged).
     plain = trainer.model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
     assert plain.logits.shape[-1] == len(tokenizer)
+    if lora:  # the next adapter starts from the class's own forward
+        from collabui.training._peft import restore_base
+
+        restore_base(trainer.accelerator.unwrap_model(trainer.model), base)
+        assert "forward" not in base.__dict__
 
 
 def test_compact_lm_head_keeps_trls_head_for_scaled_logits(base_dir: Path, tmp_path: Path) -> None:
