@@ -67,7 +67,10 @@ Node = dict[str, Any]
 _OPEN = re.compile(r"<([a-z0-9-]*)(?:\[([A-Z]+)\])?\| ?|< ")
 # An html-format element opening, and a text-first element line (label in JSON quotes).
 _HTML_ELEMENT = re.compile(r"<[a-z0-9-]*\[[A-Z]+\]\| ")
-_TEXT_FIRST_ELEMENT = re.compile(r'([a-z0-9-]+) ("(?:[^"\\]|\\.)*") \[([A-Z]+)\]')
+# ``tag "text" [ID]``, a form field with its label between: ``input "" (Username) [C]``.
+_TEXT_FIRST_ELEMENT = re.compile(r'([a-z0-9-]+) ("(?:[^"\\]|\\.)*")(?: \((.*)\))? \[([A-Z]+)\]')
+#: Longest field label a text-first line repeats (a paragraph before a field can be its label).
+FIELD_LABEL_CHARS = 60
 
 
 @cache
@@ -161,31 +164,41 @@ def render_text_first(tree: Node | None) -> str:
     """One line per item in document order, without wrapper tags or groups.
 
     Shorter than :func:`render_html` by what layout markup costs: a quarter to half the tokens
-    on nested pages (MiniWoB++ email-inbox, social-media), a few percent on pages that are
-    mostly controls, where each element costs about the same in both formats.
+    on nested pages (MiniWoB++ email-inbox, social-media); about as long on pages that are
+    mostly controls (the same tag, text and id per element, and each field repeats its label).
 
-    An interactive element is ``tag "text" [ID]`` (``button "Ok" [B]``, ``input "" [C]``,
-    ``input "checkbox; true" [D]``), its text being all the text inside it except that of
-    interactive elements nested in it, which get lines of their own after it. The text is in
-    JSON double quotes (``"`` and ``\\`` escaped). Any other text run is a line of its own.
+    An interactive element is ``tag "text" [ID]`` (``button "Ok" [B]``, ``input "checkbox;
+    true" [D]``), its text being all the text inside it except that of interactive elements
+    nested in it, which get lines of their own after it. The text is in JSON double quotes (``"``
+    and ``\\`` escaped). A form field's line also carries its label (:func:`field_labels`) before
+    the id, ``input "" (Username) [C]``: a field's own text is its state, so every empty field
+    would otherwise read ``input ""``, and a model that names the element before its id (the
+    ``grounded`` answer) could not tell which one it means. Any other text run is a line of its own.
     """
     if tree is None:
         return ""
-    return "\n".join(_text_lines(tree))
+    return "\n".join(_text_lines(tree, field_labels(tree_elements(tree))))
 
 
-def _text_lines(node: Node | str) -> Iterator[str]:
+def _text_lines(node: Node | str, labels: dict[str, str]) -> Iterator[str]:
     if isinstance(node, str):
         yield node
         return
     if not node["id"]:
         for part in node["parts"]:
-            yield from _text_lines(part)
+            yield from _text_lines(part, labels)
         return
-    label = json.dumps(_join(_label_runs(node)), ensure_ascii=False)
-    yield f"{node['tag']} {label} [{node['id']}]"
+    yield _text_first_line(node, labels.get(node["id"], ""))
     for inner in _nested_interactive(node):
-        yield from _text_lines(inner)
+        yield from _text_lines(inner, labels)
+
+
+def _text_first_line(node: Node, field_label: str) -> str:
+    line = element_name(node["tag"], _join(_label_runs(node)), "text-first")
+    if field_label:
+        cut = field_label if len(field_label) <= FIELD_LABEL_CHARS else field_label[:FIELD_LABEL_CHARS - 1] + "…"
+        line += f" ({cut})"
+    return f"{line} [{node['id']}]"
 
 
 def element_line(tree: Node | None, element_id: str, element_format: str = "text-first", *,
@@ -195,9 +208,9 @@ def element_line(tree: Node | None, element_id: str, element_format: str = "text
     In ``text-first`` this is the element's own line of :func:`render_text_first` (``button "Ok"
     [B]``); in ``html`` its opening with its own text, nested elements left out (``<button[B]|
     Ok>``). A ``grounded`` answer copies it before the action: the model names what it acts on
-    and then only has to copy the id that follows that text. ``with_id=False`` leaves the id out
-    (:func:`element_name`): how the element is named once its id is gone, e.g. in the history
-    of a page whose ids are drawn anew for every observation. None when no element has the id.
+    and then only has to copy the id that follows that text. ``with_id=False`` leaves the id (and
+    a field's label) out (:func:`element_name`): how the element is named once its id is gone,
+    e.g. in the history of a page whose ids are drawn anew for every observation. None when no element has the id.
     """
     node = _find(tree, element_id) if tree is not None else None
     if node is None:
@@ -208,7 +221,7 @@ def element_line(tree: Node | None, element_id: str, element_format: str = "text
     if not with_id:
         return element_name(node["tag"], text, element_format)
     if element_format == "text-first":
-        return f"{node['tag']} {json.dumps(text, ensure_ascii=False)} [{node['id']}]"
+        return _text_first_line(node, field_label(tree, element_id))
     return f"<{node['tag']}[{node['id']}]| {text}>"
 
 
@@ -440,7 +453,7 @@ def _parse_text_first(text: str) -> list[Element]:
         if label is None:
             out.append(Element("", None, line, line, 0))
         else:
-            out.append(Element(match.group(1), match.group(3), label, label, 0))
+            out.append(Element(match.group(1), match.group(4), label, label, 0))
     return out
 
 

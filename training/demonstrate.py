@@ -2,7 +2,8 @@
 
 For each (training task, seed) the demonstrator searches for a sequence of actions that
 completes the task (:func:`collabui.training.verified.search`) and keeps it only when MiniWoB++
-rewarded it, and again on a second replay: every step of such a trajectory is *verified*. The
+gave it the task's full reward, and again on a second replay: every step of such a trajectory is
+*verified*. (A positive reward is not enough: click-checkboxes pays for a partly right list.) The
 device shuffles element order and ids on every observation (``shuffle_elements``), and each
 verified step is written ``renderings`` times, each a fresh observation of the same page with the
 action's element mapped to its new id, so that neither position nor a habitual id pays off.
@@ -39,7 +40,7 @@ from collabui.errors import ConfigError
 from collabui.prompts import history_entry
 from collabui.redaction import Redactor
 from collabui.training.task_lists import TRAIN_TASKS
-from collabui.training.verified import Replayer, SearchConfig, SearchResult, search
+from collabui.training.verified import Replayer, SearchConfig, SearchResult, completes, search
 
 __all__ = ["DemoConfig", "DemoStats", "generate_demonstrations", "render_trajectory", "map_action",
            "read_steps"]
@@ -176,7 +177,7 @@ def render_trajectory(rep: Replayer, task_name: str, seed: int, found: SearchRes
         redactor.learn([current_action])
         history.append(history_entry(redactor.action(current_action), redactor.observation(current_obs)))
         if out.done:
-            return rows if out.reward > 0 and t == len(actions) - 1 else None
+            return rows if completes(out.reward) and t == len(actions) - 1 else None
         obs = out.observation
     return None
 
@@ -381,8 +382,9 @@ def _card(config: DemoConfig, stats: DemoStats) -> str:
         "# Verified MiniWoB++ demonstrations (collabui)",
         "",
         "Made by `collabui train demonstrate`: for each (task, seed) a search over the page's",
-        "candidate actions (best lexical match first) until MiniWoB++ rewarded the episode; only",
-        "rewarded trajectories are kept, so every step here was verified by the environment.",
+        "candidate actions (best lexical match first) until MiniWoB++ gave the episode its full reward",
+        "(+1, not merely a positive one); only such trajectories are kept, so every step here was",
+        "verified by the environment.",
         f"Seeds {config.seed_start}..{config.seed_start + config.seeds - 1} per task; "
         f"{config.renderings} renderings per step"
         f"{' (element order and ids shuffled by the device)' if config.shuffle else ''}.",
@@ -397,7 +399,7 @@ def _card(config: DemoConfig, stats: DemoStats) -> str:
         "| tree | the device's element tree of that page (JSON), to render other formats |",
         "| rendering | `page` (the observation the search acted on) or `rendering-k` (another) |",
         "| action | the verified action, JSON (its element id refers to `screen`) |",
-        "| verified_reward | the environment's reward of the trajectory (+1) |",
+        "| verified_reward | the environment's reward of the trajectory (+1, the task's full reward) |",
         "",
         f"Totals: {stats.verified_steps} verified steps, {stats.examples} examples, "
         f"{stats.episodes_found}/{stats.episodes_tried} (task, seed) pairs solved, "

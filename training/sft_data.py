@@ -33,7 +33,7 @@ def answer_text(action: dict[str, Any], *, thought: str | None = None, space: st
 
 def grounded_thought(action: dict[str, Any], line: str | None) -> str:
     """The ``grounded`` thought: the action's name, then the screen line of its element
-    (``type_string input "" [U]``). The name comes first because the same field line leads to
+    (``type_string input "" (City) [U]``). The name comes first because the same field line leads to
     a click on focus tasks and to typing on entry tasks: the choice of kind must be made before
     the line is copied, from the task, not after it from the line."""
     return f"{action['action']} {line}" if line else str(action["action"])

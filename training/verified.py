@@ -18,6 +18,10 @@ same actions rebuilds the same page. That makes the environment itself a critic 
   animation: seen by looking twice), and when no action at all is found to complete the task
   (nothing known to be right).
 
+"Completes the task" means the task's full reward (:func:`completes`), not merely a positive
+one: click-checkboxes pays ``(right boxes - wrong boxes) / boxes``, so submitting with one of
+three named boxes ticked is positive, and a search content with that taught submitting early.
+
 Nothing hidden is read: only the observation text the agents saw, the task sentence and the
 environment's reward.
 """
@@ -32,9 +36,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from collabui.actions import WEB, Action, Unknown
+from collabui.actions import WEB, Action, Unknown, web
 from collabui.devices.base import Observation, StepOutcome
 from collabui.errors import ConfigError
+from collabui.prompts import history_entry
 from collabui.redaction import PASSWORD_MASK, TASK_PASSWORD
 from collabui.training.candidates import rank_candidates
 from collabui.training.critic import Critic, ScoreMatrix, StepContext, to_action
@@ -50,11 +55,23 @@ __all__ = [
     "page_key",
     "EnvVerifiedCritic",
     "verified_action",
+    "completes",
+    "FULL_REWARD",
 ]
+
+#: MiniWoB++'s reward for a task done right (raw, before the time discount).
+FULL_REWARD = 1.0
 
 #: Seconds between the two looks that tell a page that moves by itself (timers, animation).
 SETTLE_CHECK_S = 0.3
 _ID_SUFFIX = re.compile(r" \[[A-Z]+\]$")
+
+
+def completes(reward: float) -> bool:
+    """Whether an episode that ended with ``reward`` (MiniWoB++'s raw reward) did the task in
+    full. Evaluation counts any positive reward a success, as MiniWoB++ results do; training
+    data and credit ask for the whole task (a partly right checkbox list is positive too)."""
+    return reward >= FULL_REWARD - 1e-9
 
 
 @dataclass(frozen=True)
@@ -67,7 +84,7 @@ class SearchConfig:
         branch: most candidates tried at each state, best first.
     """
 
-    max_depth: int = 6
+    max_depth: int = 8
     node_budget: int = field(default=40, metadata={"help": "actions tried per search"})
     branch: int = 8
 
@@ -203,11 +220,15 @@ class _Search:
         self.live = list(path)
         return True
 
-    def run(self, path: list[Action], obs: Observation, depth: int) -> list[tuple[Observation, Action]] | None:
+    def run(self, path: list[Action], obs: Observation, depth: int,
+            clicked: frozenset[str] = frozenset()) -> list[tuple[Observation, Action]] | None:
         if depth >= self.config.max_depth:
             return None
         history = [*self.prefix, *path]
-        for action in rank_candidates(obs.task or "", obs, history)[: self.config.branch]:
+        # An element clicked once on this path is not clicked again: a second click undoes a
+        # toggle (a checkbox ticked, a section opened) and spends the budget on detours.
+        ranked = [a for a in rank_candidates(obs.task or "", obs, history) if _click_name(a, obs) not in clicked]
+        for action in ranked[: self.config.branch]:
             if self.nodes >= self.config.node_budget or self.diverged:
                 return None
             if not self._goto(path, obs):
@@ -217,15 +238,22 @@ class _Search:
             self.live = [*path, action]
             if out.done:
                 self.live = None
-                if out.reward > 0:
+                if completes(out.reward):
                     return [(obs, action)]
                 continue
             if page_key(out.observation) == page_key(obs):
                 continue  # changed nothing visible: a wasted step, not progress
-            rest = self.run([*path, action], out.observation, depth + 1)
+            name = _click_name(action, obs)
+            rest = self.run([*path, action], out.observation, depth + 1, clicked | {name} if name else clicked)
             if rest is not None:
                 return [(obs, action), *rest]
         return None
+
+
+def _click_name(action: Action, obs: Observation) -> str | None:
+    """A click as the history names it (by the element's screen line and label, which survive
+    the ids a re-rendered page draws anew); None for any other action."""
+    return history_entry(action, obs) if isinstance(action, web.Click) else None
 
 
 def search(replayer: Replayer, task: str, seed: int, prefix: Sequence[Action] = (), *,
@@ -297,7 +325,7 @@ def _completes(replayer: Replayer, task: str, seed: int, prefix: Sequence[Action
         seen.append(obs)
         out = replayer.act(action)
         if out.done:
-            return seen if k == len(actions) - 1 and out.reward > 0 else None
+            return seen if k == len(actions) - 1 and completes(out.reward) else None
         obs = out.observation
     return None
 
@@ -444,7 +472,7 @@ class EnvVerifiedCritic(Critic):
             return 0.0, "the replay ended early"
         out = replayer.act(action)
         if out.done:
-            return (1.0, "completes the task") if out.reward > 0 else (0.0, "ends the episode unrewarded")
+            return (1.0, "completes the task") if completes(out.reward) else (0.0, "ends the episode without the full reward")
         if page_key(out.observation) == page_key(start):
             # A step that changes nothing is wasted even when the task stays completable: the
             # search's completion need not be the shortest, so the bar alone would let it pass.

@@ -90,6 +90,29 @@ def test_a_box_ticked_and_unticked_is_cut_from_the_path(replayer):
     assert sorted(map(repr, kept)) == sorted(map(repr, found.actions))
 
 
+def test_the_search_ticks_every_named_box_though_fewer_earn_a_positive_reward(replayer):
+    """click-checkboxes pays (right boxes - wrong boxes) / boxes: on this seed, one of the three
+    named boxes and Submit already earn a positive reward. A demonstration that stopped there
+    taught submitting early; the search and its shortening ask for the full reward."""
+    from collabui.training.verified import completes
+
+    task, seed = "click-checkboxes", 1001
+    obs = replayer.start(task, seed)
+    names = obs.task.removeprefix("Select ").removesuffix(" and click Submit.").split(", ")
+    assert len(names) == 3
+    submit = web.Click(_by_text(obs, "Submit", "button"))
+    label = next(e["id"] for e in flat_elements(obs.extra["tree"]) if e["tag"] == "label" and e["text"] == names[0])
+    replayer.act(web.Click(label))
+    partial = replayer.act(submit)
+    assert partial.done and 0 < partial.reward < 1 and not completes(partial.reward)
+    found = search(replayer, task, seed, config=SearchConfig())
+    assert found.found, found.reason
+    assert len(found.actions) == len(names) + 1  # every named box, then Submit
+    replayer.start(task, seed)
+    outcomes = [replayer.act(a) for a in found.actions]
+    assert outcomes[-1].done and outcomes[-1].reward == 1.0
+
+
 def test_rank_candidates_types_quoted_text_first(replayer):
     obs = replayer.start("enter-text", 1)
     first = rank_candidates(obs.task, obs)[0]
@@ -287,7 +310,9 @@ def test_grounded_rows_copy_the_targets_screen_line_before_the_action():
     # The copied line is the screen's own line, and the answer parses to the verified action.
     assert 'button "Log in" [B]' in out[0]["prompt"][-1]["content"].splitlines()
     assert parse_proposal(click, WEB).action == web.Click("B")
-    assert out[1]["completion"][0]["content"].startswith('Thought: type_string input "" [Q]\n')
+    # An empty field is named by its label too, as the screen line reads.
+    assert out[1]["completion"][0]["content"].startswith('Thought: type_string input "" (Username) [Q]\n')
+    assert 'input "" (Username) [Q]' in out[1]["prompt"][-1]["content"].splitlines()
     assert out[2]["completion"][0]["content"].startswith("Thought: scroll_page\nAction: ")  # the name alone
     assert "Thought:" in out[0]["prompt"][0]["content"]  # the system prompt asks for the line
     html = sft_rows(rows[:1], style="grounded", element_format="html")[0]
