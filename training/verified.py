@@ -20,7 +20,7 @@ same actions rebuilds the same page. That makes the environment itself a critic 
 
 "Completes the task" means the task's full reward (:func:`completes`), not merely a positive
 one: click-checkboxes pays ``(right boxes - wrong boxes) / boxes``, so submitting with one of
-three named boxes ticked is positive, and a search content with that taught submitting early.
+three named boxes ticked is positive, and a search that stopped there taught submitting early.
 
 Nothing hidden is read: only the observation text the agents saw, the task sentence and the
 environment's reward.
