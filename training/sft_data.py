@@ -92,8 +92,10 @@ def prompt_messages(row: dict[str, Any], *, style: str = "trained", element_form
     return [dict(m) for m in messages]
 
 
-def _context(row: dict[str, Any], action: dict[str, Any], share: float, seed: int) -> TeamContext | None:
-    """A drawn team context for ``share`` of the rows (seeded by the row, so reruns agree)."""
+def _context(row: dict[str, Any], action: dict[str, Any], share: float, seed: int, *,
+             style: str = "trained", element_format: str = "html") -> TeamContext | None:
+    """A drawn team context for ``share`` of the rows (seeded by the row, so reruns agree); in
+    the ``grounded`` style each shown answer carries its grounded thought, as a team's do."""
     if share <= 0:
         return None
     rng = random.Random(f"{seed}/{row['task_name']}/{row['seed']}/{row['t']}/{row.get('rendering')}")
@@ -101,8 +103,12 @@ def _context(row: dict[str, Any], action: dict[str, Any], share: float, seed: in
         return None
     from collabui.devices.simplify import flat_elements
 
-    ids = [str(e["id"]) for e in flat_elements(_tree(row)) if e["id"]]
-    return team_context(action, ids, rng)
+    tree = _tree(row)
+    ids = [str(e["id"]) for e in flat_elements(tree) if e["id"]]
+    if style != "grounded":
+        return team_context(action, ids, rng)
+    return team_context(action, ids, rng,
+                        thought_for=lambda a: grounded_thought(a, target_line(tree, a, element_format)))
 
 
 def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_format: str = "html",
@@ -131,7 +137,7 @@ def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_
         action = row["action"]
         action = json.loads(action) if isinstance(action, str) else action
         thought = grounded_thought(action, _target(row, action, element_format)) if style == "grounded" else None
-        context = _context(row, action, team_share, seed)
+        context = _context(row, action, team_share, seed, style=style, element_format=element_format)
         out.append({"prompt": prompt_messages(row, style=style, element_format=element_format, context=context),
                     "completion": [{"role": "assistant", "content": answer_text(action, thought=thought)}],
                     "task_name": row["task_name"], "seed": int(row["seed"]), "t": int(row["t"])})

@@ -13,6 +13,7 @@ ignore a wrong one, as the vote needs.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,15 +46,26 @@ def wrong_action(action: dict[str, Any], element_ids: list[str], rng: random.Ran
     return {"action": "click", "element_id": rng.choice(others)}
 
 
-def _output(agent: int, round_: int, action: dict[str, Any], space: str) -> PeerOutput:
+#: The thought an agent writes beside an action (None: an ``Action:`` line alone).
+ThoughtFor = Callable[[dict[str, Any]], "str | None"]
+
+
+def _output(agent: int, round_: int, action: dict[str, Any], space: str, thought_for: ThoughtFor) -> PeerOutput:
     text = get_action_space(space).from_dict(action).to_json()
-    return PeerOutput(agent=agent, round=round_, thought=None, action_json=text, raw=f"Action: {text}")
+    thought = thought_for(action)
+    raw = f"Thought: {thought}\nAction: {text}" if thought else f"Action: {text}"
+    return PeerOutput(agent=agent, round=round_, thought=thought, action_json=text, raw=raw)
 
 
 def team_context(action: dict[str, Any], element_ids: list[str], rng: random.Random, *,
-                 p_right: float = 0.6, space: str = "web") -> TeamContext:
+                 p_right: float = 0.6, space: str = "web",
+                 thought_for: ThoughtFor = lambda _action: None) -> TeamContext:
     """A team context for a step whose verified answer is ``action``, on a page listing
-    ``element_ids``: a round (0-2) and 0-3 predecessors, each answer right with ``p_right``."""
+    ``element_ids``: a round (0-2) and 0-3 predecessors, each answer right with ``p_right``.
+
+    ``thought_for`` writes each shown answer's thought as the team's agents would: in the
+    ``grounded`` style a team reads its peers' screen lines too (``Thought: click button "Ok"
+    [B]``), so rows without them would teach a prompt no team shows."""
     agent = rng.randrange(AGENTS)
     round_ = rng.randrange(ROUNDS)
     others = [a for a in range(AGENTS) if a != agent]
@@ -63,6 +75,6 @@ def team_context(action: dict[str, Any], element_ids: list[str], rng: random.Ran
         wrong = None if rng.random() < p_right else wrong_action(action, element_ids, rng)
         return wrong or action
 
-    peers = tuple(_output(p, round_, answer(), space) for p in peer_ids)
-    own = _output(agent, round_ - 1, answer(), space) if round_ > 0 else None
+    peers = tuple(_output(p, round_, answer(), space, thought_for) for p in peer_ids)
+    own = _output(agent, round_ - 1, answer(), space, thought_for) if round_ > 0 else None
     return TeamContext(peers=peers, own_previous=own)

@@ -153,6 +153,10 @@ class Replayer:
         self.replays = 0
         self.actions = 0
         self.task_text = ""  # the live task of the last reset (it names the password, if any)
+        # (observation, action) of every action since the last reset: what the browser did to
+        # reach the state it stands at (a search must not undo the prefix's ticks).
+        self.trail: list[tuple[Observation, Action]] = []
+        self._now: Observation | None = None
 
     def start(self, task: str, seed: int, prefix: Sequence[Action] = ()) -> Observation | None:
         """The observation after ``reset(seed)`` and ``prefix``; None when the prefix ends the
@@ -160,6 +164,7 @@ class Replayer:
         self.replays += 1
         obs = self.env.reset(seed=seed, options={"task_name": task})
         self.task_text = obs.task or ""
+        self.trail, self._now = [], obs
         for action in prefix:
             out = self.act(action)
             if out.done:
@@ -169,7 +174,15 @@ class Replayer:
 
     def act(self, action: Action) -> StepOutcome:
         self.actions += 1
-        return self.env.act(self.live(action))
+        out = self.env.act(self.live(action))
+        if self._now is not None:
+            self.trail.append((self._now, action))
+        self._now = None if out.done else out.observation
+        return out
+
+    def clicked(self) -> frozenset[str]:
+        """The clicks since the last reset, named as the history names them."""
+        return frozenset(name for obs, action in self.trail if (name := _click_name(action, obs)))
 
     def live_password(self) -> str | None:
         """The one password the live task names (None: none, or several)."""
@@ -273,7 +286,10 @@ def search(replayer: Replayer, task: str, seed: int, prefix: Sequence[Action] = 
         if start is None:
             return SearchResult(None, reason="the prefix ends the episode")
     s.live = []
-    found = s.run([], start, 0)
+    # The browser stands after the prefix: its clicks count as made (a second click on a box
+    # the prefix ticked unticks it, and a search from part-way through a checkbox page spent
+    # its budget undoing the prefix: click-checkboxes seed 1001 after one tick).
+    found = s.run([], start, 0, replayer.clicked())
     if found is None:
         why = ("the replayed page differed from the first visit" if s.diverged else
                f"no completion within {config.max_depth} actions / {config.node_budget} tries")

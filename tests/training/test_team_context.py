@@ -77,3 +77,19 @@ def _single_agent_prompt() -> list[dict]:
     return [dict(m) for m in build_messages(space=get_action_space("web"), task=ROW["task"],
                                             observation=render_observation(obs), history=[], style="trained")]
 
+
+
+def test_grounded_team_rows_show_each_answer_with_the_screen_line_of_its_element():
+    # A grounded team's agents write "Thought: click <screen line>" before each action, and
+    # their peers read it so: rows without those lines would teach a prompt no team shows.
+    rows = sft_rows(_rows(100), team_share=1.0, style="grounded", element_format="text-first")
+    screen = re.split(r"Your answer|Answers from", rows[0]["prompt"][-1]["content"])[0]
+    shown = [m for r in rows for m in re.finditer(r'Thought: (\w+) (.*\[(\w+)\])\nAction: (\{.*\})',
+                                                  r["prompt"][-1]["content"])]
+    assert len(shown) > 100
+    for m in shown:
+        action = json.loads(m.group(4))
+        # The thought names the shown action's kind and the line of the element it acts on.
+        assert m.group(1) == action["action"] and m.group(3) == action["element_id"]
+        assert "\n" + m.group(2) + "\n" in screen
+    assert {json.loads(m.group(4))["element_id"] for m in shown} > {"A"}

@@ -111,6 +111,17 @@ def test_the_search_ticks_every_named_box_though_fewer_earn_a_positive_reward(re
     replayer.start(task, seed)
     outcomes = [replayer.act(a) for a in found.actions]
     assert outcomes[-1].done and outcomes[-1].reward == 1.0
+    # Part-way through, the search knows the prefix's tick (it counts as clicked and is not
+    # undone), so the critic finds the rest and scores by it: after one named box, Submit is
+    # wrong (a partial reward) and the next named box is right.
+    replayer.start(task, seed)
+    ticked = replayer.act(web.Click(label)).observation
+    assert replayer.clicked() and len(replayer.clicked()) == 1
+    nxt = next(e["id"] for e in flat_elements(ticked.extra["tree"]) if e["tag"] == "label" and e["text"] == names[1])
+    submit = web.Click(_by_text(ticked, "Submit", "button"))
+    critic = EnvVerifiedCritic(replayer=replayer)
+    labels = critic.score(_context(ticked, seed, task, [[submit, web.Click(nxt)]], prefix=[web.Click(label)]))
+    assert labels.scores == ((0.0, 1.0),), labels.reasons
 
 
 def test_rank_candidates_types_quoted_text_first(replayer):
