@@ -61,11 +61,12 @@ def paired_counts(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]
 
 
 def paired_from_folders(a_results: str | Path, b_results: str | Path) -> dict[str, Any] | None:
-    """:func:`paired_counts` of the run folders holding two results files; None when either has
+    """:func:`paired_counts` of two run folders (or the results files in them); None when either has
     no ``episodes.jsonl`` beside it or they share no episode."""
     from collabui.evaluation.runner import read_manifest
 
-    manifests = [Path(p).expanduser().parent / "episodes.jsonl" for p in (a_results, b_results)]
+    folders = [Path(p).expanduser() for p in (a_results, b_results)]
+    manifests = [(f if f.is_dir() else f.parent) / "episodes.jsonl" for f in folders]
     if not all(m.is_file() for m in manifests):
         return None
     found = paired_counts(*(list(read_manifest(m).values()) for m in manifests))

@@ -29,12 +29,16 @@ _OVERALL = "overall"
 
 
 def load_results(path: str | Path) -> dict[str, Any]:
-    """Read a results JSON file and check it is ours.
+    """Read a results JSON file (or the ``results.json`` of an eval run's folder) and check it is ours.
 
     Raises:
         TraceError: missing, not JSON, or not a ``collabui.eval`` results file.
     """
     file = Path(path).expanduser()
+    if file.is_dir():  # an eval run's folder: its results.json
+        if not (file / "results.json").is_file():
+            raise TraceError(f"{file} is a folder without results.json; pass an eval run's folder or its results.json")
+        file = file / "results.json"
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:

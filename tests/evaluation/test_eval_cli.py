@@ -166,6 +166,13 @@ def test_compare_of_two_run_folders_pairs_their_episodes(tmp_path, capsys):
     assert json.loads((tmp_path / "c.json").read_text())["paired"]["only_b"] == 10
     assert 0.03 < mcnemar_exact(2, 10) < 0.04 and mcnemar_exact(32, 11) == 0.0019  # binomial tails
     assert mcnemar_exact(0, 0) == 1.0 and mcnemar_exact(3, 3) == 1.0
+    # The run folders themselves (what one has at hand) pair the same way.
+    assert main(["eval", "compare", str(a.parent), str(b.parent)]) == 0
+    assert row in capsys.readouterr().out
+    (tmp_path / "empty").mkdir()
+    assert main(["eval", "compare", str(a.parent), str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is a folder without results.json" in err and err.count("\n") == 0
 
 
 def test_errors_are_one_line_with_exit_code_2(tmp_path, capsys):
