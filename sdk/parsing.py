@@ -65,6 +65,7 @@ __all__ = [
     "ParsedProposal",
     "parse_action",
     "parse_proposal",
+    "render_answer",
 ]
 
 #: Only this many leading characters of an answer are parsed. A real action answer (a thought
@@ -191,6 +192,14 @@ def parse_proposal(text: str, space: ActionSpace | str) -> ParsedProposal:
         return _failed(text, f"proposal too complex to parse ({type(exc).__name__})")
     except Exception as exc:  # the never-raises contract outranks a bug report here
         return _failed(text, f"internal parser error: {type(exc).__name__}: {exc}")
+
+
+def render_answer(action_json: str, thought: str | None = None) -> str:
+    """The canonical answer text, the one format every writer of answers shares (agents' peers,
+    baselines, training targets and adversaries): ``Thought: ...`` then ``Action: <json>``, or
+    the ``Action:`` line alone without a thought. :func:`parse_proposal` reads it back."""
+    line = f"Action: {action_json}"
+    return f"Thought: {thought}\n{line}" if thought else line
 
 
 def _failed(raw: str, reason: str, thought: str | None = None) -> ParsedProposal:

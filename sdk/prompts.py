@@ -18,6 +18,7 @@ from collabui.devices import simplify
 from collabui.devices.base import Observation
 from collabui.errors import ConfigError
 from collabui.models.base import Message
+from collabui.parsing import render_answer
 
 __all__ = ["PeerOutput", "PROMPT_STYLES", "build_messages", "history_entry", "history_in_format",
            "render_observation"]
@@ -59,7 +60,7 @@ class PeerOutput:
             # Unparsable text is noise to the reader (small models echo it); say only that.
             return "(no valid action)"
         thought = (self.thought or "").strip().replace("\n", " ")[:limit]
-        return f"Thought: {thought}\nAction: {self.action_json}" if thought else f"Action: {self.action_json}"
+        return render_answer(self.action_json, thought)
 
 
 # One worked exchange, given as a prior chat turn: small models copy the answer format from a

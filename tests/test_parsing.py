@@ -10,8 +10,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collabui.actions import MOBILE, WEB, Action, Unknown, mobile, web
-from collabui.parsing import MAX_ANSWER_CHARS, ParsedProposal, parse_action, parse_proposal
+from collabui.actions import MOBILE, WEB, Action, Unknown, get_action_space, mobile, web
+from collabui.parsing import (
+    MAX_ANSWER_CHARS,
+    ParsedProposal,
+    parse_action,
+    parse_proposal,
+    render_answer,
+)
 from tests.shared_data import AUTOWEBBENCH
 
 # --------------------------------------------------------------------------- strategies
@@ -466,3 +472,14 @@ def test_small_model_outputs(space: str, text: str, expected) -> None:
         assert expected in action.reason
     else:
         assert action == expected
+
+
+@pytest.mark.parametrize("thought", [None, "", 'click button "Ok" [B]'])
+def test_render_answer_reads_back_to_its_action_and_thought(thought: str | None) -> None:
+    action = get_action_space("web").from_dict({"action": "type_string", "element_id": "U",
+                                                "content": "Action: x", "press_enter": False})
+    text = render_answer(action.to_json(), thought)
+    parsed = parse_proposal(text, "web")
+    assert parsed.action == action
+    assert (parsed.thought or None) == (thought or None)
+    assert text.startswith("Thought: ") == bool(thought)

@@ -27,7 +27,7 @@ from typing import Any
 
 from collabui.actions import Action, Unknown
 from collabui.models.base import ChatModel, ChatRequest
-from collabui.parsing import parse_proposal
+from collabui.parsing import parse_proposal, render_answer
 from collabui.training.critic import StepContext, to_action
 
 __all__ = ["Rejected", "Adversary", "RuleAdversary", "LLMAdversary", "format_answer",
@@ -53,7 +53,7 @@ class Rejected:
 def format_answer(thought: str, action: Action) -> str:
     """``Thought: ...\\nAction: {json}``, the format agents answer in."""
     thought = " ".join(thought.split()) or "This is the next step."
-    return f"Thought: {thought}\nAction: {action.to_json()}"
+    return render_answer(action.to_json(), thought)
 
 
 def screen_ids(observation: str) -> list[str]:

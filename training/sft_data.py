@@ -18,6 +18,7 @@ from typing import Any
 from collabui.actions import get_action_space
 from collabui.devices.base import Observation
 from collabui.errors import ConfigError
+from collabui.parsing import render_answer
 from collabui.prompts import build_messages, history_in_format, render_observation
 from collabui.training.team_context import TeamContext, team_context
 
@@ -27,8 +28,7 @@ __all__ = ["sft_rows", "answer_text", "grounded_thought", "prompt_messages", "ta
 def answer_text(action: dict[str, Any], *, thought: str | None = None, space: str = "web") -> str:
     """The completion of a verified step: ``Action: <json>`` (validated against ``space`` on the
     way), after a ``Thought:`` line for ``grounded`` answers (see :func:`grounded_thought`)."""
-    line = "Action: " + get_action_space(space).from_dict(action).to_json()
-    return f"Thought: {thought}\n{line}" if thought else line
+    return render_answer(get_action_space(space).from_dict(action).to_json(), thought)
 
 
 def grounded_thought(action: dict[str, Any], line: str | None) -> str:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from collabui.actions import get_action_space
+from collabui.parsing import render_answer
 from collabui.prompts import PeerOutput
 
 __all__ = ["TeamContext", "team_context", "wrong_action"]
@@ -53,8 +54,8 @@ ThoughtFor = Callable[[dict[str, Any]], "str | None"]
 def _output(agent: int, round_: int, action: dict[str, Any], space: str, thought_for: ThoughtFor) -> PeerOutput:
     text = get_action_space(space).from_dict(action).to_json()
     thought = thought_for(action)
-    raw = f"Thought: {thought}\nAction: {text}" if thought else f"Action: {text}"
-    return PeerOutput(agent=agent, round=round_, thought=thought, action_json=text, raw=raw)
+    return PeerOutput(agent=agent, round=round_, thought=thought, action_json=text,
+                      raw=render_answer(text, thought))
 
 
 def team_context(action: dict[str, Any], element_ids: list[str], rng: random.Random, *,

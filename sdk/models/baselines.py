@@ -31,6 +31,7 @@ from typing import Any
 
 from collabui.actions import Action, ActionSpace, get_action_space
 from collabui.models.base import ChatModel, ChatRequest, ChatResult, Message
+from collabui.parsing import render_answer
 
 __all__ = [
     "RandomPolicyModel",
@@ -254,7 +255,7 @@ def candidate_actions(view: PromptView) -> list[Action]:
 
 
 def _answer(thought: str, action: Action, started: float) -> ChatResult:
-    text = f"Thought: {thought}\nAction: {action.to_json()}"
+    text = render_answer(action.to_json(), thought)
     return ChatResult(text=text, prompt_tokens=None, completion_tokens=len(text.split()),
                       latency_s=time.perf_counter() - started)
 
