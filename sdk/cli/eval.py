@@ -25,7 +25,14 @@ from collabui.cli.flags import (
     replace_given,
 )
 from collabui.cli.run import refuse_ignored_model_flags
-from collabui.config import GUIDED_HELP, MODEL_HELP, SCREENSHOTS_HELP, TeamConfig
+from collabui.config import (
+    ELEMENT_FORMAT_CHOICES,
+    ELEMENT_FORMAT_HELP,
+    GUIDED_HELP,
+    MODEL_HELP,
+    SCREENSHOTS_HELP,
+    TeamConfig,
+)
 from collabui.models.spec import is_baseline
 from collabui.redaction import PASSWORD_MASK, redact_url
 
@@ -98,6 +105,8 @@ def add_commands(sub: Any) -> None:
     a.add_argument("--start", type=int, default=0, help="first record, 0-based (default 0)")
     a.add_argument("--limit", type=int, default=None, help="at most this many records (default all)")
     a.add_argument("--guided-json", action="store_true", help=GUIDED_HELP)
+    a.add_argument("--element-format", choices=ELEMENT_FORMAT_CHOICES, default="auto",
+                   help=ELEMENT_FORMAT_HELP + "; the records' HTML pages are read back and rendered in it")
     a.add_argument("--serve", action="store_true", help="run the model on a vLLM server started for this evaluation "
                    "and stopped with it (a trained bundle: its shared model merged, each agent's LoRA adapter by "
                    "name; needs `collabui serve --setup`): the agents of a round are answered in one batch")
@@ -253,6 +262,8 @@ def _autowebbench_command(args: argparse.Namespace, config: TeamConfig) -> str:
             parts += [flag, str(value)]
     if args.serve_dtype != "auto":
         parts += ["--serve-dtype", args.serve_dtype]
+    if args.element_format != "auto":
+        parts += ["--element-format", args.element_format]
     return shlex.join(parts + [flag for flag, on in (("--guided-json", args.guided_json), ("--serve", args.serve)) if on])
 
 
@@ -272,7 +283,7 @@ def _autowebbench(args: argparse.Namespace) -> int:
     from collabui.errors import ConfigError
     from collabui.evaluation.autowebbench import SUMMARY_FILE, evaluate_autowebbench, load_records
     from collabui.evaluation.miniwob import check_serve, system_label
-    from collabui.models.spec import team_adapter_names
+    from collabui.models.spec import model_element_format, team_adapter_names
     from collabui.team import CollabAgentTeam, _resolve_topology
 
     refuse_ignored_model_flags(args.model, guided_json=args.guided_json, adapters=args.adapters)
@@ -284,6 +295,9 @@ def _autowebbench(args: argparse.Namespace) -> int:
                               rounds=args.rounds or (1 if baseline else 3), action_space="web",
                               adapters=None if baseline else team_adapter_names(args.adapters, n))
     _resolve_topology(config)
+    element_format = args.element_format
+    if element_format == "auto":
+        element_format = "html" if baseline else model_element_format(args.model)
     records = load_records(args.data)  # a bad file fails before the model loads
     if not 0 <= args.start < len(records) or (args.limit is not None and args.limit < 1):
         raise ConfigError(f"--start must be in [0, {len(records) - 1}] and --limit >= 1; "
@@ -303,9 +317,11 @@ def _autowebbench(args: argparse.Namespace) -> int:
                 system[flag] = True  # vLLM's numerics (bf16 where the CPU has it) are not the local fp32
         if args.serve_dtype != "auto":
             system["serve_dtype"] = args.serve_dtype
+        if element_format != "html":  # only when not the records' own: earlier folders still resume
+            system["element_format"] = element_format
         evaluate_autowebbench(args.data, team, args.out, start=args.start, limit=args.limit,
                               system=system, command=_autowebbench_command(args, config),
-                              progress=not args.quiet)
+                              progress=not args.quiet, element_format=element_format)
     finally:
         model.close()
     print(Path(args.out) / SUMMARY_FILE)

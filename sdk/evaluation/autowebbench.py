@@ -36,6 +36,7 @@ from collabui._jsonl import read_json
 from collabui._progress import progress_bar
 from collabui.actions import WEB, Action, Unknown
 from collabui.actions.web import ElementAction
+from collabui.devices import simplify
 from collabui.devices.base import Observation
 from collabui.errors import CollabUIError, ConfigError
 from collabui.evaluation.report import write_markdown
@@ -167,11 +168,14 @@ def _tabs(text: str) -> tuple[tuple[str, ...], int]:
     return tuple(titles), current
 
 
-def parse_source(source: str) -> tuple[str, tuple[str, ...], Observation]:
+def parse_source(source: str, element_format: str = "html") -> tuple[str, tuple[str, ...], Observation]:
     """Split one record's ``source`` into (task, history, observation).
 
     The page is everything before the assistant instructions; the observation carries the
     tabs (``1. Default <-- current tab`` becomes ``("Default",)``, current 0) and the viewport.
+    The record's page is simplified HTML; ``element_format="text-first"`` reads it back into an
+    element tree and renders it in that format (what a model trained on text-first pages reads),
+    the tree kept in ``extra["tree"]`` as a browser observation keeps it.
 
     Raises:
         ConfigError: the source has no ``#Task:`` section (not an AutoWebBench-style prompt).
@@ -183,14 +187,24 @@ def parse_source(source: str) -> tuple[str, tuple[str, ...], Observation]:
     task = _TASK_END.split(sections["Task"], maxsplit=1)[0].strip()
     tabs, current = _tabs(sections.get("Window tabs", ""))
     viewport = sections.get("Current viewport (pages)", "").strip() or None
-    observation = Observation(text=source[:cut].strip(), task=task, tabs=tabs, current_tab=current,
-                              viewport=viewport)
+    text, extra = _page(source[:cut].strip(), element_format)
+    observation = Observation(text=text, task=task, tabs=tabs, current_tab=current, viewport=viewport,
+                              extra=extra)
     return task, _history(sections.get("Previous commands", "")), observation
 
 
-def parse_record(index: int, record: dict[str, str]) -> Record:
+def _page(html: str, element_format: str) -> tuple[str, dict[str, Any]]:
+    """The record's page in ``element_format``, and the observation's extra (its tree when read)."""
+    if element_format == "html":
+        return html, {}
+    roots = simplify.parse_tree(html)
+    tree = roots[0] if len(roots) == 1 else {"tag": "", "id": None, "parts": roots}
+    return simplify.render(tree, element_format), {"tree": tree}
+
+
+def parse_record(index: int, record: dict[str, str], element_format: str = "html") -> Record:
     """Read one ``{source, target}`` record (see :func:`parse_source`)."""
-    task, history, observation = parse_source(record["source"])
+    task, history, observation = parse_source(record["source"], element_format)
     target = parse_action(record["target"], WEB)
     return Record(index, task, history, observation, record["target"], target)
 
@@ -306,18 +320,22 @@ def evaluate_autowebbench(
     system: dict[str, Any] | None = None,
     command: str | None = None,
     progress: bool = True,
+    element_format: str = "html",
 ) -> dict[str, Any]:
     """Run ``team`` (a ``CollabAgentTeam`` on the web space) on records ``start .. start+limit``.
 
     Writes ``predictions.jsonl`` (one row per record, appended as made), ``results.json`` (the
     common results format) and ``summary.md`` into ``out_dir``, and returns the results dict.
     Records already in ``predictions.jsonl`` without an error are not rerun. ``progress``: log
-    one line per record (INFO) and show a bar (on a terminal).
+    one line per record (INFO) and show a bar (on a terminal). ``element_format``: the page
+    format the team reads (:func:`parse_source`).
 
     Raises:
         ConfigError: bad data file, bad range, the team is not on the web space, or ``out_dir``
             holds another run's predictions.
     """
+    if element_format not in simplify.ELEMENT_FORMATS:
+        raise ConfigError(f"element_format must be one of {list(simplify.ELEMENT_FORMATS)}, got {element_format!r}")
     if team.space.name != "web":
         raise ConfigError(f"AutoWebBench needs web actions, the team proposes {team.space.name} "
                           "actions; build the team with action_space='web'")
@@ -338,7 +356,7 @@ def evaluate_autowebbench(
     with pred_path.open("a", encoding="utf-8") as sink, \
             progress_bar(len(chosen), "AutoWebBench records", done=len(chosen) - len(todo), enabled=progress) as advance:
         for n, k in enumerate(todo, 1):
-            row = _predict(team, parse_record(k, raw[k]))
+            row = _predict(team, parse_record(k, raw[k], element_format))
             sink.write(json.dumps(row, ensure_ascii=False) + "\n")
             sink.flush()  # resumable: a finished record survives an interrupted run
             done[k] = row

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from collabui.actions import Unknown
 from collabui.actions.web import Click, Finish, Hover, ScrollPage, TypeString
 from collabui.cli import main
+from collabui.devices.simplify import flat_elements
 from collabui.errors import ConfigError, ModelError
 from collabui.evaluation.autowebbench import (
     PREDICTIONS_FILE,
@@ -97,6 +99,30 @@ def test_handmade_record_with_tabs_and_history() -> None:
     assert rec.observation.tabs == ("Default", "Results") and rec.observation.current_tab == 1
     assert rec.observation.text == PAGE and rec.task == "Search for cats" and rec.target == Click("C")
     assert "Tabs: 0. Default, 1. Results (current)" in render_observation(rec.observation)
+
+
+def test_text_first_pages_keep_every_element_and_its_id() -> None:
+    rec = parse_record(0, _record("click('C')"), "text-first")
+    assert rec.observation.text == 'a "Home" [A]\ninput "placeholder: Search" [B]\nbutton "Go" [C]'
+    assert [e["id"] for e in flat_elements(rec.observation.extra["tree"])] == ["A", "B", "C"]
+    assert rec.target == Click("C") and rec.observation.tabs == ("Default", "Results")
+    for k, raw in enumerate(load_records(EN)[:40]):  # real pages: the same ids, in fewer characters
+        html, text = parse_record(k, raw), parse_record(k, raw, "text-first")
+        assert re.findall(r"\[([A-Z]+)\]\|", html.observation.text) == re.findall(
+            r"\[([A-Z]+)\]$", text.observation.text, re.M)
+        assert len(text.observation.text) < len(html.observation.text) and text.task == html.task
+
+
+def test_evaluate_in_text_first_shows_the_team_text_first_pages(tmp_path: Path) -> None:
+    model = ScriptedChatModel(['Action: {"action": "click", "element_id": "C"}'], cycle=True)
+    results = evaluate_autowebbench(_write(tmp_path, [_record("click('C')")]), _team(model), tmp_path / "o",
+                                    system={"model": "m"}, progress=False, element_format="text-first")
+    assert 'button "Go" [C]' in model.requests[0].messages[-1]["content"]
+    assert "<button[C]|" not in model.requests[0].messages[-1]["content"]
+    assert results["overall"]["ssr_published"]["successes"] == 1
+    with pytest.raises(ConfigError, match="element_format must be one of"):
+        evaluate_autowebbench(_write(tmp_path, [_record("click('C')")]), _team(model), tmp_path / "p",
+                              progress=False, element_format="markdown")
 
 
 def test_every_target_parses_and_published_counts() -> None:
@@ -248,3 +274,15 @@ def test_cli_progress_lines_on_stderr_unless_quiet(tmp_path: Path, capsys: pytes
     assert err.startswith("[1/1] record 0 ") and out.strip() == str(tmp_path / "a" / "summary.md")
     assert main([*argv, "--out", str(tmp_path / "b"), "--quiet"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_cli_element_format_is_recorded_and_resumes_only_in_it(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    argv = ["eval", "autowebbench", "--data", str(EN), "--model", "lexical", "--limit", "2", "--out", str(out), "--quiet"]
+    assert main([*argv, "--element-format", "text-first"]) == 0
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert results["system"]["element_format"] == "text-first" and "--element-format text-first" in results["command"]
+    assert main(argv) == 2  # the folder holds text-first predictions: an html run is another run
+    assert main([*argv, "--out", str(tmp_path / "html")]) == 0
+    html = json.loads((tmp_path / "html" / "results.json").read_text(encoding="utf-8"))
+    assert "element_format" not in html["system"]  # html folders of earlier runs keep resuming
