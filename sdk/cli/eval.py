@@ -317,8 +317,6 @@ def _autowebbench(args: argparse.Namespace) -> int:
                 system[flag] = True  # vLLM's numerics (bf16 where the CPU has it) are not the local fp32
         if args.serve_dtype != "auto":
             system["serve_dtype"] = args.serve_dtype
-        if element_format != "html":  # only when not the records' own: earlier folders still resume
-            system["element_format"] = element_format
         evaluate_autowebbench(args.data, team, args.out, start=args.start, limit=args.limit,
                               system=system, command=_autowebbench_command(args, config),
                               progress=not args.quiet, element_format=element_format)

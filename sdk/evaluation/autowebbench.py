@@ -346,6 +346,8 @@ def evaluate_autowebbench(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     system = dict(system or {})
+    if element_format != "html":  # part of the run's identity; html folders of earlier runs still resume
+        system["element_format"] = element_format
     _check_run(out, {"data": str(Path(data).resolve()), "system": system})
     pred_path = out / PREDICTIONS_FILE
     done = {k: r for k, r in _read_rows(pred_path).items() if not r.get("error")}
