@@ -42,6 +42,22 @@ def test_grounded_style_is_trained_with_a_line_naming_the_target():
     assert grounded[1] == _messages("trained")[1]  # same reading, only the answer differs
 
 
+def test_terse_style_reads_as_grounded_with_the_shortest_prompt():
+    peer = PeerOutput(agent=2, round=0, thought='click button "Ok" [C]',
+                      action_json='{"action": "click", "element_id": "C"}', raw="")
+    own = PeerOutput(agent=1, round=0, thought=None, action_json='{"action": "click", "element_id": "A"}', raw="")
+    terse = _messages("terse", peers=[peer], own_previous=own)
+    grounded = _messages("grounded", peers=[peer], own_previous=own)
+    assert [m["role"] for m in terse] == ["system", "user"]
+    assert terse[0]["content"] == "You operate a web browser to complete the user's task."
+    # The same page, history and answers, under shorter headings.
+    for text in ("<button[C]| Ok>", "1. click('A')", "[Agent 2] Thought: click button \"Ok\" [C]",
+                 "Your previous answer:\nAction: {\"action\": \"click\", \"element_id\": \"A\"}"):
+        assert text in terse[1]["content"]
+    assert len(terse[0]["content"]) + 60 < len(grounded[0]["content"])
+    assert len(terse[1]["content"]) + 40 < len(grounded[1]["content"])
+
+
 def _page(text: str, tree):
     from collabui.devices.base import Observation
 

@@ -71,16 +71,30 @@ class LoraConfigMixin:
         modules = self.lora_target_modules  # type: ignore[attr-defined]
         self.lora_target_modules = [modules] if isinstance(modules, str) else list(modules)
 
-    def lora_config(self) -> Any:
-        """The ``peft.LoraConfig`` of a fresh adapter."""
+    def lora_config(self, layers: int | None = None) -> Any:
+        """The ``peft.LoraConfig`` of a fresh adapter; on the decoder layers from the config's
+        ``lora_from_layer`` up when it declares one above 0 (``layers``: the model's layer count).
+
+        Raises:
+            ConfigError: ``lora_from_layer`` leaves no layer of the ``layers`` the model has.
+        """
         from peft import LoraConfig
 
+        first = int(getattr(self, "lora_from_layer", 0) or 0)
+        which: dict[str, Any] = {}
+        if first:
+            if layers is None or first >= layers:
+                raise ConfigError(f"lora_from_layer={first} leaves no decoder layer to train (the model has "
+                                  f"{layers if layers is not None else 'an unknown number of'} layers); "
+                                  "pass a smaller index, or 0 for every layer")
+            which = {"layers_to_transform": list(range(first, layers)), "layers_pattern": "layers"}
         return LoraConfig(
             r=self.lora_r,  # type: ignore[attr-defined]
             lora_alpha=self.lora_alpha,  # type: ignore[attr-defined]
             lora_dropout=self.lora_dropout,  # type: ignore[attr-defined]
             target_modules=list(self.lora_target_modules),  # type: ignore[attr-defined]
             task_type="CAUSAL_LM",
+            **which,
         )
 
 

@@ -48,6 +48,7 @@ MISTAKE_COLUMNS = (*PAIR_COLUMNS, "chosen_source")
 def verified_answer(header: dict[str, Any], step: dict[str, Any], action: dict[str, Any]) -> str:
     """``action`` written as the step's agents answer: ``Action: <json>``, after the target's
     screen line when the team used the ``grounded`` prompt style."""
+    from collabui.prompts import GROUNDED_STYLES
     from collabui.redaction import PASSWORD_MASK, TASK_PASSWORD
     from collabui.training.sft_data import answer_text, grounded_thought, target_line
 
@@ -56,7 +57,7 @@ def verified_answer(header: dict[str, Any], step: dict[str, Any], action: dict[s
     space = _space(header)
     team = header.get("team") or {}
     thought = None
-    if team.get("prompt_style") == "grounded":
+    if team.get("prompt_style") in GROUNDED_STYLES:
         tree = ((step.get("observation") or {}).get("extra") or {}).get("tree")
         line = target_line(tree, action, str((header.get("device") or {}).get("element_format", "html")))
         thought = grounded_thought(action, line)

@@ -19,7 +19,7 @@ from collabui.actions import get_action_space
 from collabui.devices.base import Observation
 from collabui.errors import ConfigError
 from collabui.parsing import render_answer
-from collabui.prompts import build_messages, history_in_format, render_observation
+from collabui.prompts import GROUNDED_STYLES, build_messages, history_in_format, render_observation
 from collabui.training.team_context import TeamContext, team_context
 
 __all__ = ["sft_rows", "answer_text", "grounded_thought", "prompt_messages", "target_line"]
@@ -105,7 +105,7 @@ def _context(row: dict[str, Any], action: dict[str, Any], share: float, seed: in
 
     tree = _tree(row)
     ids = [str(e["id"]) for e in flat_elements(tree) if e["id"]]
-    if style != "grounded":
+    if style not in GROUNDED_STYLES:
         return team_context(action, ids, rng)
     return team_context(action, ids, rng,
                         thought_for=lambda a: grounded_thought(a, target_line(tree, a, element_format)))
@@ -136,7 +136,7 @@ def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_
             continue
         action = row["action"]
         action = json.loads(action) if isinstance(action, str) else action
-        thought = grounded_thought(action, _target(row, action, element_format)) if style == "grounded" else None
+        thought = grounded_thought(action, _target(row, action, element_format)) if style in GROUNDED_STYLES else None
         context = _context(row, action, team_share, seed, style=style, element_format=element_format)
         out.append({"prompt": prompt_messages(row, style=style, element_format=element_format, context=context),
                     "completion": [{"role": "assistant", "content": answer_text(action, thought=thought)}],

@@ -50,7 +50,7 @@ ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "d
 #: The fields of the composed configs that have recipe flags; the recipe sets the others.
 _DEMO_FLAGS = ("minutes", "workers")
 _SFT_FLAGS = ("num_train_epochs", "learning_rate", "per_device_train_batch_size", "lora_r", "lora_dropout",
-              "length_window", "full_finetune")
+              "lora_from_layer", "length_window", "full_finetune")
 _EVAL_FLAGS = ("episodes", "serve", "serve_dtype")
 #: Fields of the evaluation's team with flags (added apart: flags reach one level of nesting).
 _EVAL_TEAM_FLAGS = ("seed", "max_steps")
@@ -66,6 +66,8 @@ _HELPS = {
     "sft.per_device_train_batch_size": "SFT rows per step",
     "sft.lora_r": "LoRA rank (alpha: twice the rank)",
     "sft.lora_dropout": "LoRA dropout (0: the model underfits here, and dropout costs ~20%% of a step)",
+    "sft.lora_from_layer": "LoRA on the decoder layers from this index up (0: all; the backward pass stops "
+                           "above the layers below it, a cheaper step)",
     "sft.length_window": "rows per length-sorted window (batches mix tasks, pad little); 0: batches grouped "
                          "by length over all rows (mostly one task each)",
     "sft.full_finetune": "train every weight instead of the LoRA adapter (the bundle then carries the whole "
@@ -140,8 +142,9 @@ class RecipeConfig:
     element_format: str = field(default="html", metadata={"choices": ("html", "text-first"),
                                                           "help": "page format taught (and read by trained models)"})
     style: str = field(default="trained", metadata={
-        "choices": ("trained", "grounded"),
-        "help": "answer format taught: the action alone, or the target's screen line first"})
+        "choices": ("trained", "grounded", "terse"),
+        "help": "answer format taught: the action alone, the target's screen line first, or that with the "
+        "shortest prompt (terse: ~35 fewer tokens a step)"})
     evaluation: MiniWoBEvalConfig = field(default_factory=_evaluation_template, metadata={
         "help": "stage 3", "skip_flags": _skip_all_but(MiniWoBEvalConfig, _EVAL_FLAGS)})
     baseline_episodes: int = field(default=25, metadata={"help": "per task, random, lexical and the trained team"})
@@ -229,7 +232,7 @@ def flag_values(config: RecipeConfig) -> dict[str, Any]:
 
 #: The settings that shape the trained model, written into the bundle's ``made_by`` command.
 _TAUGHT = ("balance_steps", "batch", "demo_minutes", "dpo_lr", "element_format", "full_finetune", "hindsight",
-           "length_window", "lora_dropout", "lora_r", "lr", "onpolicy_dpo", "onpolicy_episodes", "round2_demo_rows",
+           "length_window", "lora_dropout", "lora_from_layer", "lora_r", "lr", "onpolicy_dpo", "onpolicy_episodes", "round2_demo_rows",
            "sft_epochs", "sft_examples", "style", "synthetic_pages", "team_share")
 #: MARL's settings, in the MARL team's ``made_by`` (they shape the team, not the SFT model).
 _TAUGHT_MARL = ("marl_episodes", "marl_iterations", "marl_pairs", "marl_right_pairs")

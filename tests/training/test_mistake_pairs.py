@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from collabui.training.mistake_pairs import mistake_pairs_for_step
 
 
@@ -56,10 +58,11 @@ def test_no_pairs_without_knowledge_or_without_mistakes():
     assert mistake_pairs_for_step(HEADER, step, {"rewards": [[1]], "scores": [[1.0]], "abstained": False}) == []
 
 
-def test_grounded_teams_get_the_targets_screen_line_in_the_verified_answer():
+@pytest.mark.parametrize("style", ["grounded", "terse"])
+def test_grounded_teams_get_the_targets_screen_line_in_the_verified_answer(style: str):
     tree = {"tag": "", "id": None, "parts": [{"tag": "button", "id": "A", "parts": ["Go"]},
                                             {"tag": "button", "id": "B", "parts": ["Stop"]}]}
-    header = {**HEADER, "team": {"prompt_style": "grounded"}, "device": {"element_format": "text-first"}}
+    header = {**HEADER, "team": {"prompt_style": style}, "device": {"element_format": "text-first"}}
     step = {"t": 0, "observation": {"text": "", "extra": {"tree": tree}},
             "proposals": [[_prop(0, 0, 'Thought: click button "Stop" [B]\n' + _answer(CLICK_B), CLICK_B)]]}
     label = {"rewards": [[0]], "scores": [[0.0]], "abstained": False,

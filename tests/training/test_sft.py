@@ -228,6 +228,31 @@ def test_train_sft_adapter_resume_merge(base_dir: Path, tmp_path: Path) -> None:
     assert (out / "adapter_model.safetensors").stat().st_mtime_ns == stamp
 
 
+def test_lora_from_layer_trains_only_the_layers_above_it(base_dir: Path, tmp_path: Path) -> None:
+    """LoRA from layer 1 of the tiny model's 2: the adapter holds layer 1's projections only, and
+    they moved (the backward pass stops above layer 0, which trains nothing)."""
+    from peft import LoraConfig
+
+    out = tmp_path / "sft"
+    report = train_sft(_ds([_row(k) for k in range(4)]), base_model=base_dir, out_dir=out,
+                       config=_config(tmp_path, lora_from_layer=1), progress=False)
+    assert report.status == "trained"
+    assert LoraConfig.from_pretrained(str(out)).layers_to_transform == [1]
+    weights = _weights(out)
+    assert weights and all(".layers.1." in k for k in weights)
+    assert any(float(v.abs().max()) > 0 for k, v in weights.items() if "lora_B" in k)
+
+
+def test_lora_from_layer_is_checked(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="lora_from_layer must be >= 0"):
+        _config(tmp_path, lora_from_layer=-1)
+    config = _config(tmp_path, lora_from_layer=2)
+    with pytest.raises(ConfigError, match="leaves no decoder layer to train .*2 layers"):
+        config.lora_config(layers=2)
+    assert config.lora_config(layers=5).layers_to_transform == [2, 3, 4]
+    assert _config(tmp_path).lora_config(layers=5).layers_to_transform is None  # 0: every layer
+
+
 def test_full_finetune_trains_every_weight_into_a_model_folder(base_dir: Path, tmp_path: Path) -> None:
     """full_finetune: the output is a whole model (weights + tokenizer) whose every layer moved,
     loadable as a bundle's base; the base folder and the loaded base stay untouched."""

@@ -79,11 +79,12 @@ def _single_agent_prompt() -> list[dict]:
 
 
 
-def test_grounded_team_rows_show_each_answer_with_the_screen_line_of_its_element():
+@pytest.mark.parametrize("style", ["grounded", "terse"])
+def test_grounded_team_rows_show_each_answer_with_the_screen_line_of_its_element(style: str):
     # A grounded team's agents write "Thought: click <screen line>" before each action, and
     # their peers read it so: rows without those lines would teach a prompt no team shows.
-    rows = sft_rows(_rows(100), team_share=1.0, style="grounded", element_format="text-first")
-    screen = re.split(r"Your answer|Answers from", rows[0]["prompt"][-1]["content"])[0]
+    rows = sft_rows(_rows(100), team_share=1.0, style=style, element_format="text-first")
+    screen = re.split(r"Your (?:answer|previous)|Answers from|Other agents", rows[0]["prompt"][-1]["content"])[0]
     shown = [m for r in rows for m in re.finditer(r'Thought: (\w+) (.*\[(\w+)\])\nAction: (\{.*\})',
                                                   r["prompt"][-1]["content"])]
     assert len(shown) > 100
