@@ -131,9 +131,7 @@ class BrowserConfig:
             value = getattr(self, name)
             if not isinstance(value, int | float) or value <= 0:
                 raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
-        if self.element_format not in simplify.ELEMENT_FORMATS:
-            raise ConfigError(f"element_format must be one of {list(simplify.ELEMENT_FORMATS)}, "
-                              f"got {self.element_format!r}")
+        simplify.check_element_format(self.element_format)
         if not isinstance(self.shuffle_elements, bool):
             raise ConfigError(f"shuffle_elements must be True or False, got {self.shuffle_elements!r}")
         if isinstance(self.shuffle_seed, bool) or not isinstance(self.shuffle_seed, int):

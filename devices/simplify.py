@@ -27,6 +27,7 @@ from typing import Any
 __all__ = [
     "ID_ATTRIBUTE",
     "ELEMENT_FORMATS",
+    "check_element_format",
     "Node",
     "Element",
     "walk_script",
@@ -129,13 +130,24 @@ def element_selector(element_id: str) -> str:
     return f'[{ID_ATTRIBUTE}="{element_id}"]'
 
 
+def check_element_format(element_format: object) -> str:
+    """``element_format`` when it is one of :data:`ELEMENT_FORMATS`.
+
+    Raises:
+        ConfigError: any other value (a ``ValueError``), naming the formats there are.
+    """
+    if element_format not in ELEMENT_FORMATS:
+        from collabui.errors import ConfigError
+
+        raise ConfigError(f"element_format must be one of {list(ELEMENT_FORMATS)}, got {element_format!r}")
+    return str(element_format)
+
+
 def render(tree: Node | None, element_format: str = "html") -> str:
     """``tree`` as text in ``element_format`` (one of :data:`ELEMENT_FORMATS`)."""
-    if element_format == "html":
+    if check_element_format(element_format) == "html":
         return render_html(tree)
-    if element_format == "text-first":
-        return render_text_first(tree)
-    raise ValueError(f"element_format must be one of {list(ELEMENT_FORMATS)}, got {element_format!r}")
+    return render_text_first(tree)
 
 
 def render_html(tree: Node | None) -> str:
@@ -215,8 +227,7 @@ def element_line(tree: Node | None, element_id: str, element_format: str = "text
     node = _find(tree, element_id) if tree is not None else None
     if node is None:
         return None
-    if element_format not in ELEMENT_FORMATS:
-        raise ValueError(f"element_format must be one of {list(ELEMENT_FORMATS)}, got {element_format!r}")
+    check_element_format(element_format)
     text = _join(_label_runs(node))
     if not with_id:
         return element_name(node["tag"], text, element_format)

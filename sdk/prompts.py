@@ -161,8 +161,7 @@ def history_in_format(entry: str, element_format: str) -> str:
     ``element_format`` (``click(<button| Ok>)`` <-> ``click(button "Ok")``): what a row recorded
     on html pages shows a model trained to read text-first ones. Entries naming no element (a
     call form, a phone's action) come back unchanged."""
-    if element_format not in simplify.ELEMENT_FORMATS:
-        raise ValueError(f"element_format must be one of {list(simplify.ELEMENT_FORMATS)}, got {element_format!r}")
+    simplify.check_element_format(element_format)
     html = _HTML_NAMED.match(entry)
     if html and element_format == "text-first":
         name = simplify.element_name(html["tag"], html["text"], "text-first")

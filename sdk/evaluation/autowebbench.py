@@ -334,8 +334,7 @@ def evaluate_autowebbench(
         ConfigError: bad data file, bad range, the team is not on the web space, or ``out_dir``
             holds another run's predictions.
     """
-    if element_format not in simplify.ELEMENT_FORMATS:
-        raise ConfigError(f"element_format must be one of {list(simplify.ELEMENT_FORMATS)}, got {element_format!r}")
+    simplify.check_element_format(element_format)
     if team.space.name != "web":
         raise ConfigError(f"AutoWebBench needs web actions, the team proposes {team.space.name} "
                           "actions; build the team with action_space='web'")

@@ -227,15 +227,13 @@ class MiniWoBEvalConfig:
         object.__setattr__(self, "team", pin_action_space(team, self.action_space, which))
 
     def _check_page_options(self) -> None:
-        from collabui.devices.simplify import ELEMENT_FORMATS
+        from collabui.devices.simplify import check_element_format
 
         if self.element_format == "auto":
             from collabui.models.spec import model_element_format
 
             object.__setattr__(self, "element_format", "html" if self.mobile else model_element_format(self.model))
-        if self.element_format not in ELEMENT_FORMATS:
-            raise ConfigError(f"element_format must be one of {list(ELEMENT_FORMATS)}, "
-                              f"got {self.element_format!r}")
+        check_element_format(self.element_format)
         if not isinstance(self.shuffle_elements, bool):
             raise ConfigError(f"shuffle_elements must be True or False, got {self.shuffle_elements!r}")
         if self.mobile and (self.shuffle_elements or self.element_format != "html"):
