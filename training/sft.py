@@ -126,6 +126,9 @@ class AgentSFTConfig(LoraConfigMixin, SFTConfig):
         self.check_lora_fields(example_rank=16)
         if self.lora_from_layer < 0:
             raise ConfigError(f"lora_from_layer must be >= 0, got {self.lora_from_layer}; 0 puts LoRA on every layer")
+        if self.lora_from_layer and self.full_finetune:
+            raise ConfigError("lora_from_layer places LoRA layers, and full_finetune trains every weight without "
+                              "them; drop one of the two")
         if self.length_window < 0:
             raise ConfigError(f"length_window must be >= 0, got {self.length_window}")
         if self.length_window:
@@ -169,7 +172,8 @@ class SFTReport:
 def _config_summary(config: AgentSFTConfig) -> dict[str, Any]:
     keys = ("learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size",
             "gradient_accumulation_steps", "max_length", "bf16", "seed", "activation_checkpointing",
-            "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "length_window", "full_finetune")
+            "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_from_layer", "length_window",
+            "full_finetune")
     return {k: getattr(config, k) for k in keys}
 
 

@@ -238,6 +238,7 @@ def test_lora_from_layer_trains_only_the_layers_above_it(base_dir: Path, tmp_pat
                        config=_config(tmp_path, lora_from_layer=1), progress=False)
     assert report.status == "trained"
     assert LoraConfig.from_pretrained(str(out)).layers_to_transform == [1]
+    assert json.loads((out / "sft_metrics.json").read_text())["config"]["lora_from_layer"] == 1
     weights = _weights(out)
     assert weights and all(".layers.1." in k for k in weights)
     assert any(float(v.abs().max()) > 0 for k, v in weights.items() if "lora_B" in k)
@@ -246,6 +247,8 @@ def test_lora_from_layer_trains_only_the_layers_above_it(base_dir: Path, tmp_pat
 def test_lora_from_layer_is_checked(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="lora_from_layer must be >= 0"):
         _config(tmp_path, lora_from_layer=-1)
+    with pytest.raises(ConfigError, match="drop one of the two"):
+        _config(tmp_path, lora_from_layer=1, full_finetune=True)
     config = _config(tmp_path, lora_from_layer=2)
     with pytest.raises(ConfigError, match="leaves no decoder layer to train .*2 layers"):
         config.lora_config(layers=2)
