@@ -262,14 +262,25 @@ class _Clock:
         self.data: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"seconds": {}}
         self.data["args"] = flag_values(config)
 
-    def run(self, name: str, fn: Callable[[], Any]) -> Any:
+    def run(self, name: str, fn: Callable[[], Any], once: bool = False) -> Any:
+        """Run a stage and add its seconds. ``once``: the stage's output is final once made
+        (a trained model), so a resumed run that finds it only reloads it and adds no time;
+        an interrupted stage's seconds count either way (the resumed run finishes it)."""
+        finished = once and name in self.data.setdefault("finished", [])
         print(f"[recipe] {name} ...", file=sys.stderr, flush=True)
         started = time.perf_counter()
-        result = fn()
-        spent = time.perf_counter() - started
-        self.data["seconds"][name] = round(self.data["seconds"].get(name, 0.0) + spent, 1)
-        self.path.write_text(json.dumps(self.data, indent=1))
-        print(f"[recipe] {name}: {spent:.0f} s", file=sys.stderr, flush=True)
+        try:
+            result = fn()
+        finally:
+            spent = time.perf_counter() - started
+            if not finished:
+                self.data["seconds"][name] = round(self.data["seconds"].get(name, 0.0) + spent, 1)
+                self.path.write_text(json.dumps(self.data, indent=1))
+        if once and not finished:
+            self.data["finished"].append(name)
+            self.path.write_text(json.dumps(self.data, indent=1))
+        print(f"[recipe] {name}: {spent:.0f} s{' (finished earlier; not counted)' if finished else ''}",
+              file=sys.stderr, flush=True)
         return result
 
     def minutes(self, *prefixes: str) -> float:
@@ -443,7 +454,8 @@ def marl(config: RecipeConfig, start: Path, out: Path, clock: "_Clock") -> dict[
     for row, change in runs.items():
         if row != "trained_team":
             share_first_rollouts(out / "trained_team", out / row, change)
-        clock.run(f"6 marl {row}", lambda r=row, c=change: run_marl(marl_config(config, start, out / r, **c)))
+        clock.run(f"6 marl {row}", lambda r=row, c=change: run_marl(marl_config(config, start, out / r, **c)),
+                  once=True)
         found[row] = out / row / "bundle"
     _stamp(found["trained_team"], made_by_command(config, marl=True))
     return found
@@ -598,14 +610,14 @@ def train(config: RecipeConfig, out: Path, clock: _Clock) -> Path:
     model's bundle."""
     if not (out / "demo" / "demo_stats.json").is_file():
         clock.run("1 demonstrations", lambda: demonstrate(config, out / "demo"))
-    sft_dir = clock.run("2 sft", lambda: sft(config, out / "demo", out / "sft"))
+    sft_dir = clock.run("2 sft", lambda: sft(config, out / "demo", out / "sft"), once=True)
     if not config.onpolicy_episodes:
         return bundle(config, sft_dir, out / "bundle")
     # With an on-policy round the SFT model is only the round's starting point (bundle-sft/).
     start = bundle(config, sft_dir, out / "bundle-sft")
     sft_dir = clock.run("2b on-policy round",
-                        lambda: onpolicy_round(config, start, out / "demo", sft_dir, out / "onpolicy"))
-    dpo_dir = (clock.run("2c on-policy DPO", lambda: onpolicy_dpo(config, sft_dir, out / "onpolicy"))
+                        lambda: onpolicy_round(config, start, out / "demo", sft_dir, out / "onpolicy"), once=True)
+    dpo_dir = (clock.run("2c on-policy DPO", lambda: onpolicy_dpo(config, sft_dir, out / "onpolicy"), once=True)
                if config.onpolicy_dpo else None)
     return bundle(config, sft_dir, out / "bundle", dpo_dir)
 

@@ -372,3 +372,24 @@ def test_marl_stage_trains_the_team_and_each_ablation_from_one_sft_bundle(tmp_pa
     dags = {row: read_bundle(found[row])["team"]["topology"] for row in found}
     assert dags["ablation_no_edge_update"] != dags["trained_team"] == dags["ablation_rft"]
     assert set(json.loads((tmp_path / "recipe.json").read_text())["seconds"]) == {f"6 marl {r}" for r in found}
+
+
+def test_clock_counts_a_finished_stage_once_and_an_interrupted_one(tmp_path, monkeypatch):
+    recipe = _recipe()
+    config = recipe._args([])
+    ticks = iter([0.0, 30.0, 100.0, 101.0, 200.0, 220.0, 300.0, 310.0, 400.0, 402.0])
+    monkeypatch.setattr(recipe.time, "perf_counter", lambda: next(ticks))
+    clock = recipe._Clock(tmp_path / "recipe.json", config)
+    clock.run("2 sft", lambda: "model", once=True)  # trains: 30 s
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        clock.run("3 eval lexical", interrupted)  # 1 s before the interruption
+    resumed = recipe._Clock(tmp_path / "recipe.json", config)
+    assert resumed.run("2 sft", lambda: "model", once=True) == "model"  # only reloads: 20 s not counted
+    resumed.run("3 eval lexical", lambda: None)  # finishes: 10 s
+    resumed.run("3 eval lexical", lambda: None)  # not a once-stage: more episodes, 2 s
+    seconds = json.loads((tmp_path / "recipe.json").read_text())["seconds"]
+    assert seconds == {"2 sft": 30.0, "3 eval lexical": 13.0}
