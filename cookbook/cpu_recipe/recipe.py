@@ -271,13 +271,12 @@ class _Clock:
         started = time.perf_counter()
         try:
             result = fn()
+            if once and not finished:
+                self.data["finished"].append(name)
         finally:
             spent = time.perf_counter() - started
             if not finished:
                 self.data["seconds"][name] = round(self.data["seconds"].get(name, 0.0) + spent, 1)
-                self.path.write_text(json.dumps(self.data, indent=1))
-        if once and not finished:
-            self.data["finished"].append(name)
             self.path.write_text(json.dumps(self.data, indent=1))
         print(f"[recipe] {name}: {spent:.0f} s{' (finished earlier; not counted)' if finished else ''}",
               file=sys.stderr, flush=True)
