@@ -34,13 +34,20 @@ from pathlib import Path
 from typing import Any
 
 from collabui._progress import bars_wanted
-from collabui.actions import WEB, Action
+from collabui.actions import Action
 from collabui.devices.base import Observation
 from collabui.errors import ConfigError
 from collabui.prompts import history_entry
 from collabui.redaction import Redactor
 from collabui.training.task_lists import TRAIN_TASKS
-from collabui.training.verified import Replayer, SearchConfig, SearchResult, completes, search
+from collabui.training.verified import (
+    Replayer,
+    SearchConfig,
+    SearchResult,
+    completes,
+    map_action,
+    search,
+)
 
 __all__ = ["DemoConfig", "DemoStats", "generate_demonstrations", "render_trajectory", "map_action",
            "read_steps"]
@@ -105,30 +112,6 @@ class DemoStats:
 
 
 # --------------------------------------------------------------------------- renderings
-
-
-def _signature(element: dict[str, Any]) -> tuple[str, str, str]:
-    return (element["tag"], element["full_text"], element["context"])
-
-
-def map_action(action: Action, tree: Any, other_tree: Any) -> Action | None:
-    """``action`` (ids of ``tree``) with its element's id in ``other_tree``, another rendering
-    of the same page; None when that element is not uniquely identified there."""
-    from collabui.devices.simplify import flat_elements
-
-    element_id = getattr(action, "element_id", None)
-    if element_id is None:
-        return action
-    mine = [e for e in flat_elements(tree) if e["id"] == element_id]
-    if len(mine) != 1:
-        return None
-    if mine[0]["dom"] is not None:  # the device's own identity of the element
-        matches = [e for e in flat_elements(other_tree) if e["dom"] == mine[0]["dom"]]
-    else:
-        matches = [e for e in flat_elements(other_tree) if _signature(e) == _signature(mine[0])]
-    if len(matches) != 1:
-        return None  # twins (two "yes" buttons) cannot be told apart by their text alone
-    return WEB.from_dict({**action.to_dict(), "element_id": matches[0]["id"]})
 
 
 def _row(base: dict[str, Any], rendering: str, obs: Observation, action: Action) -> dict[str, Any]:

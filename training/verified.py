@@ -38,6 +38,7 @@ from typing import Any
 
 from collabui.actions import WEB, Action, Unknown, web
 from collabui.devices.base import Observation, StepOutcome
+from collabui.devices.simplify import flat_elements
 from collabui.errors import ConfigError
 from collabui.prompts import history_entry
 from collabui.redaction import PASSWORD_MASK, TASK_PASSWORD
@@ -50,6 +51,7 @@ __all__ = [
     "SearchResult",
     "Replayer",
     "rank_candidates",
+    "map_action",
     "search",
     "screen_digest",
     "page_key",
@@ -209,7 +211,43 @@ class Replayer:
         self.close()
 
 
+def _signature(element: dict[str, Any]) -> tuple[str, str, str]:
+    return (element["tag"], element["full_text"], element["context"])
+
+
+def map_action(action: Action, tree: Any, other_tree: Any) -> Action | None:
+    """``action`` (ids of ``tree``) with its element's id in ``other_tree``, another rendering
+    of the same page; None when that element is not uniquely identified there."""
+    element_id = getattr(action, "element_id", None)
+    if element_id is None:
+        return action
+    mine = [e for e in flat_elements(tree) if e["id"] == element_id]
+    if len(mine) != 1:
+        return None
+    if mine[0]["dom"] is not None:  # the device's own identity of the element
+        matches = [e for e in flat_elements(other_tree) if e["dom"] == mine[0]["dom"]]
+    else:
+        matches = [e for e in flat_elements(other_tree) if _signature(e) == _signature(mine[0])]
+    if len(matches) != 1:
+        return None  # twins (two "yes" buttons) cannot be told apart by their text alone
+    return WEB.from_dict({**action.to_dict(), "element_id": matches[0]["id"]})
+
+
+def _on_page(action: Action, seen: Observation | None, now: Observation) -> Action | None:
+    """``action``, chosen on ``seen``, in the ids of ``now`` (another rendering of that page; a
+    device that shuffles draws new ids for every observation); as it is without a tree."""
+    before, after = (seen.extra.get("tree") if seen else None), now.extra.get("tree")
+    if before is None or after is None or seen is now:
+        return action
+    return map_action(action, before, after)
+
+
 # --------------------------------------------------------------------------- search
+
+
+#: An action and the page it was chosen on: its ids are that page's (a shuffling device draws new
+#: ids for every observation, so a replay re-reads them from the page it meets).
+Step = tuple[Observation | None, Action]
 
 
 class _Search:
@@ -220,47 +258,75 @@ class _Search:
         self.rep, self.task, self.seed, self.prefix = replayer, task, seed, list(prefix)
         self.config = config
         self.nodes = 0
-        self.live: list[Action] | None = None  # the path the browser currently stands at
+        self.live: list[Step] | None = None  # the path the browser currently stands at
+        self.page: Observation | None = None  # what the browser shows there (perhaps in other ids)
         self.diverged = False
+        self.assumed = False  # an action that changed nothing visible was assumed to change nothing
 
-    def _goto(self, path: list[Action], expected: Observation) -> bool:
+    def _goto(self, path: list[Step], expected: Observation) -> Observation | None:
+        """The browser at ``path``: the page it shows (``expected``, perhaps in other ids); None
+        when a replay does not rebuild that page (then the search stops trusting this seed)."""
         if self.live == path:
-            return True
-        obs = self.rep.start(self.task, self.seed, [*self.prefix, *path])
-        if obs is None or obs.text != expected.text:
-            self.diverged = True  # the page does not rebuild the same way: stop trusting it
-            return False
-        self.live = list(path)
-        return True
+            return self.page
+        now = _replay(self.rep, self.task, self.seed, self.prefix, path)
+        if now is None or page_key(now) != page_key(expected):
+            self.diverged = True
+            return None
+        self.live, self.page = list(path), now
+        return now
 
-    def run(self, path: list[Action], obs: Observation, depth: int,
-            clicked: frozenset[str] = frozenset()) -> list[tuple[Observation, Action]] | None:
+    def run(self, path: list[Step], obs: Observation, depth: int,
+            clicked: frozenset[str] = frozenset()) -> list[Step] | None:
         if depth >= self.config.max_depth:
             return None
-        history = [*self.prefix, *path]
+        history = [*self.prefix, *(a for _, a in path)]
         # An element clicked once on this path is not clicked again: a second click undoes a
         # toggle (a checkbox ticked, a section opened) and spends the budget on detours.
         ranked = [a for a in rank_candidates(obs.task or "", obs, history) if _click_name(a, obs) not in clicked]
         for action in ranked[: self.config.branch]:
             if self.nodes >= self.config.node_budget or self.diverged:
                 return None
-            if not self._goto(path, obs):
-                return None
-            out = self.rep.act(action)
+            page = self._goto(path, obs)
+            live = _on_page(action, obs, page) if page is not None else None
+            if live is None:
+                if page is None:
+                    return None
+                continue  # the element is not told apart on this rendering
+            out = self.rep.act(live)
             self.nodes += 1
-            self.live = [*path, action]
+            step: Step = (page, live)
             if out.done:
                 self.live = None
                 if completes(out.reward):
-                    return [(obs, action)]
+                    return [step]
                 continue
             if page_key(out.observation) == page_key(obs):
-                continue  # changed nothing visible: a wasted step, not progress
-            name = _click_name(action, obs)
-            rest = self.run([*path, action], out.observation, depth + 1, clicked | {name} if name else clicked)
+                # A wasted step, not progress. The browser is taken to stand at ``path`` still
+                # (shown in new ids) instead of rebuilding it: most tried clicks change nothing,
+                # and each rebuild replays the whole path. A hidden change would show when the
+                # found path is replayed clean (search() confirms it).
+                self.live, self.page, self.assumed = list(path), out.observation, True
+                continue
+            self.live, self.page = [*path, step], out.observation
+            name = _click_name(live, page)
+            rest = self.run([*path, step], out.observation, depth + 1, clicked | {name} if name else clicked)
             if rest is not None:
-                return [(obs, action), *rest]
+                return [step, *rest]
         return None
+
+
+def _replay(replayer: Replayer, task: str, seed: int, prefix: Sequence[Action],
+            path: Sequence[Step]) -> Observation | None:
+    """The page after ``reset(seed)``, ``prefix`` and ``path`` (each step's action in the ids of
+    the page it meets); None when a step ends the episode or its element is not found."""
+    obs = replayer.start(task, seed, prefix)
+    for seen, action in path:
+        live = _on_page(action, seen, obs) if obs is not None else None
+        if live is None:
+            return None
+        out = replayer.act(live)
+        obs = None if out.done else out.observation
+    return obs
 
 
 def _click_name(action: Action, obs: Observation) -> str | None:
@@ -278,6 +344,9 @@ def search(replayer: Replayer, task: str, seed: int, prefix: Sequence[Action] = 
         start: the observation at that state when the browser already stands there (saves a
             replay); otherwise the state is rebuilt first.
         config: search bounds.
+
+    The actions returned are in the ids of the observations returned with them (the pages a
+    clean replay of them meets).
     """
     config = config or SearchConfig()
     s = _Search(replayer, task, seed, prefix, config)
@@ -285,7 +354,7 @@ def search(replayer: Replayer, task: str, seed: int, prefix: Sequence[Action] = 
         start = replayer.start(task, seed, prefix)
         if start is None:
             return SearchResult(None, reason="the prefix ends the episode")
-    s.live = []
+    s.live, s.page = [], start
     # The browser stands after the prefix: its clicks count as made (a second click on a box
     # the prefix ticked unticks it, and a search from part-way through a checkbox page spent
     # its budget undoing the prefix: click-checkboxes seed 1001 after one tick).
@@ -294,54 +363,80 @@ def search(replayer: Replayer, task: str, seed: int, prefix: Sequence[Action] = 
         why = ("the replayed page differed from the first visit" if s.diverged else
                f"no completion within {config.max_depth} actions / {config.node_budget} tries")
         return SearchResult(None, nodes=s.nodes, reason=why)
-    actions, observations = [a for _, a in found], [o for o, _ in found]
-    if len(actions) > 1:
-        actions, observations = _shortest(replayer, task, seed, prefix, actions, observations)
-    return SearchResult(actions, observations, s.nodes)
+    if len(found) > 1 or s.assumed:
+        shortest = _shortest_steps(replayer, task, seed, prefix, found, confirm=s.assumed)
+        if shortest is None:
+            return SearchResult(None, nodes=s.nodes, reason="the found path did not complete the task replayed clean")
+        found = shortest
+    return SearchResult([a for _, a in found], [o for o, _ in found], s.nodes)
 
 
 def _shortest(replayer: Replayer, task: str, seed: int, prefix: Sequence[Action],
               actions: list[Action], observations: list[Observation]) -> tuple[list[Action], list[Observation]]:
-    """``actions`` without the steps the task does not need: depth-first search keeps detours
+    """``actions`` (chosen on ``observations``; none given: on pages in the same ids) without
+    the steps the task does not need (see :func:`_shortest_steps`)."""
+    steps: list[Step] = list(zip(observations or [None] * len(actions), actions, strict=True))
+    kept = _shortest_steps(replayer, task, seed, prefix, steps) or steps
+    return [a for _, a in kept], [o for o, _ in kept if o is not None]
+
+
+def _shortest_steps(replayer: Replayer, task: str, seed: int, prefix: Sequence[Action], steps: list[Step],
+                    *, confirm: bool = False) -> list[Step] | None:
+    """``steps`` without the ones the task does not need: depth-first search keeps detours
     (choosing an option and then the blank one again), and a detour kept as a demonstration
     teaches a wrong step as a right one. Drops one step at a time while the rest still
     completes the task, then pairs of equal actions: a checkbox ticked and unticked, or a
     section opened and closed, undoes itself, and no single removal can see that (measured
-    on the recipe's search: 8 of 44 click-collapsible-2 paths kept such a pair). The
-    observations are those of the kept path."""
+    on the recipe's search: 8 of 44 click-collapsible-2 paths kept such a pair). Each try is a
+    clean replay that finds every kept step's element on the page it meets (by the device's
+    identity of the element), so the cut works on shuffled pages too (with the ids of the
+    search's pages it never did: 0 of 14 paths shortened where 2 of 15 were unshuffled).
+    ``confirm``: first replay all of ``steps`` (None when they do not complete the task)."""
+    if confirm:
+        replayed = _completes(replayer, task, seed, prefix, steps)
+        if replayed is None:
+            return None
+        steps = replayed
     i = 0
-    while i < len(actions) - 1:
-        shorter = actions[:i] + actions[i + 1:]
-        seen = _completes(replayer, task, seed, prefix, shorter)
-        if seen is not None:
-            actions, observations = shorter, seen
+    while i < len(steps) - 1:
+        shorter = _completes(replayer, task, seed, prefix, steps[:i] + steps[i + 1:])
+        if shorter is not None:
+            steps = shorter
         else:
             i += 1
     i = 0
-    while i < len(actions) - 1:
-        again = [j for j in range(i + 1, len(actions)) if actions[j] == actions[i]]
-        shorter = actions[:i] + actions[i + 1:again[0]] + actions[again[0] + 1:] if again else None
-        seen = _completes(replayer, task, seed, prefix, shorter) if shorter else None
-        if seen is not None:
-            actions, observations = shorter, seen
+    while i < len(steps) - 1:
+        again = [j for j in range(i + 1, len(steps)) if _same(steps[j], steps[i])]
+        shorter = (_completes(replayer, task, seed, prefix, steps[:i] + steps[i + 1:again[0]] + steps[again[0] + 1:])
+                   if again else None)
+        if shorter is not None:
+            steps = shorter
         else:
             i += 1
-    return actions, observations
+    return steps
+
+
+def _same(a: Step, b: Step) -> bool:
+    """The same action on the same element (ids differ between the pages of a shuffling device)."""
+    (page_a, act_a), (page_b, act_b) = a, b
+    return _on_page(act_a, page_a, page_b) == act_b if page_b is not None else act_a == act_b
 
 
 def _completes(replayer: Replayer, task: str, seed: int, prefix: Sequence[Action],
-               actions: Sequence[Action]) -> list[Observation] | None:
-    """The observation before each action when ``actions`` complete the task from the seed's
-    state (the last one, and no earlier one, ends the episode with a reward), else None."""
+               steps: Sequence[Step]) -> list[Step] | None:
+    """``steps`` as a clean replay from the seed's state executes them (each action in the ids of
+    the page it met) when they complete the task (the last one, and no earlier one, ends the
+    episode with the full reward), else None."""
     obs = replayer.start(task, seed, prefix)
-    seen: list[Observation] = []
-    for k, action in enumerate(actions):
-        if obs is None:
+    done: list[Step] = []
+    for k, (seen, action) in enumerate(steps):
+        live = _on_page(action, seen, obs) if obs is not None else None
+        if live is None or obs is None:
             return None
-        seen.append(obs)
-        out = replayer.act(action)
+        done.append((obs, live))
+        out = replayer.act(live)
         if out.done:
-            return seen if k == len(actions) - 1 and completes(out.reward) else None
+            return done if k == len(steps) - 1 and completes(out.reward) else None
         obs = out.observation
     return None
 

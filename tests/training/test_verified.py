@@ -90,6 +90,59 @@ def test_a_box_ticked_and_unticked_is_cut_from_the_path(replayer):
     assert sorted(map(repr, kept)) == sorted(map(repr, found.actions))
 
 
+@pytest.fixture(scope="module")
+def shuffled():
+    with Replayer(action_timeout_s=0.5, shuffle_elements=True) as rep:
+        yield rep
+
+
+def test_a_detour_is_cut_on_shuffled_pages_too(shuffled):
+    """A shuffling device draws new ids for every observation, so a replay without one step
+    meets pages in other ids: each kept step's element is found again on the page it meets.
+    (With the search's own ids no step was ever cut on shuffled pages.)"""
+    from collabui.training.verified import _shortest
+
+    task, seed = "click-checkboxes", 5
+    found = search(shuffled, task, seed, config=SearchConfig())
+    assert found.found and len(found.actions) >= 2, found.reason
+    # Tick the first named box, untick it, then the found path: rewarded, with a pair to cut.
+    first = shuffled.start(task, seed)
+    tick = found.actions[0]
+    assert _on_first_page(tick, found.observations[0], first) is not None
+    untick_page = shuffled.act(_on_first_page(tick, found.observations[0], first)).observation
+    padded_obs = [first, untick_page]
+    padded = [_on_first_page(tick, found.observations[0], first), _on_first_page(tick, found.observations[0], untick_page)]
+    kept, seen = _shortest(shuffled, task, seed, (), [*padded, *found.actions], [*padded_obs, *found.observations])
+    assert len(kept) == len(found.actions) and len(seen) == len(kept)
+    # What is returned replays: each action in the ids of the observation returned with it.
+    shuffled.start(task, seed)
+    for k, (obs, action) in enumerate(zip(seen, kept, strict=True)):
+        assert action.element_id in {e["id"] for e in flat_elements(obs.extra["tree"])}
+        out = shuffled.act(action)
+        assert out.done == (k == len(kept) - 1)
+    assert out.reward > 0
+
+
+def _on_first_page(action, seen, now):
+    from collabui.training.verified import map_action
+
+    return map_action(action, seen.extra["tree"], now.extra["tree"])
+
+
+def test_the_search_on_shuffled_pages_returns_steps_a_clean_replay_repeats(shuffled):
+    """The search takes a click that changed nothing visible to leave the page as it was (no
+    rebuild); what it returns is still what a clean replay does, in that replay's ids."""
+    for task, seed in [("login-user-popup", 3000), ("multi-layouts", 3001), ("click-widget", 3002)]:
+        found = search(shuffled, task, seed, config=SearchConfig())
+        assert found.found, (task, found.reason)
+        obs = shuffled.start(task, seed)
+        for k, action in enumerate(found.actions):
+            assert obs.text == found.observations[k].text, (task, k)  # the same page, the same ids
+            out = shuffled.act(action)
+            obs = out.observation
+        assert out.done and out.reward >= 1.0, task
+
+
 def test_the_search_ticks_every_named_box_though_fewer_earn_a_positive_reward(replayer):
     """click-checkboxes pays (right boxes - wrong boxes) / boxes: on this seed, one of the three
     named boxes and Submit already earn a positive reward. A demonstration that stopped there
