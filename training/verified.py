@@ -317,16 +317,32 @@ class _Search:
 
 def _replay(replayer: Replayer, task: str, seed: int, prefix: Sequence[Action],
             path: Sequence[Step]) -> Observation | None:
-    """The page after ``reset(seed)``, ``prefix`` and ``path`` (each step's action in the ids of
-    the page it meets); None when a step ends the episode or its element is not found."""
+    """The page after ``reset(seed)``, ``prefix`` and ``path``; None when a step ends the
+    episode or its element is not found (see :func:`_walk`)."""
+    done, last = _walk(replayer, task, seed, prefix, path)
+    return None if last is None or last.done or len(done) < len(path) else last.observation
+
+
+def _walk(replayer: Replayer, task: str, seed: int, prefix: Sequence[Action],
+          path: Sequence[Step]) -> tuple[list[Step], StepOutcome | None]:
+    """Replay ``reset(seed)`` + ``prefix`` + ``path``, each step's action in the ids of the page
+    it meets: the steps executed, as executed, and the last outcome. It stops early when a
+    step's element is not found or the episode ends (no outcome: the prefix ended it). An
+    empty path gives the reset page as a non-final outcome."""
     obs = replayer.start(task, seed, prefix)
+    if obs is None:
+        return [], None
+    done: list[Step] = []
+    last = StepOutcome(obs, 0.0, False, {})
     for seen, action in path:
-        live = _on_page(action, seen, obs) if obs is not None else None
+        live = _on_page(action, seen, last.observation)
         if live is None:
-            return None
-        out = replayer.act(live)
-        obs = None if out.done else out.observation
-    return obs
+            break
+        done.append((last.observation, live))
+        last = replayer.act(live)
+        if last.done:
+            break
+    return done, last
 
 
 def _click_name(action: Action, obs: Observation) -> str | None:
@@ -427,18 +443,9 @@ def _completes(replayer: Replayer, task: str, seed: int, prefix: Sequence[Action
     """``steps`` as a clean replay from the seed's state executes them (each action in the ids of
     the page it met) when they complete the task (the last one, and no earlier one, ends the
     episode with the full reward), else None."""
-    obs = replayer.start(task, seed, prefix)
-    done: list[Step] = []
-    for k, (seen, action) in enumerate(steps):
-        live = _on_page(action, seen, obs) if obs is not None else None
-        if live is None or obs is None:
-            return None
-        done.append((obs, live))
-        out = replayer.act(live)
-        if out.done:
-            return done if k == len(steps) - 1 and completes(out.reward) else None
-        obs = out.observation
-    return None
+    done, last = _walk(replayer, task, seed, prefix, steps)
+    ok = last is not None and last.done and len(done) == len(steps) and completes(last.reward)
+    return done if ok else None
 
 
 # --------------------------------------------------------------------------- the critic

@@ -107,11 +107,11 @@ def test_a_detour_is_cut_on_shuffled_pages_too(shuffled):
     assert found.found and len(found.actions) >= 2, found.reason
     # Tick the first named box, untick it, then the found path: rewarded, with a pair to cut.
     first = shuffled.start(task, seed)
-    tick = found.actions[0]
-    assert _on_first_page(tick, found.observations[0], first) is not None
-    untick_page = shuffled.act(_on_first_page(tick, found.observations[0], first)).observation
-    padded_obs = [first, untick_page]
-    padded = [_on_first_page(tick, found.observations[0], first), _on_first_page(tick, found.observations[0], untick_page)]
+    tick = map_action(found.actions[0], found.observations[0].extra["tree"], first.extra["tree"])
+    assert tick is not None
+    untick_page = shuffled.act(tick).observation
+    untick = map_action(tick, first.extra["tree"], untick_page.extra["tree"])
+    padded, padded_obs = [tick, untick], [first, untick_page]
     kept, seen = _shortest(shuffled, task, seed, (), [*padded, *found.actions], [*padded_obs, *found.observations])
     assert len(kept) == len(found.actions) and len(seen) == len(kept)
     # What is returned replays: each action in the ids of the observation returned with it.
@@ -121,12 +121,6 @@ def test_a_detour_is_cut_on_shuffled_pages_too(shuffled):
         out = shuffled.act(action)
         assert out.done == (k == len(kept) - 1)
     assert out.reward > 0
-
-
-def _on_first_page(action, seen, now):
-    from collabui.training.verified import map_action
-
-    return map_action(action, seen.extra["tree"], now.extra["tree"])
 
 
 def test_the_search_on_shuffled_pages_returns_steps_a_clean_replay_repeats(shuffled):
