@@ -97,16 +97,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         paths.check_outputs(args)  # before Chromium, a model or a long run starts
         return commands.get(args.command, lambda: run.run_command(args))()
-    except CollabUIError as exc:  # a message may quote a model spec or an endpoint URL
-        log.error("%s", redact_url(str(exc)))
-        return 2
     except KeyboardInterrupt as exc:  # SIGTERM too (collabui.cli._stopping.Interrupted)
-        log.warning("interrupted (%s)", exc or "SIGINT")
-        if argv is None:  # every finally has run: do not wait on threads stuck in a dead driver
-            _stopping.exit_now(_stopping.exit_code(exc))
-        return _stopping.exit_code(exc)
+        return _interrupted(exc, argv)
     except BrokenPipeError:  # `collabui envs | head -1`: the reader has all it wanted
         return _stopping.quiet_broken_pipe()
-    except Exception as exc:  # noqa: BLE001 - a bug or a library's error: one masked line, exit 1
+    except Exception as exc:  # noqa: BLE001 - a bug or a library's error: one masked line
+        if (signum := _stopping.received()) is not None:  # the stop's aftermath, not a failure
+            log.warning("while stopping: %s", _log.unexpected_error(exc).removeprefix("error: "))
+            return _interrupted(_stopping.Interrupted(signum), argv)
+        if isinstance(exc, CollabUIError):  # a message may quote a model spec or an endpoint URL
+            log.error("%s", redact_url(str(exc)))
+            return 2
         print(_log.unexpected_error(exc), file=sys.stderr)
         return 1
+
+
+def _interrupted(exc: KeyboardInterrupt, argv: Sequence[str] | None) -> int:
+    """The exit of a stopped command: 130 (SIGINT) or 143 (SIGTERM)."""
+    from collabui.cli import _stopping
+
+    log.warning("interrupted (%s)", exc or "SIGINT")
+    if argv is None:  # every finally has run: do not wait on threads stuck in a dead driver
+        _stopping.exit_now(_stopping.exit_code(exc))
+    return _stopping.exit_code(exc)

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
-__all__ = ["Interrupted", "install", "exit_code", "exit_now", "quiet_broken_pipe", "kill_descendants",
+__all__ = ["Interrupted", "install", "exit_code", "exit_now", "received", "quiet_broken_pipe", "kill_descendants",
            "KILL_AFTER_S", "EXIT_AFTER_S", "TRACES_BUDGET_S"]
 
 #: Seconds after the first signal at which the process's descendants are killed.
@@ -46,6 +46,13 @@ _first: list[int] = []  # the first signal received (one process, one command)
 def exit_code(exc: BaseException) -> int:
     """128 + the signal number: 130 for SIGINT (also a plain KeyboardInterrupt), 143 for SIGTERM."""
     return 128 + getattr(exc, "signum", signal.SIGINT)
+
+
+def received() -> int | None:
+    """The first SIGINT / SIGTERM this process got, or None. A library that swallows the
+    :class:`Interrupted` (a thread pool's done-callback catching BaseException) lets the command
+    go on to fail on the half-made step it left; the exit code must still say "stopped"."""
+    return _first[0] if _first else None
 
 
 def install(*, watchdog: bool = True) -> None:

@@ -217,13 +217,15 @@ def _nested_defaults(f: dataclasses.Field[Any], sub: type, skip: Collection[str]
 def add_config_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: type, *,
                      only: Collection[str] | None = None, skip: Collection[str] = (),
                      rename: Mapping[str, str] | None = None, defaults: Mapping[str, Any] | None = None,
-                     helps: Mapping[str, str] | None = None, record: bool = False) -> list[str]:
+                     helps: Mapping[str, str] | None = None, record: bool = False,
+                     dest_prefix: str = "") -> list[str]:
     """Add one flag per field of the dataclass ``cls`` (``only`` those, minus ``skip``).
 
     ``rename`` spells some flags otherwise (besides :data:`FLAG_NAMES`), ``defaults`` and
     ``helps`` replace a field's default and help text for this command. The destination of every
-    flag is its field name; a nested config's fields (see the module docstring) are added in its
-    place. ``record=True`` notes which flags are typed (:func:`given_flags`). Returns the names
+    flag is ``dest_prefix`` + its field name (a prefix lets two configs with a field of the same
+    name share a parser; the caller then reads those back itself); a nested config's fields (see
+    the module docstring) are added in its place. ``record=True`` notes which flags are typed (:func:`given_flags`). Returns the names
     of the fields given flags (nested ones dotted: ``team.n_agents``).
 
     Raises:
@@ -236,7 +238,7 @@ def add_config_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, 
         if sub is not None:
             inner = add_config_flags(parser, sub, skip={g.name for g in dataclasses.fields(sub)}
                                      - {g.name for g in _nested_fields(f, sub, skip)},
-                                     rename=rename, record=record, helps=_inner(helps, f.name),
+                                     rename=rename, record=record, helps=_inner(helps, f.name), dest_prefix=dest_prefix,
                                      defaults={**_nested_defaults(f, sub, skip), **_inner(defaults, f.name)})
             added += [f"{f.name}.{name}" for name in inner]
             continue
@@ -247,7 +249,7 @@ def add_config_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, 
         flag = flag_of(f.name, rename)
         names = [flag, *f.metadata.get("aliases", ())]
         metavar = f.metadata.get("metavar", flag[2:].replace("-", "_").upper())
-        options: dict[str, Any] = {"dest": f.name}
+        options: dict[str, Any] = {"dest": dest_prefix + f.name}
         if default is dataclasses.MISSING:
             options["required"] = True
         else:

@@ -106,3 +106,37 @@ def test_exit_codes():
     from collabui.cli._stopping import Interrupted
 
     assert exit_code(Interrupted(signal.SIGTERM)) == 143
+
+
+#: A command whose code swallows the signal (as a thread pool's done-callback catching
+#: BaseException can) and then fails on the half-made step that leaves.
+_SWALLOWED = textwrap.dedent("""
+    import sys, time
+    from collabui import cli
+    from collabui.cli import run
+
+    def swallowing(args):
+        try:  # "ready" is printed inside: a signal cannot land before the try
+            print("ready", flush=True)
+            time.sleep(600)
+        except BaseException:
+            pass
+        return None.action
+
+    run.run_command = swallowing
+    sys.argv = ["collabui", "run", "--model", "random", "--env", "miniwob/click-button"]
+    sys.exit(cli.main())
+""")
+
+
+def test_an_error_after_a_swallowed_signal_still_exits_as_stopped():
+    proc = subprocess.Popen([sys.executable, "-c", _SWALLOWED], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+        _signal_and_wait(proc, signal.SIGTERM)
+    finally:
+        proc.kill()
+    err = proc.stderr.read()
+    assert proc.returncode == 143, (proc.returncode, err[-2000:])
+    assert "while stopping: AttributeError" in err and "interrupted (SIGTERM)" in err, err
