@@ -50,13 +50,16 @@ ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "d
 #: The fields of the composed configs that have recipe flags; the recipe sets the others.
 _DEMO_FLAGS = ("minutes", "workers")
 _SFT_FLAGS = ("num_train_epochs", "learning_rate", "per_device_train_batch_size", "lora_r", "lora_dropout",
-              "lora_from_layer", "length_window", "full_finetune")
+              "lora_from_layer", "length_window", "full_finetune", "seed")
 _EVAL_FLAGS = ("episodes", "serve", "serve_dtype")
 #: Fields of the evaluation's team with flags (added apart: flags reach one level of nesting).
 _EVAL_TEAM_FLAGS = ("seed", "max_steps")
 #: Flags spelled otherwise than their fields: the recipe's flags from before the config existed.
 _RENAME = {"minutes": "demo_minutes", "workers": "demo_workers", "num_train_epochs": "sft_epochs",
-           "learning_rate": "lr", "per_device_train_batch_size": "batch", "seed": "eval_seed", "teams": "team"}
+           "learning_rate": "lr", "per_device_train_batch_size": "batch", "seed": "sft_seed", "teams": "team"}
+#: The evaluation team's flags: its ``seed`` is the held-out rows' (dests prefixed: SFT has a seed too).
+_EVAL_TEAM_RENAME = {**_RENAME, "seed": "eval_seed"}
+_EVAL_TEAM_DEST = "eval_team_"
 #: The recipe's help of the composed configs' flagged fields (their own help is written for other commands).
 _HELPS = {
     "demo.minutes": "search time budget",
@@ -70,6 +73,7 @@ _HELPS = {
                            "above the layers below it, a cheaper step)",
     "sft.length_window": "rows per length-sorted window (batches mix tasks, pad little); 0: batches grouped "
                          "by length over all rows (mostly one task each)",
+    "sft.seed": "SFT's seed (LoRA's initial weights, the batches' order): another draw of the same recipe",
     "sft.full_finetune": "train every weight instead of the LoRA adapter (the bundle then carries the whole "
                          "model, ~540 MB: for measuring beside LoRA, not for --publish)",
     "evaluation.episodes": "held-out episodes per task (models)",
@@ -205,7 +209,7 @@ def _parser() -> tuple[argparse.ArgumentParser, list[str]]:
     paths = add_config_flags(ap, RecipeConfig, rename=_RENAME, helps=_HELPS)
     team = _evaluation_template().team
     paths += ["evaluation.team." + name for name in add_config_flags(
-        ap, TeamConfig, only=_EVAL_TEAM_FLAGS, rename=_RENAME, helps=_HELPS,
+        ap, TeamConfig, only=_EVAL_TEAM_FLAGS, rename=_EVAL_TEAM_RENAME, helps=_HELPS, dest_prefix=_EVAL_TEAM_DEST,
         defaults={name: getattr(team, name) for name in _EVAL_TEAM_FLAGS})]
     return ap, paths
 
@@ -216,7 +220,8 @@ def _args(argv: list[str] | None = None) -> RecipeConfig:
     args = ap.parse_args(argv)
     try:
         config = config_from_args(RecipeConfig, args)
-        team = dataclasses.replace(config.evaluation.team, **{n: getattr(args, n) for n in _EVAL_TEAM_FLAGS})
+        team = dataclasses.replace(config.evaluation.team,
+                                   **{n: getattr(args, _EVAL_TEAM_DEST + n) for n in _EVAL_TEAM_FLAGS})
         return dataclasses.replace(config, evaluation=dataclasses.replace(config.evaluation, team=team))
     except ConfigError as e:
         ap.error(str(e))
@@ -226,14 +231,17 @@ def flag_values(config: RecipeConfig) -> dict[str, Any]:
     """``{flag: value}`` of every recipe flag (``demo_minutes``, ``lr``, ...: the flag without
     its dashes, dashes as underscores), read from ``config``: ``recipe.json``'s ``args``."""
     _, paths = _parser()
-    return {flag_of(path.rsplit(".", 1)[-1], _RENAME)[2:].replace("-", "_"):
-            functools.reduce(getattr, path.split("."), config) for path in paths}
+    def flag(path: str) -> str:
+        rename = _EVAL_TEAM_RENAME if path.startswith("evaluation.team.") else _RENAME
+        return flag_of(path.rsplit(".", 1)[-1], rename)[2:].replace("-", "_")
+
+    return {flag(path): functools.reduce(getattr, path.split("."), config) for path in paths}
 
 
 #: The settings that shape the trained model, written into the bundle's ``made_by`` command.
 _TAUGHT = ("balance_steps", "batch", "demo_minutes", "dpo_lr", "element_format", "full_finetune", "hindsight",
            "length_window", "lora_dropout", "lora_from_layer", "lora_r", "lr", "onpolicy_dpo", "onpolicy_episodes", "round2_demo_rows",
-           "sft_epochs", "sft_examples", "style", "synthetic_pages", "team_share")
+           "sft_epochs", "sft_examples", "sft_seed", "style", "synthetic_pages", "team_share")
 #: MARL's settings, in the MARL team's ``made_by`` (they shape the team, not the SFT model).
 _TAUGHT_MARL = ("marl_episodes", "marl_iterations", "marl_pairs", "marl_right_pairs")
 

@@ -137,7 +137,7 @@ def test_negative_counts_are_refused_with_the_flag_named(capsys):
 #: (its --no-balance flag is now --balance/--no-balance, recorded as balance).
 DEFAULT_ARGS = {"out": "runs/recipe", "demo_minutes": 10.0, "demo_workers": 4, "sft_examples": 2000,
                 "synthetic_pages": False, "team_share": 0.0, "sft_epochs": 1.0, "balance": True, "balance_steps": False, "hindsight": 0, "lr": 3e-4, "lora_r": 32,
-                "batch": 8, "lora_dropout": 0.0, "lora_from_layer": 0, "length_window": 32, "full_finetune": False, "element_format": "html", "style": "trained", "episodes": 13,
+                "batch": 8, "lora_dropout": 0.0, "lora_from_layer": 0, "length_window": 32, "full_finetune": False, "sft_seed": 0, "element_format": "html", "style": "trained", "episodes": 13,
                 "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "critic_episodes": 6, "team": False,
                 "serve": False, "serve_dtype": "auto", "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
                 "dpo_lr": 5e-5, "marl_iterations": 0, "marl_episodes": 2, "marl_pairs": 0, "marl_right_pairs": False,
@@ -161,6 +161,10 @@ def test_flags_and_defaults_are_the_recipes_and_land_in_the_composed_configs():
     assert config.evaluation.tasks.split(",") == list(HELDOUT_TASKS)
     assert (config.balance, config.teams, config.onpolicy_dpo, config.out_dir) == (False, True, False, "runs/x")
     assert recipe.flag_values(config)["lr"] == 1e-4 and recipe.flag_values(config)["team"] is True
+    # SFT and the held-out team both have a seed: each flag reaches its own.
+    seeded = recipe._args(["--sft-seed", "1", "--eval-seed", "3"])
+    assert (seeded.sft.seed, seeded.evaluation.team.seed) == (1, 3)
+    assert {k: recipe.flag_values(seeded)[k] for k in ("sft_seed", "eval_seed")} == {"sft_seed": 1, "eval_seed": 3}
 
 
 def test_stage_configs_are_the_ones_the_recipe_always_built(tmp_path, monkeypatch):
@@ -194,7 +198,7 @@ def test_stage_configs_are_the_ones_the_recipe_always_built(tmp_path, monkeypatc
         "cookbook/cpu_recipe/recipe.py --batch 8 --demo-minutes 10.0 --dpo-lr 5e-05 --element-format html "
         "--hindsight 0 --length-window 32 --lora-dropout 0.0 --lora-from-layer 0 --lora-r 32 --lr 0.0003 "
         "--onpolicy-episodes 0 "
-        "--round2-demo-rows 400 --sft-epochs 1.0 --sft-examples 2000 --style trained --team-share 0.0")
+        "--round2-demo-rows 400 --sft-epochs 1.0 --sft-examples 2000 --sft-seed 0 --style trained --team-share 0.0")
     clock = recipe._Clock(tmp_path / "recipe.json", config)
     clock.run("x", lambda: None)
     assert json.loads((tmp_path / "recipe.json").read_text())["args"] == DEFAULT_ARGS
