@@ -37,9 +37,11 @@ $(VLLM_STAMP): $(STAMP)
 demo: setup
 	$(VENV)/bin/collabui run $(DEMO_ARGS)
 
+# Tests on one pytest-xdist worker per core (at most 4): much of a test waits on Chromium, a
+# server or a subprocess. Ray's tests share one worker (tests/conftest.py).
 test: setup vllm
 	$(VENV)/bin/ruff check sdk topologies devices training tests cookbook
-	$(VENV)/bin/pytest -q --durations=30
+	$(VENV)/bin/pytest -q -n auto --maxprocesses 4 --dist loadgroup --durations=30
 
 # The trace schema's action definition, generated from the action models (tests/test_trace.py
 # fails while the committed one differs).

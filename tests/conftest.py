@@ -15,13 +15,21 @@ import pytest
 _WHEEL_FIXTURE = "smollm2_dir"
 
 
+#: Test files that start Ray clusters: with pytest-xdist they run on one worker, one at a time
+#: (a second cluster starting beside a ``ray start`` head may find and join it).
+_RAY_FILES = ("test_ray_cluster.py", "test_workers.py", "test_worker_kill.py")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark ``tiny_model`` every test that needs the wheel through a fixture (``fixturenames``
     is the transitive closure, so ``tiny_model_dir``, ``base_dir``... count) and is not already
-    ``model``: ``-m "not model and not tiny_model"`` then runs without the wheel."""
+    ``model``: ``-m "not model and not tiny_model"`` then runs without the wheel. Ray's tests
+    share an xdist group (``--dist loadgroup``)."""
     for item in items:
         if _WHEEL_FIXTURE in getattr(item, "fixturenames", ()) and item.get_closest_marker("model") is None:
             item.add_marker(pytest.mark.tiny_model)
+        if item.path.name in _RAY_FILES:
+            item.add_marker(pytest.mark.xdist_group("ray"))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -48,7 +48,8 @@ def test_vllm_cpu_serves_a_bundle_each_agent_its_adapter(smollm2_dir: Path, tmp_
         assert len(set(texts)) == 4, texts
         # A seeded, sampled prompt longer than vLLM-CPU's 2048-token prefill chunk: with chunked
         # prefill the engine died here ("CPU Generator does not use offset"; long web pages).
-        page = " ".join(f"item{i} apple" for i in range(1400)) + "\nName one fruit."
+        # ~2,200 tokens: two chunks (vLLM-CPU's prefill of 7,000 tokens alone took ~100 s here).
+        page = " ".join(f"item{i} apple" for i in range(460)) + "\nName one fruit."
         long = model.generate([ChatRequest(({"role": "user", "content": page},), max_new_tokens=4,
                                            temperature=0.7, seed=3)])[0]
         assert long.prompt_tokens > 2048 and long.text
