@@ -130,22 +130,22 @@ class RecipeConfig:
     synthetic_pages: bool = field(default=False, metadata={
         "help": "stage 1 also searches collabui's synthetic form pages (miniwob/synth-fields, "
                 "synth-choices, synth-forms) beside the training tasks"})
-    sft_examples: int = field(default=2000, metadata={"help": "SFT rows drawn from the data"})
-    team_share: float = field(default=0.0, metadata={
+    sft_examples: int = field(default=1600, metadata={"help": "SFT rows drawn from the data"})
+    team_share: float = field(default=0.5, metadata={
         "metavar": "P", "help": "share of SFT rows read as an agent of a 4 x 3 team reads them: drawn answers "
         "of the other agents beside the page, right or a plausible mistake (collabui.training.team_context)"})
     balance: bool = field(default=True, metadata={
         "help": "draw SFT rows round-robin over training tasks (--no-balance: at random)"})
-    balance_steps: bool = field(default=False, metadata={
+    balance_steps: bool = field(default=True, metadata={
         "help": "with --balance: round-robin over (task, step) pairs, so a multi-step task gets a share per step"})
     hindsight: int = field(default=0, metadata={
         "metavar": "N", "help": "add up to N hindsight-relabelled rows per first-step click on a quoted text (the "
         "same page, the instruction quoting another element's text: collabui.training.hindsight) before drawing"})
     sft: AgentSFTConfig = field(default_factory=_sft_template, metadata={
         "help": "stage 2", "skip_flags": _skip_all_but(AgentSFTConfig, _SFT_FLAGS)})
-    element_format: str = field(default="html", metadata={"choices": ("html", "text-first"),
+    element_format: str = field(default="text-first", metadata={"choices": ("html", "text-first"),
                                                           "help": "page format taught (and read by trained models)"})
-    style: str = field(default="trained", metadata={
+    style: str = field(default="grounded", metadata={
         "choices": ("trained", "grounded", "terse"),
         "help": "answer format taught: the action alone, the target's screen line first, or that with the "
         "shortest prompt (terse: ~35 fewer tokens a step)"})
@@ -248,14 +248,14 @@ _TAUGHT_MARL = ("marl_episodes", "marl_iterations", "marl_pairs", "marl_right_pa
 
 def made_by_command(config: RecipeConfig, *, marl: bool = False) -> str:
     """The recipe command line that trains ``config``'s model (``marl``: its MARL team): its
-    shaping settings as flags the parser accepts (a switch as ``--x`` or ``--no-x``, and only
-    when it differs from its default)."""
+    shaping settings as flags the parser accepts (a switch on as ``--x``; off as ``--no-x`` where
+    it is on by default, else left out: the parser has no ``--no-x`` then)."""
     values, defaults = flag_values(config), flag_values(_args([]))
     words = ["cookbook/cpu_recipe/recipe.py"]
     for name in sorted(_TAUGHT + (_TAUGHT_MARL if marl else ())):
         flag, value = "--" + name.replace("_", "-"), values[name]
         if isinstance(value, bool):
-            if value != defaults[name]:
+            if value or defaults[name]:
                 words.append(flag if value else "--no-" + flag[2:])
         else:
             words += [flag, str(value)]
