@@ -203,15 +203,19 @@ class RecipeConfig:
             raise ConfigError("--ablations compares MARL teams: give --marl-iterations N and --team with it")
 
 
-def _parser() -> tuple[argparse.ArgumentParser, list[str]]:
-    """The recipe's parser, and the dotted field path of each flag (in the order added)."""
+def _parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
+    """The recipe's parser, and ``{dotted field path: its flag without dashes}`` (in the order added)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    paths = add_config_flags(ap, RecipeConfig, rename=_RENAME, helps=_HELPS)
+
+    def named(paths: list[str], rename: dict[str, str]) -> dict[str, str]:
+        return {path: flag_of(path.rsplit(".", 1)[-1], rename)[2:].replace("-", "_") for path in paths}
+
+    flags = named(add_config_flags(ap, RecipeConfig, rename=_RENAME, helps=_HELPS), _RENAME)
     team = _evaluation_template().team
-    paths += ["evaluation.team." + name for name in add_config_flags(
+    flags |= named(["evaluation.team." + name for name in add_config_flags(
         ap, TeamConfig, only=_EVAL_TEAM_FLAGS, rename=_EVAL_TEAM_RENAME, helps=_HELPS, dest_prefix=_EVAL_TEAM_DEST,
-        defaults={name: getattr(team, name) for name in _EVAL_TEAM_FLAGS})]
-    return ap, paths
+        defaults={name: getattr(team, name) for name in _EVAL_TEAM_FLAGS})], _EVAL_TEAM_RENAME)
+    return ap, flags
 
 
 def _args(argv: list[str] | None = None) -> RecipeConfig:
@@ -230,12 +234,8 @@ def _args(argv: list[str] | None = None) -> RecipeConfig:
 def flag_values(config: RecipeConfig) -> dict[str, Any]:
     """``{flag: value}`` of every recipe flag (``demo_minutes``, ``lr``, ...: the flag without
     its dashes, dashes as underscores), read from ``config``: ``recipe.json``'s ``args``."""
-    _, paths = _parser()
-    def flag(path: str) -> str:
-        rename = _EVAL_TEAM_RENAME if path.startswith("evaluation.team.") else _RENAME
-        return flag_of(path.rsplit(".", 1)[-1], rename)[2:].replace("-", "_")
-
-    return {flag(path): functools.reduce(getattr, path.split("."), config) for path in paths}
+    _, flags = _parser()
+    return {flag: functools.reduce(getattr, path.split("."), config) for path, flag in flags.items()}
 
 
 #: The settings that shape the trained model, written into the bundle's ``made_by`` command.
