@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from collabui.approval import ApprovalPolicy
 from collabui.devices.base import Device
 from collabui.episode import EpisodeResult, StepRecord, _calls, _Driver, _Run
+from collabui.errors import CollabUIError
 from collabui.events import (
     ActionExecuted,
     EpisodeEnded,
@@ -38,7 +39,7 @@ from collabui.events import (
     StepStarted,
     VoteDecided,
 )
-from collabui.team import TeamStep
+from collabui.team import CUT_OFF, TeamStep
 from collabui.trace import TraceStore
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -173,7 +174,10 @@ async def _aevents(episode: _Episode) -> AsyncGenerator[Event, None]:
                 except BaseException as exc:
                     driver.throw(exc)
                 else:
-                    driver.send(step)
+                    if step is None:
+                        driver.throw(CollabUIError(CUT_OFF))
+                    else:
+                        driver.send(step)
                 finally:  # an early stop cancels the step's pending model calls now
                     await events.aclose()
             else:

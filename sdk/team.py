@@ -21,11 +21,15 @@ from collabui.batching import SuperstepBatcher
 from collabui.config import TeamConfig
 from collabui.devices import simplify
 from collabui.devices.base import Observation
-from collabui.errors import ConfigError
+from collabui.errors import CollabUIError, ConfigError
 from collabui.models.base import ChatModel, ChatRequest, ChatResult, Message
 from collabui.parsing import parse_proposal
 from collabui.prompts import PeerOutput, build_messages, history_in_format, render_observation
 from collabui.vote import VoteResult, majority_vote
+
+#: A step whose graph returned without its vote: a stop signal that a library's thread pool
+#: caught ends the stream early. Said as such, instead of failing later on a None vote.
+CUT_OFF = "the team step ended before its vote: the graph stopped early, as after a swallowed stop signal"
 
 if TYPE_CHECKING:  # pragma: no cover
     from collabui.events import ProposalMade, VoteDecided
@@ -391,8 +395,11 @@ class CollabAgentTeam:
         return {"max_concurrency": max(self._width.values()), "recursion_limit": 10 + len(self._width) * 2}
 
     def _finish(self, state: dict[str, Any], inputs: _StepState, started: float) -> TeamStep:
-        props = state["proposals"]
+        props = state.get("proposals") or {}
         n, m = self.config.n_agents, self.config.rounds
+        missing = [(i, j) for i in range(n) for j in range(m) if (i, j) not in props]
+        if missing or state.get("vote") is None:
+            raise CollabUIError(f"{CUT_OFF} ({len(missing)} of {n * m} proposals missing)")
         matrix = tuple(tuple(props[(i, j)] for j in range(m)) for i in range(n))
         return TeamStep(matrix, state["vote"], inputs["observation"], time.perf_counter() - started)
 
@@ -419,7 +426,7 @@ class CollabAgentTeam:
         state: dict[str, Any] = {"proposals": {}}
         for update in self.graph.stream(inputs, config=self._run_config(), stream_mode="updates"):
             yield from self._absorb(update, state, inputs, t, started)
-        return state["team_step"]
+        return state.get("team_step") or self._finish(state, inputs, started)  # the latter: a cut-off stream
 
     async def _astep_events(self, task: str, observation: Observation | str, history: Sequence[str] = (), *,
                             t: int = 0) -> AsyncGenerator[ProposalMade | VoteDecided, None]:

@@ -17,7 +17,7 @@ from collabui import CollabAgentTeam, make_env
 from collabui.actions.web import Click
 from collabui.devices.base import Observation
 from collabui.devices.fake import FakeDevice
-from collabui.errors import DeviceClosedError
+from collabui.errors import CollabUIError, DeviceClosedError
 from collabui.events import EVENT_KINDS, ActionExecuted, EpisodeEnded, ProposalMade, VoteDecided
 from collabui.models.fake import ScriptedChatModel
 from collabui.models.spec import load_model
@@ -256,3 +256,18 @@ def test_real_baselines_stream_on_miniwob(spec, tmp_path):
         assert "EpisodeStopped" in read_trace(tmp_path / "broken.jsonl").end["error"]
         again = team().run(None, env, seed=6)  # the browser is fine after the early stop
         assert again.n_steps >= 1 and again.error is None
+
+
+def test_an_async_step_whose_graph_stops_before_the_vote_fails_by_name(tmp_path, monkeypatch):
+    """A graph stream that ends early (a stop signal a library swallowed) ends the episode with
+    that error, not with a None step executed later ('NoneType' has no attribute 'action')."""
+    team = _team()
+
+    async def cut_off(*args: Any, **kwargs: Any):  # the step's stream ends before any vote
+        return
+        yield
+
+    monkeypatch.setattr(team, "_astep_events", cut_off)
+    with pytest.raises(CollabUIError, match="ended before its vote"):
+        asyncio.run(_drain(team.astream(None, _device(), trace=tmp_path, episode_id="cut")))
+    assert "ended before its vote" in read_trace(tmp_path / "cut.jsonl").end["error"]

@@ -10,7 +10,7 @@ from collabui import CollabAgentTeam
 from collabui.actions.web import Click
 from collabui.devices.base import Observation
 from collabui.devices.fake import FakeDevice
-from collabui.errors import ConfigError
+from collabui.errors import CollabUIError, ConfigError
 from collabui.models import ChatRequest
 from collabui.models.fake import ScriptedChatModel
 from collabui.topologies import Custom, RandomDAG, make_topology
@@ -223,3 +223,15 @@ def test_team_votes_by_the_configured_rule():
         assert step.action.to_call() == executed and step.vote.rule == rule
     with pytest.raises(ConfigError, match="vote 'plurality' is unknown"):
         CollabAgentTeam(ScriptedChatModel(answer), vote="plurality")
+
+
+def test_a_step_cut_off_before_its_vote_says_so():
+    team, _ = _team("chain")
+    inputs = team._inputs("Click Submit.", OBS, (), 0)
+    done = team.graph.invoke(inputs, config=team._run_config())
+    assert team._finish(done, inputs, 0.0).vote.action is not None
+    cut = {"proposals": {k: v for k, v in done["proposals"].items() if k[1] == 0}}  # the stop hit round 1
+    with pytest.raises(CollabUIError, match=r"ended before its vote.*\(8 of 12 proposals missing\)"):
+        team._finish(cut, inputs, 0.0)
+    with pytest.raises(CollabUIError, match="ended before its vote"):
+        team._finish({**done, "vote": None}, inputs, 0.0)

@@ -64,7 +64,9 @@ def site(tmp_path_factory) -> Iterator[LocalSite]:
 
 @pytest.fixture(scope="module")
 def device():
-    dev = BrowserDevice(action_timeout_s=0.5, task="test the browser")
+    # 2 s: long enough for a click on a loaded CI machine (0.5 s once timed out a plain click under
+    # four test workers), short enough that the timeout test stays quick.
+    dev = BrowserDevice(action_timeout_s=2.0, task="test the browser")
     yield dev
     dev.close()
 
@@ -102,6 +104,7 @@ def test_ids_go_past_z(device, site):
     ids = [e.id for e in parse_elements(obs.text) if e.id]
     assert ids[:3] == ["A", "B", "C"] and ids[25:] == ["Z", "AA", "AB", "AC", "AD"]
     outcome = device.act(web.Click("AB"))
+    assert outcome.observation.last_action_error is None
     assert outcome.observation.tabs == ("b27",)
 
 
