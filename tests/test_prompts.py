@@ -3,8 +3,9 @@
 import pytest
 
 from collabui.actions import WEB
+from collabui.devices.base import Observation
 from collabui.errors import ConfigError
-from collabui.prompts import PeerOutput, build_messages, history_entry
+from collabui.prompts import PeerOutput, build_messages, history_entry, render_observation
 
 
 def _messages(style: str, **kw):
@@ -50,12 +51,23 @@ def test_terse_style_reads_as_grounded_with_the_shortest_prompt():
     grounded = _messages("grounded", peers=[peer], own_previous=own)
     assert [m["role"] for m in terse] == ["system", "user"]
     assert terse[0]["content"] == "You operate a web browser to complete the user's task."
-    # The same page, history and answers, under shorter headings.
-    for text in ("<button[C]| Ok>", "1. click('A')", "[Agent 2] Thought: click button \"Ok\" [C]",
-                 "Your previous answer:\nAction: {\"action\": \"click\", \"element_id\": \"A\"}"):
+    # The same page, history and actions, under shorter headings and without the thoughts.
+    for text in ("<button[C]| Ok>", "1. click('A')", '[Agent 2] {"action": "click", "element_id": "C"}',
+                 'Your previous answer:\n{"action": "click", "element_id": "A"}'):
         assert text in terse[1]["content"]
+    assert "Thought" not in terse[1]["content"] and 'Thought: click button "Ok" [C]' in grounded[1]["content"]
     assert len(terse[0]["content"]) + 60 < len(grounded[0]["content"])
-    assert len(terse[1]["content"]) + 40 < len(grounded[1]["content"])
+    assert len(terse[1]["content"]) + 60 < len(grounded[1]["content"])
+
+
+@pytest.mark.parametrize(("viewport", "kept"), [("0 / 1.0", False), ("0 / 2.5", True), ("1 / 2.0", True)])
+def test_terse_style_leaves_out_only_a_viewport_with_nothing_to_scroll(viewport, kept):
+    screen = render_observation(Observation(text="<button[C]| Ok>", url="/miniwob/x.html", viewport=viewport))
+    terse = build_messages(space=WEB, task="t", observation=screen, history=[], style="terse")[1]["content"]
+    grounded = build_messages(space=WEB, task="t", observation=screen, history=[], style="grounded")[1]["content"]
+    assert f"Viewport (pages): {viewport}" in grounded
+    assert (f"Viewport (pages): {viewport}" in terse) is kept
+    assert "Location: /miniwob/x.html\n" in terse and "<button[C]| Ok>" in terse
 
 
 def _page(text: str, tree):

@@ -32,6 +32,7 @@ from typing import Any
 from collabui.actions import Action, ActionSpace, get_action_space
 from collabui.models.base import ChatModel, ChatRequest, ChatResult, Message
 from collabui.parsing import render_answer
+from collabui.prompts import TEAM_HEADINGS
 
 __all__ = [
     "RandomPolicyModel",
@@ -48,11 +49,7 @@ __all__ = [
 
 _MOBILE_MARK = "Android phone"
 _SCREEN_MARK = "\nCurrent screen:\n"
-_SCREEN_ENDS = (
-    "\nYour answer in the previous round:",
-    "\nAnswers from other agents in this round",
-    "\nReply with a Thought line and an Action line.",
-)
+_SCREEN_ENDS = (*(f"\n{heading}" for heading in TEAM_HEADINGS), "\nReply with a Thought line and an Action line.")
 _HEAD_LINES = ("Location: ", "Tabs: ", "Viewport (pages): ")
 
 # CJK ideographs, kana and hangul: scripts written without spaces, compared as bigrams.

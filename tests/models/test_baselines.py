@@ -68,6 +68,17 @@ def test_read_prompt_finds_space_task_history_and_screen() -> None:
     assert read_prompt(_request("Open Wi-Fi", MOBILE_SCREEN, space=MOBILE).messages).space is MOBILE
 
 
+@pytest.mark.parametrize("style", ["react", "grounded", "terse"])
+def test_read_prompt_stops_the_screen_at_the_team_answers_of_every_style(style) -> None:
+    from collabui.prompts import PeerOutput
+
+    peer = PeerOutput(agent=1, round=0, thought="click <a[C]| tortor>",
+                      action_json='{"action": "click", "element_id": "C"}', raw="")
+    messages = build_messages(space=WEB, task='Click "tortor".', observation=MINIWOB_PAGE, history=[],
+                              peers=[peer], own_previous=peer, style=style)
+    assert read_prompt(messages).screen == MINIWOB_PAGE  # the answers are not page elements
+
+
 def test_tokenize_handles_cjk_and_quotes() -> None:
     assert tokenize("搜索洗衣机") == ["搜索", "索洗", "洗衣", "衣机"]
     assert tokenize("Click the Sign-Up button of GitHub") == ["sign", "up", "github"]

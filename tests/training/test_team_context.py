@@ -79,8 +79,7 @@ def _single_agent_prompt() -> list[dict]:
 
 
 
-@pytest.mark.parametrize("style", ["grounded", "terse"])
-def test_grounded_team_rows_show_each_answer_with_the_screen_line_of_its_element(style: str):
+def test_grounded_team_rows_show_each_answer_with_the_screen_line_of_its_element(style: str = "grounded"):
     # A grounded team's agents write "Thought: click <screen line>" before each action, and
     # their peers read it so: rows without those lines would teach a prompt no team shows.
     rows = sft_rows(_rows(100), team_share=1.0, style=style, element_format="text-first")
@@ -94,3 +93,13 @@ def test_grounded_team_rows_show_each_answer_with_the_screen_line_of_its_element
         assert m.group(1) == action["action"] and m.group(3) == action["element_id"]
         assert "\n" + m.group(2) + "\n" in screen
     assert {json.loads(m.group(4))["element_id"] for m in shown} > {"A"}
+
+
+def test_terse_team_rows_show_the_answers_as_actions_alone():
+    # terse agents read their peers' actions without the thoughts (the prompt the team shows).
+    rows = sft_rows(_rows(100), team_share=1.0, style="terse", element_format="text-first")
+    prompts = [r["prompt"][-1]["content"] for r in rows]
+    shown = [json.loads(m) for p in prompts for m in re.findall(r'\[Agent \d\] (\{.*\})', p)]
+    assert len(shown) > 100 and all(a["element_id"] in IDS for a in shown if "element_id" in a)
+    assert not any("Thought:" in p for p in prompts)
+    assert any("Your previous answer:\n{" in p for p in prompts)
