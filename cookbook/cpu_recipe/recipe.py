@@ -596,19 +596,25 @@ def _format(config: RecipeConfig, model: str) -> str:
 
 def _row(results: dict[str, Any]) -> dict[str, Any]:
     rate = results["overall"]["success_rate"]
+    tokens = results.get("counts", {}).get("prompt_tokens_per_answer")  # none for the baselines
     return {"successes": rate["successes"], "episodes": rate["n"], "rate": rate["value"],
-            "ci95": rate["ci95"],
+            "ci95": rate["ci95"], **({"prompt_tokens": tokens} if tokens is not None else {}),
             "per_task": {t: v["success_rate"]["value"] for t, v in results["breakdown"]["per_task"].items()}}
 
 
 def table(results: dict[str, Any]) -> str:
-    """The README table of a results.json."""
-    lines = ["| system | success (held-out; pages shuffled unless the row says unshuffled) | 95% CI | episodes |",
-             "|---|---|---|---|"]
-    for name, row in results["systems"].items():
+    """The README table of a results.json (with the rows' prompt tokens per agent answer when
+    any row has them: the baselines read no tokens)."""
+    rows = results["systems"]
+    tokens = any("prompt_tokens" in row for row in rows.values())
+    lines = ["| system | success (held-out; pages shuffled unless the row says unshuffled) | 95% CI | episodes |"
+             + (" prompt tokens an answer |" if tokens else ""),
+             "|---|---|---|---|" + ("---|" if tokens else "")]
+    for name, row in rows.items():
         low, high = row["ci95"]
         lines.append(f"| {name} | {row['successes']}/{row['episodes']} = {100 * row['rate']:.1f}% | "
-                     f"{100 * low:.1f}-{100 * high:.1f}% | {row['episodes']} |")
+                     f"{100 * low:.1f}-{100 * high:.1f}% | {row['episodes']} |"
+                     + (f" {row.get('prompt_tokens', '')} |" if tokens else ""))
     return "\n".join(lines)
 
 

@@ -335,7 +335,11 @@ def _team_config(config: MiniWoBEvalConfig, adapter_names: tuple[str | None, ...
 def _episode_counts(result: Any) -> dict[str, int]:
     """Per-episode counts kept in the manifest (so a resumed run still reports them)."""
     proposals = [p for step in result.steps for row in step.team_step.proposals for p in row]
-    return {"proposals": len(proposals), "unparsable": sum(p.parse_error is not None for p in proposals)}
+    counts = {"proposals": len(proposals), "unparsable": sum(p.parse_error is not None for p in proposals)}
+    tokens = [p.prompt_tokens for p in proposals]
+    if tokens and None not in tokens:  # a backend that reports them (the baselines read no tokens)
+        counts["prompt_tokens"] = sum(tokens)
+    return counts
 
 
 def evaluate_miniwob(config: MiniWoBEvalConfig, out_dir: str | Path, *, model: ChatModel | None = None,
@@ -469,12 +473,23 @@ def build_results(config: MiniWoBEvalConfig, tasks: Sequence[str], records: Sequ
         "counts": {"episodes": len(records), "errors": sum(1 for r in records if r.get("error")),
                    "unparsable": sum(int(r.get("unparsable", 0)) for r in records),
                    "proposals": sum(int(r.get("proposals", 0)) for r in records),
-                   "steps": sum(int(r.get("steps", 0)) for r in records)},
+                   "steps": sum(int(r.get("steps", 0)) for r in records),
+                   **_prompt_tokens(records)},
         "run": {"concurrency": config.concurrency, "workers": config.workers,
                 "backend": ("ray" if config.ray is not None else "processes") if config.uses_workers else "this process",
                 "episode_seconds": round(sum(float(r.get("seconds", 0.0)) for r in records), 3)},
         "started": started, "seconds": round(seconds, 3), "command": command,
     }
+
+
+def _prompt_tokens(records: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Mean prompt tokens per agent answer (what a step costs an agent), over the episodes
+    whose backend counted them; nothing when none did."""
+    counted = [r for r in records if "prompt_tokens" in r]
+    proposals = sum(int(r.get("proposals", 0)) for r in counted)
+    if not proposals:
+        return {}
+    return {"prompt_tokens_per_answer": round(sum(int(r["prompt_tokens"]) for r in counted) / proposals, 1)}
 
 
 def _write_outputs(results: dict[str, Any], out: Path, plot: bool) -> None:

@@ -87,8 +87,14 @@ def test_table_is_generated_from_results(tmp_path):
     results = {"systems": {"lexical": {"successes": 41, "episodes": 200, "rate": 0.205, "ci95": [0.155, 0.266]}}}
     text = recipe.table(results)
     assert "| lexical | 41/200 = 20.5% | 15.5-26.6% | 200 |" in text
+    assert "prompt tokens" not in text  # no row counted them
     (tmp_path / "results.json").write_text(json.dumps(results))
     assert recipe.main(["--out", str(tmp_path), "--table"]) == 0
+    results["systems"]["trained_team"] = {"successes": 62, "episodes": 200, "rate": 0.31, "ci95": [0.25, 0.377],
+                                          "prompt_tokens": 181.2}
+    text = recipe.table(results)
+    assert "| lexical | 41/200 = 20.5% | 15.5-26.6% | 200 |  |" in text
+    assert "| trained_team | 62/200 = 31.0% | 25.0-37.7% | 200 | 181.2 |" in text
 
 
 RANDOM_ROW = {"successes": 3, "episodes": 25, "rate": 0.12, "ci95": [0.04, 0.3], "per_task": {}}
@@ -97,6 +103,7 @@ RANDOM_ROW = {"successes": 3, "episodes": 25, "rate": 0.12, "ci95": [0.04, 0.3],
 def _fake_results(successes: int) -> dict:
     return {"overall": {"success_rate": {"successes": successes, "n": 10, "value": successes / 10,
                                          "ci95": [0.0, 1.0]}},
+            "counts": {"prompt_tokens_per_answer": 150.5} if successes % 2 else {},
             "breakdown": {"per_task": {"click-test": {"success_rate": {"value": successes / 10}}}}}
 
 
@@ -122,6 +129,9 @@ def test_main_adds_the_asked_rows_to_the_folders_results_and_refuses_unknown_one
     results = json.loads((tmp_path / "results.json").read_text())
     assert list(results["systems"]) == ["random", "lexical", "trained_single"]
     assert results["systems"]["random"] == RANDOM_ROW and results["systems"]["trained_single"]["successes"] == 2
+    # A row's prompt tokens come with it when its backend counted them (evaluated first: odd, counted).
+    assert results["systems"]["lexical"]["prompt_tokens"] == 150.5
+    assert "prompt_tokens" not in results["systems"]["trained_single"]
     assert results["validation"] == {"successes": 7} and results["minutes"] == 1.0
     assert "eval_minutes" in results and "| trained_single | 2/10 = 20.0% |" in capsys.readouterr().out
 

@@ -267,6 +267,17 @@ def test_unparsable_proposals_are_counted(tmp_path):
     assert results["breakdown"]["per_task"]["click-button"]["unparsable_rate"]["n"] == 2
 
 
+def test_prompt_tokens_per_answer_is_the_mean_over_the_traced_answers(tmp_path):
+    import json
+
+    results = evaluate_miniwob(_config(tasks="click-button", episodes=2), tmp_path,
+                               model=ScriptedChatModel(lambda r: OK), env_factory=_fake_factory([]), progress=False)
+    counts = [p["prompt_tokens"] for f in (tmp_path / "traces").glob("*.jsonl") for line in f.open()
+              if (rec := json.loads(line))["type"] == "step" for row in rec["proposals"] for p in row]
+    assert len(counts) == results["counts"]["proposals"] > 0 and min(counts) > 0
+    assert results["counts"]["prompt_tokens_per_answer"] == round(sum(counts) / len(counts), 1)
+
+
 # -- runner directly ---------------------------------------------------------------------------
 
 
