@@ -139,6 +139,10 @@ class MARLConfig:
         object.__setattr__(self, "eval_tasks", held_out)
         _check_spec(self.critic, ("outcome", "reference", "oracle", "verified"), "critic")
         _check_spec(self.adversary, ("rule", "own"), "adversary")
+        if self.critic == "outcome" and self.adversary == "own":
+            # Every entry of an episode shares its outcome: no step has a right and a wrong proposal.
+            raise ConfigError("the outcome critic labels every entry of a step alike, so no agent has an own "
+                              "mistake beside a right answer: use --adversary rule with it")
         if self.right_pairs and self.adversary != "own":
             raise ConfigError("right_pairs pairs right proposals with the team's own wrong ones: use it with "
                               "--adversary own")

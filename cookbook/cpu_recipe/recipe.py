@@ -425,7 +425,10 @@ def _full_bundle(model_dir: Path, out: Path, **manifest: Any) -> Path:
 
 
 #: The paper's ablations (its Table 4), each a MARL run from the same SFT model at the same compute.
-ABLATIONS: dict[str, dict[str, Any]] = {"ablation_no_cr": {"critic": "outcome"},
+#: Without CR every entry of an episode scores its outcome, so no step holds an agent's own
+#: mistake beside a right answer: the adversary writes the rejected answers (the paper's own
+#: way of making pairs), as many per agent as the full run had.
+ABLATIONS: dict[str, dict[str, Any]] = {"ablation_no_cr": {"critic": "outcome", "adversary": "rule"},
                                         "ablation_no_edge_update": {"edge_update": False},
                                         "ablation_rft": {"objective": "rft"}}
 
@@ -461,11 +464,22 @@ def marl(config: RecipeConfig, start: Path, out: Path, clock: "_Clock") -> dict[
     for row, change in runs.items():
         if row != "trained_team":
             share_first_rollouts(out / "trained_team", out / row, change)
+            change = same_pairs_as(out / "trained_team", change, config)
         clock.run(f"6 marl {row}", lambda r=row, c=change: run_marl(marl_config(config, start, out / r, **c)),
                   once=True)
         found[row] = out / row / "bundle"
     _stamp(found["trained_team"], made_by_command(config, marl=True))
     return found
+
+
+def same_pairs_as(full: Path, change: dict[str, Any], config: RecipeConfig) -> dict[str, Any]:
+    """An ablation whose pairs are not the agents' own mistakes (``adversary``) gets at most as
+    many pairs per agent as the full run trained on: the same compute, not more data."""
+    if "adversary" not in change or config.marl_pairs:
+        return change
+    report = json.loads((full / "marl_report.json").read_text())
+    most = max((max(it["pairs"].get("per_agent", {}).values(), default=0) for it in report["iterations"]), default=0)
+    return {**change, "max_pairs": most} if most else change
 
 
 def share_first_rollouts(source: Path, target: Path, change: dict[str, Any]) -> None:

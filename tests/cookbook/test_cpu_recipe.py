@@ -332,8 +332,9 @@ def test_marl_rows_use_the_marl_teams_and_ablations_need_a_team(tmp_path, capsys
     assert full.dpo["loss_type"] == ["sigmoid", "sft"] and full.dpo["lora_r"] == 8
     for name, change in recipe.ABLATIONS.items():
         ablated = recipe.marl_config(config, tmp_path / "bundle", tmp_path / name, **change)
-        differs = {k for k in ("critic", "edge_update", "objective") if getattr(ablated, k) != getattr(full, k)}
-        assert differs == set(change)  # one thing changed, the rest (compute included) is the same
+        keys = ("critic", "adversary", "edge_update", "objective")
+        differs = {k for k in keys if getattr(ablated, k) != getattr(full, k)}
+        assert differs == set(change)  # one thing changed (no CR: the critic, so its pairs' source), the rest kept
 
 
 @pytest.mark.slow
@@ -374,6 +375,7 @@ def test_marl_stage_trains_the_team_and_each_ablation_from_one_sft_bundle(tmp_pa
         manifest = read_bundle(folder)
         assert manifest["merge"] == ["stage1"] and len(manifest["agents"]) == 4, row
     assert "--marl-iterations 1" in read_bundle(found["trained_team"])["made_by"]
+    assert runs[1].adversary == "rule"  # without CR the adversary writes the rejected answers
     assert read_bundle(found["ablation_rft"])["marl"]["objective"] == "rft"
     # No-CR and RFT reused the team's iteration-0 episodes; the fixed-DAG ablation ran its own.
     team_trace = (tmp_path / "marl" / "trained_team" / "iter0" / "traces").glob("*.jsonl")
@@ -386,6 +388,17 @@ def test_marl_stage_trains_the_team_and_each_ablation_from_one_sft_bundle(tmp_pa
     dags = {row: read_bundle(found[row])["team"]["topology"] for row in found}
     assert dags["ablation_no_edge_update"] != dags["trained_team"] == dags["ablation_rft"]
     assert set(json.loads((tmp_path / "recipe.json").read_text())["seconds"]) == {f"6 marl {r}" for r in found}
+
+
+def test_an_ablation_with_written_pairs_trains_on_as_many_per_agent_as_the_full_run(tmp_path):
+    recipe = _recipe()
+    report = {"iterations": [{"pairs": {"per_agent": {"0": 40, "1": 42, "2": 38, "3": 40}}}]}
+    (tmp_path / "marl_report.json").write_text(json.dumps(report))
+    no_cr = recipe.ABLATIONS["ablation_no_cr"]
+    assert recipe.same_pairs_as(tmp_path, no_cr, recipe._args([])) == {**no_cr, "max_pairs": 42}
+    # Own-mistake ablations keep the full run's pairs as they are; a cap given by flag stays.
+    assert recipe.same_pairs_as(tmp_path, {"edge_update": False}, recipe._args([])) == {"edge_update": False}
+    assert recipe.same_pairs_as(tmp_path, no_cr, recipe._args(["--marl-pairs", "10"])) == no_cr
 
 
 def test_clock_counts_a_finished_stage_once_and_an_interrupted_one(tmp_path, monkeypatch):

@@ -181,6 +181,7 @@ def test_rerun_with_another_config_is_a_one_line_error(base_dir, tmp_path):
     ({"objective": "ppo"}, "unknown objective"),
     ({"element_format": "xml"}, "unknown element_format"),
     ({"right_pairs": True}, "with --adversary own"),
+    ({"critic": "outcome", "adversary": "own"}, "outcome critic labels every entry of a step alike"),
     ({"max_pairs": -1}, "max_pairs must be an integer >= 0"),
     ({"concurrency": 2, "workers": 2}, "do not combine"),
     ({"eval_tasks": ()}, "eval_tasks is empty"),
