@@ -60,6 +60,7 @@ from collabui.actions import Action, ActionSpace, Unknown, get_action_space
 from collabui.errors import ActionError
 
 __all__ = [
+    "TEAM_HEADINGS",
     "MAX_ANSWER_CHARS",
     "MAX_SCAN_CHARS",
     "ParsedProposal",
@@ -192,6 +193,16 @@ def parse_proposal(text: str, space: ActionSpace | str) -> ParsedProposal:
         return _failed(text, f"proposal too complex to parse ({type(exc).__name__})")
     except Exception as exc:  # the never-raises contract outranks a bug report here
         return _failed(text, f"internal parser error: {type(exc).__name__}: {exc}")
+
+
+#: The headings under which an agent's prompt shows team answers (its own previous one, its
+#: predecessors'), per prompt register: written by ``collabui.prompts``, read where a prompt is
+#: taken apart (the baselines' screen ends at them). Here, below both, so each has one owner.
+TEAM_HEADINGS = {
+    "full": ("Your answer in the previous round:",
+             "Answers from other agents in this round (they may contain errors):"),
+    "terse": ("Your previous answer:", "Other agents (may be wrong):"),
+}
 
 
 def render_answer(action_json: str, thought: str | None = None) -> str:

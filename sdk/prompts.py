@@ -18,9 +18,9 @@ from collabui.devices import simplify
 from collabui.devices.base import Observation
 from collabui.errors import ConfigError
 from collabui.models.base import Message
-from collabui.parsing import render_answer
+from collabui.parsing import TEAM_HEADINGS, render_answer
 
-__all__ = ["GROUNDED_STYLES", "PeerOutput", "PROMPT_STYLES", "TEAM_HEADINGS", "build_messages", "history_entry", "history_in_format",
+__all__ = ["GROUNDED_STYLES", "PeerOutput", "PROMPT_STYLES", "build_messages", "history_entry", "history_in_format",
            "render_observation"]
 
 #: ``react``: instructions, a demonstration turn, Thought + Action answers (untrained models).
@@ -203,16 +203,8 @@ def _named_call(action: Action, observation: Observation | None) -> str:
     return f"{action.name}({', '.join(args)})"
 
 
-# What heads an agent's previous answer and its predecessors' answers in its prompt.
-_TEAM_HEADINGS = {
-    "full": ("Your answer in the previous round:",
-             "Answers from other agents in this round (they may contain errors):"),
-    "terse": ("Your previous answer:", "Other agents (may be wrong):"),
-}
 
 
-#: Every heading of a team's answers, the end of the screen for readers of a prompt (baselines).
-TEAM_HEADINGS = tuple(h for pair in _TEAM_HEADINGS.values() for h in pair)
 #: The viewport line of a page that fits one screen: nothing to scroll, so ``terse`` leaves it out.
 _ONE_SCREEN = f"Viewport (pages): {simplify.format_viewport(0, 1, 1)}"
 
@@ -259,7 +251,7 @@ def build_messages(
     if terse:
         observation = _without_one_screen_viewport(observation)
     parts = [f"Task: {task}", f"Previous actions: {_history(history)}", "Current screen:", observation]
-    own_heading, peers_heading = _TEAM_HEADINGS["terse" if terse else "full"]
+    own_heading, peers_heading = TEAM_HEADINGS["terse" if terse else "full"]
     if own_previous is not None:
         parts += [own_heading, own_previous.render(with_thought=not terse)]
     if peers:

@@ -31,8 +31,7 @@ from typing import Any
 
 from collabui.actions import Action, ActionSpace, get_action_space
 from collabui.models.base import ChatModel, ChatRequest, ChatResult, Message
-from collabui.parsing import render_answer
-from collabui.prompts import TEAM_HEADINGS
+from collabui.parsing import TEAM_HEADINGS, render_answer
 
 __all__ = [
     "RandomPolicyModel",
@@ -49,7 +48,7 @@ __all__ = [
 
 _MOBILE_MARK = "Android phone"
 _SCREEN_MARK = "\nCurrent screen:\n"
-_SCREEN_ENDS = (*(f"\n{heading}" for heading in TEAM_HEADINGS), "\nReply with a Thought line and an Action line.")
+_SCREEN_ENDS = (*(f"\n{h}" for pair in TEAM_HEADINGS.values() for h in pair), "\nReply with a Thought line and an Action line.")
 _HEAD_LINES = ("Location: ", "Tabs: ", "Viewport (pages): ")
 
 # CJK ideographs, kana and hangul: scripts written without spaces, compared as bigrams.
