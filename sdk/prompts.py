@@ -33,7 +33,7 @@ __all__ = ["GROUNDED_STYLES", "PeerOutput", "PROMPT_STYLES", "build_messages", "
 #: recalling the id directly. ``terse``: ``grounded`` answers with the shortest prompt: the system
 #: line says only what the agent operates, no viewport line on a page that fits one screen, and
 #: a team's answers under short headings as their actions alone (the thought repeats the action's
-#: target). A 4 x 3 team agent's prompt falls from ~265 to ~190 tokens on MiniWoB++ pages, and
+#: target). A 4 x 3 team agent's prompt falls from ~251 to ~181 tokens on the training pages, and
 #: an SFT step on a CPU costs per token.
 PROMPT_STYLES = ("react", "compact", "trained", "grounded", "terse")
 #: The styles whose answers copy the target's screen line into the ``Thought:`` line.
@@ -136,7 +136,7 @@ def render_observation(obs: Observation, *, max_chars: int = 6000) -> str:
         tabs = ", ".join(f"{k}. {t}{' (current)' if k == obs.current_tab else ''}" for k, t in enumerate(obs.tabs))
         head.append(f"Tabs: {tabs}")
     if obs.viewport:
-        head.append(f"Viewport (pages): {obs.viewport}")
+        head.append(_VIEWPORT_HEAD + obs.viewport)
     text = obs.text if len(obs.text) <= max_chars else obs.text[:max_chars] + " ...(truncated)"
     out = "\n".join([*head, text])
     if obs.last_action_error:
@@ -206,7 +206,8 @@ def _named_call(action: Action, observation: Observation | None) -> str:
 
 
 #: The viewport line of a page that fits one screen: nothing to scroll, so ``terse`` leaves it out.
-_ONE_SCREEN = f"Viewport (pages): {simplify.format_viewport(0, 1, 1)}"
+_VIEWPORT_HEAD = "Viewport (pages): "
+_ONE_SCREEN = _VIEWPORT_HEAD + simplify.format_viewport(0, 1, 1)
 
 
 def _without_one_screen_viewport(observation: str) -> str:
