@@ -61,6 +61,7 @@ from collabui.errors import ActionError
 
 __all__ = [
     "TEAM_HEADINGS",
+    "OBSERVATION_HEADS",
     "MAX_ANSWER_CHARS",
     "MAX_SCAN_CHARS",
     "ParsedProposal",
@@ -203,6 +204,11 @@ TEAM_HEADINGS = {
              "Answers from other agents in this round (they may contain errors):"),
     "terse": ("Your previous answer:", "Other agents (may be wrong):"),
 }
+
+
+#: The head lines an agent's observation may start with, before the screen (location, tabs,
+#: viewport): written by ``collabui.prompts.render_observation``, skipped by the baselines.
+OBSERVATION_HEADS = {"location": "Location: ", "tabs": "Tabs: ", "viewport": "Viewport (pages): "}
 
 
 def render_answer(action_json: str, thought: str | None = None) -> str:

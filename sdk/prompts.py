@@ -18,7 +18,7 @@ from collabui.devices import simplify
 from collabui.devices.base import Observation
 from collabui.errors import ConfigError
 from collabui.models.base import Message
-from collabui.parsing import TEAM_HEADINGS, render_answer
+from collabui.parsing import OBSERVATION_HEADS, TEAM_HEADINGS, render_answer
 
 __all__ = ["GROUNDED_STYLES", "PeerOutput", "PROMPT_STYLES", "build_messages", "history_entry", "history_in_format",
            "render_observation"]
@@ -131,10 +131,10 @@ def render_observation(obs: Observation, *, max_chars: int = 6000) -> str:
     """The observation as agents read it: location line(s), the screen, the last error."""
     head = []
     if obs.url:
-        head.append(f"Location: {obs.url}")
+        head.append(OBSERVATION_HEADS["location"] + obs.url)
     if len(obs.tabs) > 1:
         tabs = ", ".join(f"{k}. {t}{' (current)' if k == obs.current_tab else ''}" for k, t in enumerate(obs.tabs))
-        head.append(f"Tabs: {tabs}")
+        head.append(OBSERVATION_HEADS["tabs"] + tabs)
     if obs.viewport:
         head.append(_VIEWPORT_HEAD + obs.viewport)
     text = obs.text if len(obs.text) <= max_chars else obs.text[:max_chars] + " ...(truncated)"
@@ -206,7 +206,7 @@ def _named_call(action: Action, observation: Observation | None) -> str:
 
 
 #: The viewport line of a page that fits one screen: nothing to scroll, so ``terse`` leaves it out.
-_VIEWPORT_HEAD = "Viewport (pages): "
+_VIEWPORT_HEAD = OBSERVATION_HEADS["viewport"]
 _ONE_SCREEN = _VIEWPORT_HEAD + simplify.format_viewport(0, 1, 1)
 
 

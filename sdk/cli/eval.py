@@ -59,7 +59,13 @@ _MINIWOB_HELPS = {
 def add_commands(sub: Any) -> None:
     """Register ``eval`` and its subcommands on the top-level subparsers."""
     from collabui.cli.run import ADAPTERS_HELP
-    from collabui.evaluation.miniwob import SERVE_DTYPE_HELP, SERVE_DTYPES, MiniWoBEvalConfig
+    from collabui.evaluation.miniwob import (
+        AGENT_SERVING,
+        SERVE_AGENTS_HELP,
+        SERVE_DTYPE_HELP,
+        SERVE_DTYPES,
+        MiniWoBEvalConfig,
+    )
 
     ev = sub.add_parser("eval", help="evaluate a team or a baseline; compare results")
     esub = ev.add_subparsers(dest="eval_command", required=True)
@@ -111,6 +117,7 @@ def add_commands(sub: Any) -> None:
                    "and stopped with it (a trained bundle: its shared model merged, each agent's LoRA adapter by "
                    "name; needs `collabui serve --setup`): the agents of a round are answered in one batch")
     a.add_argument("--serve-dtype", default="auto", choices=SERVE_DTYPES, help=SERVE_DTYPE_HELP)
+    a.add_argument("--serve-agents", default="lora", choices=AGENT_SERVING, help=SERVE_AGENTS_HELP)
 
     from collabui.evaluation.throughput import ThroughputConfig
 
@@ -262,6 +269,8 @@ def _autowebbench_command(args: argparse.Namespace, config: TeamConfig) -> str:
             parts += [flag, str(value)]
     if args.serve_dtype != "auto":
         parts += ["--serve-dtype", args.serve_dtype]
+    if args.serve_agents != "lora":
+        parts += ["--serve-agents", args.serve_agents]
     if args.element_format != "auto":
         parts += ["--element-format", args.element_format]
     return shlex.join(parts + [flag for flag, on in (("--guided-json", args.guided_json), ("--serve", args.serve)) if on])
@@ -276,7 +285,8 @@ def _autowebbench_model(args: argparse.Namespace) -> Any:
         return load_model(args.model, adapters=args.adapters, **client)
     from collabui.serving.managed import ServedModel
 
-    return ServedModel.of_spec(args.model, args.adapters, client=client, dtype=args.serve_dtype)
+    return ServedModel.of_spec(args.model, args.adapters, client=client, agents=args.serve_agents,
+                               dtype=args.serve_dtype)
 
 
 def _autowebbench(args: argparse.Namespace) -> int:
@@ -287,7 +297,7 @@ def _autowebbench(args: argparse.Namespace) -> int:
     from collabui.team import CollabAgentTeam, _resolve_topology
 
     refuse_ignored_model_flags(args.model, guided_json=args.guided_json, adapters=args.adapters)
-    check_serve(args.model, args.serve, args.serve_dtype)  # before the records and the model load
+    check_serve(args.model, args.serve, args.serve_dtype, args.serve_agents)  # before the records and the model load
 
     baseline = is_baseline(args.model)
     n = args.n_agents or (1 if baseline else 4)
@@ -317,6 +327,8 @@ def _autowebbench(args: argparse.Namespace) -> int:
                 system[flag] = True  # vLLM's numerics (bf16 where the CPU has it) are not the local fp32
         if args.serve_dtype != "auto":
             system["serve_dtype"] = args.serve_dtype
+        if args.serve_agents != "lora":
+            system["serve_agents"] = args.serve_agents
         evaluate_autowebbench(args.data, team, args.out, start=args.start, limit=args.limit,
                               system=system, command=_autowebbench_command(args, config),
                               progress=not args.quiet, element_format=element_format)

@@ -130,15 +130,26 @@ SERVE_DTYPE_HELP = ("(--serve) the server's weights: auto (bfloat16 where the CP
                     "float32), or float32 to compare exactly with a local (float32) run")
 
 
-def check_serve(model: str, serve: bool, serve_dtype: str) -> None:
-    """ConfigError when the serving options cannot apply: an unknown dtype, a dtype without
-    ``serve``, or ``serve`` for a model no server is started for (baselines run here, ``openai:``
-    specs are already served)."""
+#: How a served bundle's agent adapters run (collabui.serving.managed.AGENT_SERVING).
+AGENT_SERVING = ("lora", "merged")
+SERVE_AGENTS_HELP = ("(--serve) a trained bundle's per-agent adapters: lora (one server, each adapter by name) "
+                     "or merged (each agent's adapter folded into its own model, one server each: no LoRA "
+                     "ops, faster on a CPU)")
+
+
+def check_serve(model: str, serve: bool, serve_dtype: str, serve_agents: str = "lora") -> None:
+    """ConfigError when the serving options cannot apply: an unknown dtype or agent serving, either
+    without ``serve``, or ``serve`` for a model no server is started for (baselines run here,
+    ``openai:`` specs are already served)."""
     if serve_dtype not in SERVE_DTYPES:
         raise ConfigError(f"unknown serve_dtype {serve_dtype!r}; use one of {', '.join(SERVE_DTYPES)}")
+    if serve_agents not in AGENT_SERVING:
+        raise ConfigError(f"unknown serve_agents {serve_agents!r}; use one of {', '.join(AGENT_SERVING)}")
     if serve_dtype != "auto" and not serve:
         raise ConfigError("serve_dtype would be ignored without serve (a local model runs in float32); "
                           "add --serve or drop --serve-dtype")
+    if serve_agents != "lora" and not serve:
+        raise ConfigError("serve_agents would be ignored without serve; add --serve or drop --serve-agents")
     if serve and (is_baseline(model) or model.strip().startswith("openai:")):
         raise ConfigError(f"serve starts a vLLM server for a local model; {redact_url(model)} is not one "
                           "(baselines run here, openai: specs are already served): drop --serve")
@@ -196,11 +207,12 @@ class MiniWoBEvalConfig:
                 "merged, each agent's LoRA adapter by name; needs `collabui serve --setup`); episodes at once: "
                 "--concurrency"})
     serve_dtype: str = field(default="auto", metadata={"choices": SERVE_DTYPES, "help": SERVE_DTYPE_HELP})
+    serve_agents: str = field(default="lora", metadata={"choices": AGENT_SERVING, "help": SERVE_AGENTS_HELP})
 
     def __post_init__(self) -> None:
         self._check_team()
         self._check_page_options()
-        check_serve(self.model, self.serve, self.serve_dtype)
+        check_serve(self.model, self.serve, self.serve_dtype, self.serve_agents)
         if self.serve and self.uses_workers:
             raise ConfigError("serve and workers/ray do not combine: the server batches the requests of "
                               "--concurrency K episodes in this process; use --concurrency")
@@ -397,7 +409,7 @@ def _served(config: MiniWoBEvalConfig, model: ChatModel | None,
     from collabui.serving.managed import serve_model
 
     client = {"guided_json": config.action_space} if config.guided_json else {}
-    with serve_model(config.model, config.adapters, client=client,
+    with serve_model(config.model, config.adapters, client=client, agents=config.serve_agents,
                      **{"dtype": config.serve_dtype, **server_options}) as served:
         yield served
 

@@ -144,17 +144,17 @@ def base_model_dir(folder: str | Path) -> Path:
     raise ConfigError(f"{root / 'team.json'}: base {base!r} is not smollm2 or hf:PATH")
 
 
-def write_merged_model(folder: str | Path, target: str | Path) -> Path:
+def write_merged_model(folder: str | Path, target: str | Path, *, agent: str | None = None) -> Path:
     """Write the bundle's shared model to ``target``: its base with the ``merge`` adapters
     folded in (float32 on a CPU, bfloat16 on CUDA, as LocalModel loads it): what a server, or
-    training on top of it, loads as a plain model."""
+    training on top of it, loads as a plain model. ``agent``: also fold in that agent adapter
+    (the agent's own whole model)."""
     import shutil
 
     from collabui.models.local import LocalModel
 
     root, out = Path(folder).expanduser(), Path(target)
-    manifest = read_bundle(root)
-    model = LocalModel(base_model_dir(root), merge=[root / m for m in manifest.get("merge", [])], prefix_cache=False)
+    model = LocalModel(base_model_dir(root), merge=_merged_folders(root, agent), prefix_cache=False)
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.model.save_pretrained(str(tmp))
@@ -165,23 +165,24 @@ def write_merged_model(folder: str | Path, target: str | Path) -> Path:
     return out
 
 
-def merged_model_dir(folder: str | Path, cache_dir: str | Path | None = None) -> Path:
+def merged_model_dir(folder: str | Path, cache_dir: str | Path | None = None, *, agent: str | None = None) -> Path:
     """A plain transformers folder of the bundle's shared model (base + ``merge`` adapters),
     e.g. for a vLLM server, which serves LoRA adapters but does not merge them: the base's own
     folder when nothing is merged, else a merged copy made once under the collabui cache
-    (``merged-models/<hash of the base and the merged weights>``) and reused."""
+    (``merged-models/<hash of the base and the merged weights>``) and reused. ``agent``: the
+    agent adapter of that name merged on top too (a server of that agent alone)."""
     import hashlib
 
     root = Path(folder).expanduser()
-    manifest = read_bundle(root)
     base = base_model_dir(root)
-    if not manifest.get("merge"):
+    merged = _merged_folders(root, agent)
+    if not merged:
         return base
     digest = hashlib.sha256(str(base.resolve()).encode())
     for path in sorted(base.glob("*.safetensors")):  # a base inside the bundle may be retrained
         digest.update(f"{path.name}:{path.stat().st_size}:{path.stat().st_mtime_ns}".encode())
-    for name in manifest["merge"]:
-        for path in sorted((root / name).glob("*")):
+    for adapter in merged:
+        for path in sorted(adapter.glob("*")):
             digest.update(path.name.encode())
             digest.update(path.read_bytes())
     if cache_dir is None:
@@ -192,7 +193,20 @@ def merged_model_dir(folder: str | Path, cache_dir: str | Path | None = None) ->
     if (target / "config.json").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    return write_merged_model(root, target)
+    return write_merged_model(root, target, agent=agent)
+
+
+def _merged_folders(root: Path, agent: str | None) -> list[Path]:
+    """The adapter folders folded into a merged model: the bundle's ``merge`` list, then
+    ``agent`` (one of the bundle's agent adapters) when given."""
+    manifest = read_bundle(root)
+    folders = [root / m for m in manifest.get("merge", [])]
+    if agent is None:
+        return folders
+    if agent not in _named(manifest.get("agents", [])):
+        raise ConfigError(f"{root / 'team.json'} has no agent adapter {agent!r}; its agents: "
+                          f"{_named(manifest.get('agents', []))}")
+    return [*folders, root / agent]
 
 
 def write_bundle_manifest(folder: str | Path, *, base: str, merge: list[str], agents: list[str | None],

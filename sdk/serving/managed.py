@@ -8,14 +8,23 @@ bundle names, so agent i's requests name the adapter of its slot, exactly as ``L
 serves the bundle. The client a team talks to carries the bundle's team settings (prompt style,
 page format, adapter slots, trained DAG) as ``team_defaults``, so the team runs as it would on
 the local backend.
+
+With ``agents="merged"`` each agent adapter is instead folded into its own copy of the model
+(:func:`collabui.models.bundle.merged_model_dir` with ``agent=``) and served by a server of its
+own, without LoRA; an :class:`AgentRouter` sends each request to the server of its adapter. On
+a CPU that skips vLLM's LoRA path, which runs as per-token PyTorch ops there; on a GPU the LoRA
+kernels are native and one server with adapters is the cheaper way.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,9 +32,16 @@ from typing import Any
 from collabui.errors import ConfigError
 from collabui.models.base import ChatModel, ChatRequest, ChatResult
 
-__all__ = ["ServedSpec", "ServedModel", "served_spec", "serve_model", "vllm_model_factory"]
+__all__ = ["ServedSpec", "ServedModel", "AgentRouter", "AGENT_SERVING", "served_spec", "serve_model",
+           "vllm_model_factory"]
 
 log = logging.getLogger(__name__)
+
+#: How a bundle's per-agent adapters are served: ``lora`` (one server, each adapter by name) or
+#: ``merged`` (each agent's adapter folded into its own model, one server per agent). The
+#: evaluation configs name the same choices (collabui.evaluation.miniwob.AGENT_SERVING; a test
+#: keeps them equal: evaluation is the layer above and reads this module lazily).
+AGENT_SERVING = ("lora", "merged")
 
 
 @dataclass(frozen=True)
@@ -37,6 +53,7 @@ class ServedSpec:
     adapters: Mapping[str, Path] = field(default_factory=dict)
     team_defaults: Mapping[str, Any] = field(default_factory=dict)
     served_name: str | None = None
+    bundle: Path | None = None
 
 
 def served_spec(spec: str, adapters: str | Path | None = None) -> ServedSpec:
@@ -61,7 +78,8 @@ def served_spec(spec: str, adapters: str | Path | None = None) -> ServedSpec:
     if agents:
         defaults["adapters"] = tuple(agents)
     named = {a: folder / a for a in agents if a is not None}
-    return ServedSpec(str(merged_model_dir(folder)), named, defaults, served_name=_served_name(spec, folder))
+    return ServedSpec(str(merged_model_dir(folder)), named, defaults, served_name=_served_name(spec, folder),
+                      bundle=folder)
 
 
 def _served_name(spec: str, folder: Path) -> str:
@@ -96,12 +114,23 @@ class ServedModel(ChatModel):
 
     @classmethod
     def of_spec(cls, spec: str, adapters: str | Path | None = None, *, client: Mapping[str, Any] | None = None,
-                **server_fields: Any) -> ServedModel:
+                agents: str = "lora", **server_fields: Any) -> ChatModel:
         """A server of the local spec ``spec`` (see :func:`served_spec`) and its client;
-        ``server_fields`` are :class:`VLLMServer` fields (``enforce_eager``, ``kv_cache_gib``...)."""
+        ``server_fields`` are :class:`VLLMServer` fields (``enforce_eager``, ``kv_cache_gib``...).
+        ``agents="merged"``: a bundle's agents each on a server of their own merged model, behind
+        an :class:`AgentRouter` (see the module docstring).
+
+        Raises:
+            ConfigError: ``agents`` is not one of :data:`AGENT_SERVING`.
+        """
         from collabui.serving.vllm_server import VLLMServer
 
+        if agents not in AGENT_SERVING:
+            raise ConfigError(f"agents={agents!r} is not a way to serve agent adapters; use one of "
+                              f"{', '.join(AGENT_SERVING)}")
         served = served_spec(spec, adapters)
+        if agents == "merged" and served.adapters and served.bundle is not None:
+            return _merged_agents(served, client, server_fields)
         log.info("serving %s on vLLM (%s; 30-120 s to start on a CPU) ...", spec,
                  f"{len(served.adapters)} adapters" if served.adapters else "no adapters")
         server = VLLMServer(model=served.model, adapters=dict(served.adapters), served_name=served.served_name,
@@ -121,12 +150,102 @@ class ServedModel(ChatModel):
             self.server.stop()
 
 
+class AgentRouter(ChatModel):
+    """Each request answered by the model of its adapter (``routes[request.adapter]``), sent
+    there without an adapter name: the per-agent models already hold their adapters. The
+    groups of one call run at once. ``close()`` closes every route.
+
+    Raises:
+        ConfigError: (on a call) a request names an adapter no route serves.
+    """
+
+    def __init__(self, routes: Mapping[str | None, ChatModel], *, name: str,
+                 team_defaults: Mapping[str, Any] | None = None) -> None:
+        self.routes = dict(routes)
+        self.name = name
+        self.team_defaults = dict(team_defaults or {})
+
+    def _groups(self, requests: Sequence[ChatRequest]) -> dict[str | None, list[int]]:
+        groups: dict[str | None, list[int]] = {}
+        for i, request in enumerate(requests):
+            if request.adapter not in self.routes:
+                raise ConfigError(f"no server for adapter {request.adapter!r}; this team serves "
+                                  f"{sorted(str(k) for k in self.routes)}")
+            groups.setdefault(request.adapter, []).append(i)
+        return groups
+
+    @staticmethod
+    def _plain(requests: Sequence[ChatRequest], rows: list[int]) -> list[ChatRequest]:
+        return [dataclasses.replace(requests[i], adapter=None) for i in rows]
+
+    def _merge(self, n: int, groups: dict[str | None, list[int]],
+               answers: Sequence[list[ChatResult]]) -> list[ChatResult]:
+        results: list[ChatResult | None] = [None] * n
+        for rows, got in zip(groups.values(), answers, strict=True):
+            for i, result in zip(rows, got, strict=True):
+                results[i] = result
+        return [r for r in results if r is not None]  # every row was answered: strict zips
+
+    def generate(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        groups = self._groups(requests)
+        with ThreadPoolExecutor(max_workers=max(1, len(groups))) as pool:
+            answers = list(pool.map(lambda item: self.routes[item[0]].generate(self._plain(requests, item[1])),
+                                    groups.items()))
+        return self._merge(len(requests), groups, answers)
+
+    async def agenerate(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        groups = self._groups(requests)
+        answers = await asyncio.gather(*(self.routes[key].agenerate(self._plain(requests, rows))
+                                         for key, rows in groups.items()))
+        return self._merge(len(requests), groups, answers)
+
+    def close(self) -> None:
+        errors = []
+        for model in self.routes.values():
+            try:
+                model.close()
+            except Exception as exc:  # noqa: BLE001 - close the others, then report
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
+def _merged_agents(served: ServedSpec, client: Mapping[str, Any] | None,
+                   server_fields: Mapping[str, Any]) -> AgentRouter:
+    """One server per agent adapter of ``served``'s bundle (that agent's merged model) and one
+    for the shared model when a slot has no adapter, started at once, behind a router."""
+    from collabui.models.bundle import merged_model_dir
+    from collabui.serving.vllm_server import VLLMServer
+
+    assert served.bundle is not None
+    slots = list(served.team_defaults.get("adapters", ()))
+    base_name = served.served_name or "trained"
+    folders: dict[str | None, str] = {a: str(merged_model_dir(served.bundle, agent=a)) for a in served.adapters}
+    if None in slots:
+        folders[None] = served.model
+    log.info("serving %d agent models on vLLM, one server each (30-120 s to start on a CPU) ...", len(folders))
+    servers = {key: VLLMServer(model=folder, served_name=f"{base_name}-{key or 'shared'}", **server_fields)
+               for key, folder in folders.items()}
+    routes: dict[str | None, ChatModel] = {}
+    try:
+        for server in servers.values():  # all load at once; from this thread, so they die with it
+            server.launch()
+        for key, server in servers.items():
+            routes[key] = ServedModel(server.start(), client=client)
+    except BaseException:
+        for server in servers.values():
+            server.stop()
+        raise
+    return AgentRouter(routes, name=base_name, team_defaults=served.team_defaults)
+
+
 @contextlib.contextmanager
 def serve_model(spec: str, adapters: str | Path | None = None, *, client: Mapping[str, Any] | None = None,
-                **server_fields: Any) -> Iterator[ServedModel]:
+                agents: str = "lora", **server_fields: Any) -> Iterator[ChatModel]:
     """Start a vLLM server for ``spec`` and yield its :class:`ServedModel` (a team built on it
-    runs as on the local backend); the server stops on exit, also on errors and Ctrl-C."""
-    model = ServedModel.of_spec(spec, adapters, client=client, **server_fields)
+    runs as on the local backend; ``agents="merged"``: an :class:`AgentRouter` of one server
+    per agent); the servers stop on exit, also on errors and Ctrl-C."""
+    model = ServedModel.of_spec(spec, adapters, client=client, agents=agents, **server_fields)
     try:
         yield model
     finally:

@@ -80,6 +80,11 @@ def test_serve_puts_the_model_rows_on_vllm_and_keeps_the_baselines_here(tmp_path
     marl = recipe.marl_config(recipe._args(["--team", "--serve", "--serve-dtype", "float32", "--marl-iterations", "1"]),
                               tmp_path / "b", tmp_path / "m")
     assert marl.serve and marl.serve_dtype == "float32"  # MARL's rollouts too
+    # --serve-agents merged: the model rows and the validations; baselines load no model.
+    args = recipe._args(["--team", "--serve", "--serve-agents", "merged", "--validate", "5"])
+    rows = {name: recipe.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "m").items()}
+    assert {n for n, c in rows.items() if c.serve_agents == "merged"} == set(rows) - {"random", "lexical"}
+    assert recipe.validation_config(args, tmp_path / "b", team=True).serve_agents == "merged"
 
 
 def test_table_is_generated_from_results(tmp_path):
@@ -149,7 +154,7 @@ DEFAULT_ARGS = {"out": "runs/recipe", "demo_minutes": 10.0, "demo_workers": 4, "
                 "synthetic_pages": False, "team_share": 0.5, "sft_epochs": 1.0, "balance": True, "balance_steps": True, "hindsight": 0, "lr": 3e-4, "lora_r": 32,
                 "batch": 8, "lora_dropout": 0.0, "lora_from_layer": 0, "length_window": 32, "full_finetune": False, "sft_seed": 0, "element_format": "text-first", "style": "grounded", "episodes": 13,
                 "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "critic_episodes": 6, "team": False,
-                "serve": False, "serve_dtype": "auto", "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
+                "serve": False, "serve_dtype": "auto", "serve_agents": "lora", "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
                 "dpo_lr": 5e-5, "marl_iterations": 0, "marl_episodes": 2, "marl_pairs": 0, "marl_right_pairs": False,
                 "ablations": False, "validate": 0,
                 "publish": False, "table": False}

@@ -124,6 +124,8 @@ def test_eval_autowebbench_serve_runs_the_bundle_team_on_its_own_server(tmp_path
             "--agents", "2", "--rounds", "1", "--topology", "chain", "--limit", "2", "--out", str(out)]
     assert main([*argv, "--serve-dtype", "float32"]) == 2  # nothing to serve in float32
     assert "serve_dtype would be ignored without serve" in capsys.readouterr().err
+    assert main([*argv, "--serve-agents", "merged"]) == 2
+    assert "serve_agents would be ignored without serve" in capsys.readouterr().err
     assert not (out / "results.json").exists()
     assert main([*argv, "--serve", "--serve-dtype", "float32"]) == 0
     results = json.loads((out / "results.json").read_text())
@@ -162,3 +164,69 @@ def test_the_rollout_factory_serves_each_adapter_set_and_stops_the_last(tmp_path
     models.close()
     assert not second.server.running
     assert [json.loads(line)["model"] for line in record.read_text().splitlines()] == [tiny_model_dir.name, "agent0"]
+
+
+def test_an_agent_merged_model_is_that_agent_of_the_local_bundle(tmp_path, tiny_model_dir, adapter_dirs):
+    root = _bundle(tmp_path / "bundle", tiny_model_dir, adapter_dirs)
+    agent = merged_model_dir(root, cache_dir=tmp_path / "cache", agent="agent0")
+    shared = merged_model_dir(root, cache_dir=tmp_path / "cache")
+    assert agent != shared and agent.parent == shared.parent
+    bundle = load_model(f"trained:{root}", device="cpu")
+    own = _greedy(LocalModel(agent, device="cpu"))
+    assert own == _greedy(bundle, adapter="agent0")  # the adapter folded in, not served on top
+    assert own != _greedy(LocalModel(shared, device="cpu"))
+    with pytest.raises(ConfigError, match="has no agent adapter 'agent7'; its agents: \\['agent0'\\]"):
+        merged_model_dir(root, cache_dir=tmp_path / "cache", agent="agent7")
+
+
+def test_the_router_sends_each_request_to_its_agent_model_in_order():
+    import asyncio
+
+    from collabui.models.fake import ScriptedChatModel
+    from collabui.serving.managed import AgentRouter
+
+    routes = {key: ScriptedChatModel(lambda r, key=key: f"{key}:{r.messages[0]['content']}") for key in ("a0", None)}
+    router = AgentRouter(routes, name="team", team_defaults={"adapters": ("a0", None)})
+    asks = [ChatRequest(({"role": "user", "content": str(i)},), adapter=("a0", None)[i % 2]) for i in range(5)]
+    assert [r.text for r in router.generate(asks)] == ["a0:0", "None:1", "a0:2", "None:3", "a0:4"]
+    assert [r.text for r in asyncio.run(router.agenerate(asks[:2]))] == ["a0:0", "None:1"]
+    # Each agent model already holds its adapter: requests reach it without one.
+    assert {r.adapter for model in routes.values() for r in model.requests} == {None}
+    with pytest.raises(ConfigError, match="no server for adapter 'a9'"):
+        router.generate([ChatRequest(_ASK, adapter="a9")])
+    assert router.team_defaults == {"adapters": ("a0", None)}
+
+
+def test_the_agent_serving_choices_agree_across_layers():
+    from collabui.evaluation import miniwob
+    from collabui.serving import managed
+
+    assert miniwob.AGENT_SERVING == managed.AGENT_SERVING
+    with pytest.raises(ConfigError, match="serve_agents would be ignored without serve"):
+        MiniWoBEvalConfig(tasks="click-test", model="smollm2", serve_agents="merged")
+    with pytest.raises(ConfigError, match="unknown serve_agents 'both'"):
+        MiniWoBEvalConfig(tasks="click-test", model="smollm2", serve=True, serve_agents="both")
+
+
+@pytest.mark.browser
+def test_eval_serve_merged_runs_each_agent_on_a_server_of_its_own(tmp_path, tiny_model_dir, adapter_dirs, fake_pkg,
+                                                                  monkeypatch):
+    monkeypatch.setenv("COLLABUI_CACHE", str(tmp_path / "cache"))
+    root = _bundle(tmp_path / "bundle", tiny_model_dir, adapter_dirs)
+    record = tmp_path / "requests.jsonl"
+    config = MiniWoBEvalConfig(tasks="click-test", episodes=1, model=f"trained:{root}", serve=True,
+                               serve_agents="merged", team=TeamConfig(n_agents=2, rounds=2, topology="chain",
+                                                                      max_steps=1))
+    options = {"python": sys.executable, "ready_timeout_s": 60,
+               "env": {"PYTHONPATH": str(fake_pkg), "FAKE_VLLM_RECORD": str(record)}}
+    results = evaluate_miniwob(config, tmp_path / "run", server_options=options, progress=False)
+    assert results["overall"]["success_rate"]["n"] == 1
+    [trace] = (tmp_path / "run" / "traces").glob("*.jsonl")
+    step = read_trace(trace).steps[0]
+    assert [[p["adapter"] for p in row] for row in step["proposals"]] == [["agent0", "agent0"], [None, None]]
+    sent = [json.loads(line) for line in record.read_text().splitlines()]
+    # No LoRA names: each agent's requests went to the server of its own merged model.
+    assert sorted(r["model"] for r in sent) == ["trained-bundle-agent0"] * 2 + ["trained-bundle-shared"] * 2
+    logs = "".join(p.read_text() for p in (tmp_path / "cache" / "logs").glob("vllm-*.log"))
+    assert f"model={merged_model_dir(root, agent='agent0')} " in logs and f"model={merged_model_dir(root)} " in logs
+    assert "lora" not in logs.lower()
