@@ -230,3 +230,23 @@ def test_eval_serve_merged_runs_each_agent_on_a_server_of_its_own(tmp_path, tiny
     logs = "".join(p.read_text() for p in (tmp_path / "cache" / "logs").glob("vllm-*.log"))
     assert f"model={merged_model_dir(root, agent='agent0')} " in logs and f"model={merged_model_dir(root)} " in logs
     assert "lora" not in logs.lower()
+
+
+def test_per_agent_servers_get_cores_of_their_own_on_a_cpu(monkeypatch):
+    import os
+
+    from collabui.serving import managed, setup
+
+    monkeypatch.setattr(setup, "default_flavor", lambda: "cpu")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5, 6, 7}, raising=False)
+    slices = managed._core_slices(4)
+    assert [s["VLLM_CPU_OMP_THREADS_BIND"] for s in slices] == ["0,1", "2,3", "4,5", "6,7"]
+    assert {s["OMP_NUM_THREADS"] for s in slices} == {"2"} and {s["OMP_WAIT_POLICY"] for s in slices} == {"PASSIVE"}
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert [s["VLLM_CPU_OMP_THREADS_BIND"] for s in managed._core_slices(4)] == ["0", "1", "0", "1"]
+    # The caller's own environment wins over the binding.
+    fields = managed._with_env({"env": {"OMP_WAIT_POLICY": "ACTIVE"}, "dtype": "float32"}, slices[0])
+    assert fields["env"]["OMP_WAIT_POLICY"] == "ACTIVE" and fields["env"]["OMP_NUM_THREADS"] == "2"
+    assert fields["dtype"] == "float32"
+    monkeypatch.setattr(setup, "default_flavor", lambda: "gpu")
+    assert managed._core_slices(4) == []
