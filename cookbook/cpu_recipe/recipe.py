@@ -145,10 +145,11 @@ class RecipeConfig:
         "help": "stage 2", "skip_flags": _skip_all_but(AgentSFTConfig, _SFT_FLAGS)})
     element_format: str = field(default="text-first", metadata={"choices": ("html", "text-first"),
                                                           "help": "page format taught (and read by trained models)"})
-    style: str = field(default="grounded", metadata={
+    style: str = field(default="terse", metadata={
         "choices": ("trained", "grounded", "terse"),
         "help": "answer format taught: the action alone, the target's screen line first, or that with the "
-        "shortest prompt (terse: ~35 fewer tokens a step)"})
+        "shortest prompt (terse, the default since v30t: a team agent's prompt ~181 tokens on the training "
+        "pages against grounded's 251)"})
     evaluation: MiniWoBEvalConfig = field(default_factory=_evaluation_template, metadata={
         "help": "stage 3", "skip_flags": _skip_all_but(MiniWoBEvalConfig, _EVAL_FLAGS)})
     baseline_episodes: int = field(default=25, metadata={"help": "per task, random, lexical and the trained team"})

@@ -152,7 +152,7 @@ def test_negative_counts_are_refused_with_the_flag_named(capsys):
 #: (its --no-balance flag is now --balance/--no-balance, recorded as balance).
 DEFAULT_ARGS = {"out": "runs/recipe", "demo_minutes": 10.0, "demo_workers": 4, "sft_examples": 1600,
                 "synthetic_pages": False, "team_share": 0.5, "sft_epochs": 1.0, "balance": True, "balance_steps": True, "hindsight": 0, "lr": 3e-4, "lora_r": 32,
-                "batch": 8, "lora_dropout": 0.0, "lora_from_layer": 0, "length_window": 32, "full_finetune": False, "sft_seed": 0, "element_format": "text-first", "style": "grounded", "episodes": 13,
+                "batch": 8, "lora_dropout": 0.0, "lora_from_layer": 0, "length_window": 32, "full_finetune": False, "sft_seed": 0, "element_format": "text-first", "style": "terse", "episodes": 13,
                 "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "critic_episodes": 6, "team": False,
                 "serve": False, "serve_dtype": "auto", "serve_agents": "lora", "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
                 "dpo_lr": 5e-5, "marl_iterations": 0, "marl_episodes": 2, "marl_pairs": 0, "marl_right_pairs": False,
@@ -213,7 +213,7 @@ def test_stage_configs_are_the_ones_the_recipe_always_built(tmp_path, monkeypatc
         "cookbook/cpu_recipe/recipe.py --balance-steps --batch 8 --demo-minutes 10.0 --dpo-lr 5e-05 "
         "--element-format text-first --hindsight 0 --length-window 32 --lora-dropout 0.0 --lora-from-layer 0 "
         "--lora-r 32 --lr 0.0003 --onpolicy-dpo --onpolicy-episodes 0 --round2-demo-rows 400 --sft-epochs 1.0 "
-        "--sft-examples 1600 --sft-seed 0 --style grounded --team-share 0.5")
+        "--sft-examples 1600 --sft-seed 0 --style terse --team-share 0.5")
     clock = recipe._Clock(tmp_path / "recipe.json", config)
     clock.run("x", lambda: None)
     assert json.loads((tmp_path / "recipe.json").read_text())["args"] == DEFAULT_ARGS
