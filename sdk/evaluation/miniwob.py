@@ -133,8 +133,8 @@ SERVE_DTYPE_HELP = ("(--serve) the server's weights: auto (bfloat16 where the CP
 #: How a served bundle's agent adapters run (collabui.serving.managed.AGENT_SERVING).
 AGENT_SERVING = ("lora", "merged")
 SERVE_AGENTS_HELP = ("(--serve) a trained bundle's per-agent adapters: lora (one server, each adapter by name) "
-                     "or merged (each agent's adapter folded into its own model, one server each: no LoRA "
-                     "ops, faster on a CPU)")
+                     "or merged (each agent's adapter folded into its own compiled model, one server each on "
+                     "cores of its own: for CPUs with cores to spare; on 2 cores half as fast as lora)")
 
 
 def check_serve(model: str, serve: bool, serve_dtype: str, serve_agents: str = "lora") -> None:
