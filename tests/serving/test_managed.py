@@ -82,24 +82,31 @@ def test_serve_dtype_without_serve_is_refused():
         MiniWoBEvalConfig(tasks="click-test", model="smollm2", serve_dtype="float32")
 
 
-@pytest.mark.browser
-def test_eval_serve_runs_the_bundle_team_on_its_own_server(tmp_path, tiny_model_dir, adapter_dirs, fake_pkg,
-                                                          monkeypatch):
-    monkeypatch.setenv("COLLABUI_CACHE", str(tmp_path / "cache"))
-    root = _bundle(tmp_path / "bundle", tiny_model_dir, adapter_dirs)
+def _served_episode(tmp_path: Path, root: Path, fake_pkg: Path, log_file: Path | None = None,
+                    **serving: str) -> tuple[dict, list[dict]]:
+    """One served click-test episode of the bundle's 2 x 2 chain team on the fake vLLM: its first
+    step and the requests the servers received. Each agent runs on its bundle slot (agent 0 its
+    adapter, agent 1 the merged model), whatever the serving."""
     record = tmp_path / "requests.jsonl"
-    config = MiniWoBEvalConfig(tasks="click-test", episodes=1, model=f"trained:{root}", serve=True,
-                               serve_dtype="float32", team=TeamConfig(n_agents=2, rounds=2, topology="chain", max_steps=1))
-    options = {"python": sys.executable, "log_file": tmp_path / "vllm.log", "ready_timeout_s": 60,
+    config = MiniWoBEvalConfig(tasks="click-test", episodes=1, model=f"trained:{root}", serve=True, **serving,
+                               team=TeamConfig(n_agents=2, rounds=2, topology="chain", max_steps=1))
+    options = {"python": sys.executable, "ready_timeout_s": 60, **({"log_file": log_file} if log_file else {}),
                "env": {"PYTHONPATH": str(fake_pkg), "FAKE_VLLM_RECORD": str(record)}}
     results = evaluate_miniwob(config, tmp_path / "run", server_options=options, progress=False)
     assert results["overall"]["success_rate"]["n"] == 1
     [trace] = (tmp_path / "run" / "traces").glob("*.jsonl")
     step = read_trace(trace).steps[0]
-    # Each agent on its bundle slot: agent 0 its adapter, agent 1 the merged model (the zero adapter).
     assert [[p["adapter"] for p in row] for row in step["proposals"]] == [["agent0", "agent0"], [None, None]]
+    return step, [json.loads(line) for line in record.read_text().splitlines()]
+
+
+@pytest.mark.browser
+def test_eval_serve_runs_the_bundle_team_on_its_own_server(tmp_path, tiny_model_dir, adapter_dirs, fake_pkg,
+                                                          monkeypatch):
+    monkeypatch.setenv("COLLABUI_CACHE", str(tmp_path / "cache"))
+    root = _bundle(tmp_path / "bundle", tiny_model_dir, adapter_dirs)
+    step, sent = _served_episode(tmp_path, root, fake_pkg, serve_dtype="float32", log_file=tmp_path / "vllm.log")
     assert step["proposals"][0][0]["messages"][0]["content"].startswith("You operate a web browser")  # trained style
-    sent = [json.loads(line) for line in record.read_text().splitlines()]
     assert sorted(r["model"] for r in sent) == ["agent0", "agent0", "trained-bundle-base", "trained-bundle-base"]
     assert f"fake vllm: model={merged_model_dir(root)} " in (tmp_path / "vllm.log").read_text()
     assert "dtype=float32" in (tmp_path / "vllm.log").read_text()  # --serve-dtype reaches the server
@@ -213,18 +220,7 @@ def test_eval_serve_merged_runs_each_agent_on_a_server_of_its_own(tmp_path, tiny
                                                                   monkeypatch):
     monkeypatch.setenv("COLLABUI_CACHE", str(tmp_path / "cache"))
     root = _bundle(tmp_path / "bundle", tiny_model_dir, adapter_dirs)
-    record = tmp_path / "requests.jsonl"
-    config = MiniWoBEvalConfig(tasks="click-test", episodes=1, model=f"trained:{root}", serve=True,
-                               serve_agents="merged", team=TeamConfig(n_agents=2, rounds=2, topology="chain",
-                                                                      max_steps=1))
-    options = {"python": sys.executable, "ready_timeout_s": 60,
-               "env": {"PYTHONPATH": str(fake_pkg), "FAKE_VLLM_RECORD": str(record)}}
-    results = evaluate_miniwob(config, tmp_path / "run", server_options=options, progress=False)
-    assert results["overall"]["success_rate"]["n"] == 1
-    [trace] = (tmp_path / "run" / "traces").glob("*.jsonl")
-    step = read_trace(trace).steps[0]
-    assert [[p["adapter"] for p in row] for row in step["proposals"]] == [["agent0", "agent0"], [None, None]]
-    sent = [json.loads(line) for line in record.read_text().splitlines()]
+    _, sent = _served_episode(tmp_path, root, fake_pkg, serve_agents="merged")
     # No LoRA names: each agent's requests went to the server of its own merged model.
     assert sorted(r["model"] for r in sent) == ["trained-bundle-agent0"] * 2 + ["trained-bundle-shared"] * 2
     logs = "".join(p.read_text() for p in (tmp_path / "cache" / "logs").glob("vllm-*.log"))
