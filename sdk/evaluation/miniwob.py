@@ -59,6 +59,7 @@ from collabui.evaluation.stats import rate_entry
 from collabui.models.base import ChatModel
 from collabui.models.spec import is_baseline, load_model, team_adapter_names
 from collabui.redaction import redact_url
+from collabui.serving.managed import AGENT_SERVING
 
 __all__ = ["EASY_TASKS", "SUITES", "MiniWoBEvalConfig", "default_team", "load_run_config", "resolve_tasks",
            "evaluate_miniwob", "system_label"]
@@ -130,8 +131,6 @@ SERVE_DTYPE_HELP = ("(--serve) the server's weights: auto (bfloat16 where the CP
                     "float32), or float32 to compare exactly with a local (float32) run")
 
 
-#: How a served bundle's agent adapters run (collabui.serving.managed.AGENT_SERVING).
-AGENT_SERVING = ("lora", "merged")
 SERVE_AGENTS_HELP = ("(--serve) a trained bundle's per-agent adapters: lora (one server, each adapter by name) "
                      "or merged (each agent's adapter folded into its own compiled model, one server each on "
                      "cores of its own: for CPUs with cores to spare; on 2 cores half as fast as lora)")

@@ -42,9 +42,7 @@ __all__ = ["ServedSpec", "ServedModel", "AgentRouter", "AGENT_SERVING", "served_
 log = logging.getLogger(__name__)
 
 #: How a bundle's per-agent adapters are served: ``lora`` (one server, each adapter by name) or
-#: ``merged`` (each agent's adapter folded into its own model, one server per agent). The
-#: evaluation configs name the same choices (collabui.evaluation.miniwob.AGENT_SERVING; a test
-#: keeps them equal: evaluation is the layer above and reads this module lazily).
+#: ``merged`` (each agent's adapter folded into its own model, one server per agent).
 AGENT_SERVING = ("lora", "merged")
 
 
@@ -217,7 +215,7 @@ class AgentRouter(ChatModel):
 def _merged_agents(served: ServedSpec, client: Mapping[str, Any] | None,
                    server_fields: Mapping[str, Any]) -> AgentRouter:
     """One server per agent adapter of ``served``'s bundle (that agent's merged model) and one
-    for the shared model when a slot has no adapter, started at once, behind a router."""
+    for the shared model when a slot has no adapter, started one after another, behind a router."""
     from collabui.models.bundle import merged_model_dir
     from collabui.serving.vllm_server import VLLMServer
 

@@ -396,22 +396,6 @@ class VLLMServer:
                 message quotes the log's last error line), or it was not ready in time.
             ConfigError: bad model or adapter folders.
         """
-        self.launch()
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def launch(self) -> VLLMServer:
-        """Start the process without waiting for it (``start()`` then waits): several servers
-        started from one thread load at once, each still stopped if this process dies.
-
-        Raises:
-            ModelLoadError: the vLLM venv is missing or cannot run.
-            ConfigError: bad model or adapter folders.
-        """
         with self._lock:
             if self.running:
                 return self
@@ -435,6 +419,11 @@ class VLLMServer:
                     raise ModelLoadError(f"cannot run {cmd[0]} ({exc.strerror or exc}); rerun "
                                          "`collabui serve --setup`") from None
             atexit.register(self.stop)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def _resolve_log(self) -> Path:
