@@ -123,7 +123,8 @@ class ServedModel(ChatModel):
         an :class:`AgentRouter` (see the module docstring).
 
         Raises:
-            ConfigError: ``agents`` is not one of :data:`AGENT_SERVING`.
+            ConfigError: ``agents`` is not one of :data:`AGENT_SERVING`, or ``merged`` for
+                adapters that come without a bundle (nothing says which agent each one is).
         """
         from collabui.serving.vllm_server import VLLMServer
 
@@ -131,7 +132,10 @@ class ServedModel(ChatModel):
             raise ConfigError(f"agents={agents!r} is not a way to serve agent adapters; use one of "
                               f"{', '.join(AGENT_SERVING)}")
         served = served_spec(spec, adapters)
-        if agents == "merged" and served.adapters and served.bundle is not None:
+        if agents == "merged" and served.adapters:
+            if served.bundle is None:
+                raise ConfigError("serving agents merged needs a trained bundle (trained:FOLDER or "
+                                  "smollm2-trained), not an --adapters folder: drop --serve-agents merged")
             return _merged_agents(served, client, server_fields)
         log.info("serving %s on vLLM (%s; 30-120 s to start on a CPU) ...", spec,
                  f"{len(served.adapters)} adapters" if served.adapters else "no adapters")
@@ -182,11 +186,10 @@ class AgentRouter(ChatModel):
 
     def _merge(self, n: int, groups: dict[str | None, list[int]],
                answers: Sequence[list[ChatResult]]) -> list[ChatResult]:
-        results: list[ChatResult | None] = [None] * n
+        results: dict[int, ChatResult] = {}
         for rows, got in zip(groups.values(), answers, strict=True):
-            for i, result in zip(rows, got, strict=True):
-                results[i] = result
-        return [r for r in results if r is not None]  # every row was answered: strict zips
+            results.update(zip(rows, got, strict=True))
+        return [results[i] for i in range(n)]  # the groups cover every row once
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         groups = self._groups(requests)

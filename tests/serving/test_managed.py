@@ -215,6 +215,18 @@ def test_the_agent_serving_choices_agree_across_layers():
         MiniWoBEvalConfig(tasks="click-test", model="smollm2", serve=True, serve_agents="both")
 
 
+def test_merged_agents_need_a_bundle_not_an_adapters_folder(tmp_path, tiny_model_dir, adapter_dirs):
+    import shutil
+
+    from collabui.serving.managed import ServedModel
+
+    folder = tmp_path / "adapters"
+    shutil.copytree(adapter_dirs["a1"], folder / "agent0")
+    # Refused before any server starts: such a folder would silently be served as LoRA.
+    with pytest.raises(ConfigError, match="merged needs a trained bundle .* drop --serve-agents merged"):
+        ServedModel.of_spec(f"hf:{tiny_model_dir}", folder, agents="merged")
+
+
 @pytest.mark.browser
 def test_eval_serve_merged_runs_each_agent_on_a_server_of_its_own(tmp_path, tiny_model_dir, adapter_dirs, fake_pkg,
                                                                   monkeypatch):
