@@ -85,6 +85,11 @@ class TeamConfig:
                   "(first the most-proposed action on an element, then its most-proposed wording)",
                   "choices": VOTE_RULES},
     )
+    memory: bool = field(
+        default=True,
+        metadata={"help": "agents read their own answer of the previous round (the paper's one-round memory); "
+                  "--no-memory: every round's proposals are fresh draws from the page and the peers"},
+    )
     max_new_tokens: int = field(default=64, metadata={"help": "generation budget per agent call"})
     max_observation_chars: int = field(default=6000, metadata={"help": "observation text cap"})
     batch_fallback_s: float = field(

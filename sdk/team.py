@@ -272,7 +272,7 @@ class CollabAgentTeam:
         props = state.get("proposals", {})
         preds = self._topology.predecessors(i)
         peers = [props[(k, j)].as_peer() for k in preds]
-        own = props[(i, j - 1)].as_peer() if j > 0 else None
+        own = props[(i, j - 1)].as_peer() if j > 0 and self.config.memory else None
         view = self.config.agent_format(i)
         history = state.get("history", [])
         if view in state.get("views", {}):
