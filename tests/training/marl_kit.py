@@ -32,6 +32,7 @@ class ScriptedOverLocal(ChatModel):
         return [dataclasses.replace(r, text=OK) for r in results]
 
     def close(self):
+        self.log["events"].append("close")
         self.local.close()
 
 
@@ -40,6 +41,7 @@ def factories(log):
         from collabui.models.local import LocalModel
 
         log["loads"].append(sorted(adapters))
+        log["events"].append("load")
         return ScriptedOverLocal(LocalModel(base_dir, adapters=dict(adapters)), log)
 
     def env_factory(name):
@@ -52,7 +54,7 @@ def factories(log):
 
 
 def new_log():
-    return {"requests": 0, "adapters": set(), "loads": [], "envs": []}
+    return {"requests": 0, "adapters": set(), "loads": [], "envs": [], "events": []}
 
 
 def small_config(base_dir, out, **kw):

@@ -44,6 +44,21 @@ def test_one_iteration_writes_every_artifact(base_dir, tmp_path):
     assert _run(_config(base_dir, out), again).complete and again["loads"] == [] and again["requests"] == 0
 
 
+def test_the_rollout_model_is_closed_before_the_labels_and_the_dpo(base_dir, tmp_path, monkeypatch):
+    import collabui.training.dpo as dpo
+
+    log, real_train = _log(), dpo.train_agents_dpo
+
+    def recording_train(*args, **kwargs):
+        log["events"].append("dpo")
+        return real_train(*args, **kwargs)
+
+    monkeypatch.setattr(dpo, "train_agents_dpo", recording_train)
+    _run(_config(base_dir, tmp_path / "run", eval_episodes_per_task=0), log)
+    # An idle server beside the DPO took a core's share from it: it is gone before the DPO.
+    assert log["events"] == ["load", "close", "dpo"]
+
+
 def test_crash_in_dpo_resumes_without_redoing_rollouts_or_labels(base_dir, tmp_path, monkeypatch):
     import collabui.training.dpo as dpo
     import collabui.training.labels as labels
