@@ -1,0 +1,34 @@
+"""The memory probe shows an agent exactly the block a team agent reads in its later rounds."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from collabui.actions import get_action_space
+from collabui.prompts import PeerOutput, build_messages
+
+PROBE = Path(__file__).resolve().parents[2] / "cookbook" / "cpu_recipe" / "memory_probe.py"
+PAGE = 'Location: /miniwob/click-button-sequence.html\nbutton "TWO" [E]\nbutton "ONE" [V]'
+
+
+def _probe():
+    spec = importlib.util.spec_from_file_location("memory_probe", PROBE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("style", ["terse", "grounded"])
+def test_the_probe_prompt_is_the_team_agents_round_two_prompt(style):
+    action = {"action": "click", "element_id": "E"}
+    raw = f'Thought: click button "TWO" [E]\nAction: {json.dumps(action)}'
+    proposal = {"action": action, "thought": 'click button "TWO" [E]', "raw": raw}
+    common = dict(space=get_action_space("web"), task="Click button ONE, then click button TWO.",
+                  observation=PAGE, history=['click(button "ONE")'], style=style)
+    alone = [dict(m) for m in build_messages(**common)]
+    own = PeerOutput(agent=0, round=0, thought=proposal["thought"], action_json=json.dumps(action), raw=raw)
+    in_team = [dict(m) for m in build_messages(**common, own_previous=own)]
+    shown = _probe()._with_own_answer(alone, proposal, terse=style == "terse")
+    assert shown == in_team and shown != alone
