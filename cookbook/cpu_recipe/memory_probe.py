@@ -25,7 +25,7 @@ from collabui.prompts import PeerOutput
 def _with_own_answer(messages: list[dict], proposal: dict, terse: bool) -> list[dict]:
     """The same prompt as the agent's round-2 prompt would show it: its answer appended."""
     own = PeerOutput(agent=0, round=0, thought=proposal.get("thought"),
-                     action_json=json.dumps(proposal["action"]), raw=proposal["raw"])
+                     action_json=json.dumps(proposal["action"], ensure_ascii=False), raw=proposal["raw"])
     heading = TEAM_HEADINGS["terse" if terse else "full"][0]
     shown = [dict(m) for m in messages]
     shown[-1]["content"] += f"\n{heading}\n{own.render(with_thought=not terse)}"
