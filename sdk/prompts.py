@@ -21,7 +21,7 @@ from collabui.models.base import Message
 from collabui.parsing import OBSERVATION_HEADS, TEAM_HEADINGS, render_answer
 
 __all__ = ["GROUNDED_STYLES", "PeerOutput", "PROMPT_STYLES", "build_messages", "history_entry", "history_in_format",
-           "render_observation"]
+           "own_answer_block", "render_observation"]
 
 #: ``react``: instructions, a demonstration turn, Thought + Action answers (untrained models).
 #: ``compact``: a shorter system prompt, same answers. ``trained``: for models fine-tuned on
@@ -222,6 +222,13 @@ def _history(history: Sequence[str]) -> str:
     return "; ".join(f"{k + 1}. {h}" for k, h in enumerate(history))
 
 
+def own_answer_block(own_previous: PeerOutput, style: str) -> str:
+    """How an agent reads its own answer of the previous round in a prompt of ``style``: the
+    heading, then the answer (its action alone in ``terse``)."""
+    terse = style == "terse"
+    return f"{TEAM_HEADINGS['terse' if terse else 'full'][0]}\n{own_previous.render(with_thought=not terse)}"
+
+
 def build_messages(
     *,
     space: ActionSpace,
@@ -252,9 +259,9 @@ def build_messages(
     if terse:
         observation = _without_one_screen_viewport(observation)
     parts = [f"Task: {task}", f"Previous actions: {_history(history)}", "Current screen:", observation]
-    own_heading, peers_heading = TEAM_HEADINGS["terse" if terse else "full"]
+    peers_heading = TEAM_HEADINGS["terse" if terse else "full"][1]
     if own_previous is not None:
-        parts += [own_heading, own_previous.render(with_thought=not terse)]
+        parts.append(own_answer_block(own_previous, style))
     if peers:
         parts.append(peers_heading)
         parts += [f"[Agent {p.agent}] {p.render(with_thought=not terse)}" for p in peers]

@@ -18,17 +18,15 @@ import random
 import statistics
 from pathlib import Path
 
-from collabui.parsing import TEAM_HEADINGS
-from collabui.prompts import PeerOutput
+from collabui.prompts import PeerOutput, own_answer_block
 
 
-def _with_own_answer(messages: list[dict], proposal: dict, terse: bool) -> list[dict]:
+def _with_own_answer(messages: list[dict], proposal: dict, style: str) -> list[dict]:
     """The same prompt as the agent's round-2 prompt would show it: its answer appended."""
     own = PeerOutput(agent=0, round=0, thought=proposal.get("thought"),
                      action_json=json.dumps(proposal["action"], ensure_ascii=False), raw=proposal["raw"])
-    heading = TEAM_HEADINGS["terse" if terse else "full"][0]
     shown = [dict(m) for m in messages]
-    shown[-1]["content"] += f"\n{heading}\n{own.render(with_thought=not terse)}"
+    shown[-1]["content"] += "\n" + own_answer_block(own, style)
     return shown
 
 
@@ -76,7 +74,7 @@ def main() -> None:
         rows = []
         for t, messages, proposal, style in _steps(run, args.episodes, seed=0):
             plain = logprob(messages, proposal["raw"])
-            shown = logprob(_with_own_answer(messages, proposal, style == "terse"), proposal["raw"])
+            shown = logprob(_with_own_answer(messages, proposal, style), proposal["raw"])
             rows.append((t, shown - plain))
         for name, keep in (("first (t = 0)", lambda t: t == 0), ("later (t > 0)", lambda t: t > 0)):
             deltas = [d for t, d in rows if keep(t)]

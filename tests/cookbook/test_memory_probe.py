@@ -30,5 +30,5 @@ def test_the_probe_prompt_is_the_team_agents_round_two_prompt(style):
     alone = [dict(m) for m in build_messages(**common)]
     own = PeerOutput(agent=0, round=0, thought=proposal["thought"], action_json=json.dumps(action), raw=raw)
     in_team = [dict(m) for m in build_messages(**common, own_previous=own)]
-    shown = _probe()._with_own_answer(alone, proposal, terse=style == "terse")
+    shown = _probe()._with_own_answer(alone, proposal, style)
     assert shown == in_team and shown != alone
