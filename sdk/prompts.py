@@ -20,8 +20,8 @@ from collabui.errors import ConfigError
 from collabui.models.base import Message
 from collabui.parsing import OBSERVATION_HEADS, TEAM_HEADINGS, render_answer
 
-__all__ = ["GROUNDED_STYLES", "PeerOutput", "PROMPT_STYLES", "build_messages", "history_entry", "history_in_format",
-           "own_answer_block", "render_observation"]
+__all__ = ["GROUNDED_STYLES", "PeerOutput", "PROMPT_STYLES", "answer_call", "build_messages", "history_entry",
+           "history_in_format", "own_answer_block", "render_observation"]
 
 #: ``react``: instructions, a demonstration turn, Thought + Action answers (untrained models).
 #: ``compact``: a shorter system prompt, same answers. ``trained``: for models fine-tuned on
@@ -34,10 +34,15 @@ __all__ = ["GROUNDED_STYLES", "PeerOutput", "PROMPT_STYLES", "build_messages", "
 #: line says only what the agent operates, no viewport line on a page that fits one screen, and
 #: a team's answers under short headings as their actions alone (the thought repeats the action's
 #: target). A 4 x 3 team agent's prompt falls from ~251 to ~181 tokens on the training pages, and
-#: an SFT step on a CPU costs per token.
-PROMPT_STYLES = ("react", "compact", "trained", "grounded", "terse")
+#: an SFT step on a CPU costs per token. ``named``: ``terse``, but a team's answers read as calls
+#: naming their element by its screen line and id (``click(button "TWO" [E])``, :func:`answer_call`):
+#: an answer shown as its id alone could be checked against the page only by looking the id up,
+#: and v30t's team, trained on them, came to distrust its own right answers (memory_probe).
+PROMPT_STYLES = ("react", "compact", "trained", "grounded", "terse", "named")
 #: The styles whose answers copy the target's screen line into the ``Thought:`` line.
-GROUNDED_STYLES = ("grounded", "terse")
+GROUNDED_STYLES = ("grounded", "terse", "named")
+#: The styles with the shortest prompt (one-line system prompt, short team headings).
+_TERSE_STYLES = ("terse", "named")
 
 _INTRO = {
     "web": "You operate a web browser to complete the user's task.",
@@ -60,14 +65,19 @@ class PeerOutput:
     thought: str | None
     action_json: str | None
     raw: str
+    #: The action as a call naming its element (:func:`answer_call`), for the ``named`` style.
+    named: str | None = None
 
-    def render(self, limit: int = 200, *, with_thought: bool = True) -> str:
-        """The answer as its readers see it: ``Thought: ...`` and ``Action: <json>`` lines, or the
-        action's JSON alone (``with_thought=False``)."""
+    def render(self, limit: int = 200, *, style: str = "react") -> str:
+        """The answer as readers in ``style`` see it: ``Thought: ...`` and ``Action: <json>``
+        lines; in ``terse`` the action's JSON alone; in ``named`` the call naming its element
+        (the JSON when no call was given)."""
         if self.action_json is None:
             # Unparsable text is noise to the reader (small models echo it); say only that.
             return "(no valid action)"
-        if not with_thought:
+        if style == "named" and self.named:
+            return self.named
+        if style in _TERSE_STYLES:
             return self.action_json
         thought = (self.thought or "").strip().replace("\n", " ")[:limit]
         return render_answer(self.action_json, thought)
@@ -99,7 +109,7 @@ _COMPACT_ACTIONS = {
 
 def _system(space: ActionSpace, style: str) -> str:
     kind = space.name if space.name in _INTRO else "web"
-    if style == "terse":
+    if style in _TERSE_STYLES:
         # A trained model learned the answer format from its data; describing it costs tokens.
         return _INTRO[kind]
     if style == "trained":
@@ -158,7 +168,9 @@ def history_entry(action: Action, observation: Observation | None = None, *, not
     what did not happen (an action the approval policy refused, a navigation the guard
     blocked): without it the agents read the action as done.
     """
-    call = _named_call(action, observation)
+    tree = observation.extra.get("tree") if observation is not None else None
+    element_format = simplify.observation_format(observation.text) if observation is not None else "html"
+    call = answer_call(action, tree, element_format, with_id=False)
     return f"{call} [{note}]" if note else call
 
 
@@ -185,24 +197,26 @@ _HTML_NAMED = re.compile(r"(?P<verb>\w+)\(<(?P<tag>[\w-]*)\| (?P<text>.*?)>" + _
 _TEXT_FIRST_NAMED = re.compile(r'(?P<verb>\w+)\((?P<tag>[\w-]+) (?P<text>"(?:[^"\\]|\\.)*")' + _AFTER_NAME)
 
 
-def _named_call(action: Action, observation: Observation | None) -> str:
+def answer_call(action: Action, tree: simplify.Node | None, element_format: str = "text-first", *,
+                with_id: bool = True) -> str:
+    """``action`` as a call that names its element by its line on the screen of ``tree``:
+    ``click(button "TWO" [E])``, a field with its label, ``type_string(input "" (City) [U], 'Kyiv')``
+    (``with_id=False``: the line without the id, and the label in brackets after it, as a
+    history entry reads). The plain call form (``click('E')``) when there is no tree (a phone, a
+    text) or the id is not on it."""
     element_id = getattr(action, "element_id", None)
-    tree = observation.extra.get("tree") if observation is not None else None
     if not element_id or not tree:
         return action.to_call()
-    name = simplify.element_line(tree, str(element_id), simplify.observation_format(observation.text),
-                                 with_id=False)
+    name = simplify.element_line(tree, str(element_id), element_format, with_id=with_id)
     if name is None:
         return action.to_call()
     # A field's own text is its state (every empty one reads <input| >): its label names it.
-    label = simplify.field_label(tree, str(element_id))
+    label = "" if with_id else simplify.field_label(tree, str(element_id))
     if label:
         name = f"{name} ({label})"
     args = [name if key == "element_id" else repr(value)
             for key, value in action.args().items() if value is not None]
     return f"{action.name}({', '.join(args)})"
-
-
 
 
 #: The viewport line of a page that fits one screen: nothing to scroll, so ``terse`` leaves it out.
@@ -224,9 +238,12 @@ def _history(history: Sequence[str]) -> str:
 
 def own_answer_block(own_previous: PeerOutput, style: str) -> str:
     """How an agent reads its own answer of the previous round in a prompt of ``style``: the
-    heading, then the answer (its action alone in ``terse``)."""
-    terse = style == "terse"
-    return f"{TEAM_HEADINGS['terse' if terse else 'full'][0]}\n{own_previous.render(with_thought=not terse)}"
+    heading, then the answer (:meth:`PeerOutput.render`)."""
+    return f"{TEAM_HEADINGS[_register(style)][0]}\n{own_previous.render(style=style)}"
+
+
+def _register(style: str) -> str:
+    return "terse" if style in _TERSE_STYLES else "full"
 
 
 def build_messages(
@@ -251,20 +268,19 @@ def build_messages(
         style: ``react`` (default), ``compact`` (shorter system prompt for small models) or
             ``trained`` (no demonstration turn, answer ``Action: <json>``) or ``grounded``
             (``trained`` whose answer first copies the target's screen line) or ``terse``
-            (``grounded`` answers, shortest prompt); see PROMPT_STYLES.
+            (``grounded`` answers, shortest prompt) or ``named`` (``terse``, the team's answers
+            as named calls); see PROMPT_STYLES.
     """
     if style not in PROMPT_STYLES:
         raise ConfigError(f"unknown prompt style {style!r}; use one of {list(PROMPT_STYLES)}")
-    terse = style == "terse"
-    if terse:
+    if style in _TERSE_STYLES:
         observation = _without_one_screen_viewport(observation)
     parts = [f"Task: {task}", f"Previous actions: {_history(history)}", "Current screen:", observation]
-    peers_heading = TEAM_HEADINGS["terse" if terse else "full"][1]
     if own_previous is not None:
         parts.append(own_answer_block(own_previous, style))
     if peers:
-        parts.append(peers_heading)
-        parts += [f"[Agent {p.agent}] {p.render(with_thought=not terse)}" for p in peers]
+        parts.append(TEAM_HEADINGS[_register(style)][1])
+        parts += [f"[Agent {p.agent}] {p.render(style=style)}" for p in peers]
     if style in ("trained", *GROUNDED_STYLES):
         return ({"role": "system", "content": _system(space, style)},
                 {"role": "user", "content": "\n".join(parts)})

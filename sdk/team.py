@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import AsyncGenerator, Generator, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
@@ -24,7 +24,13 @@ from collabui.devices.base import Observation
 from collabui.errors import CollabUIError, ConfigError
 from collabui.models.base import ChatModel, ChatRequest, ChatResult, Message
 from collabui.parsing import parse_proposal
-from collabui.prompts import PeerOutput, build_messages, history_in_format, render_observation
+from collabui.prompts import (
+    PeerOutput,
+    answer_call,
+    build_messages,
+    history_in_format,
+    render_observation,
+)
 from collabui.vote import VoteResult, majority_vote
 
 #: A step whose graph returned without its vote: a stop signal that a library's thread pool
@@ -57,9 +63,12 @@ class Proposal:
     prompt_tokens: int | None
     completion_tokens: int | None
 
-    def as_peer(self) -> PeerOutput:
+    def as_peer(self, named: Callable[[Action], str] | None = None) -> PeerOutput:
+        """This answer as its readers get it; ``named`` writes the action as a call naming its
+        element (the ``named`` prompt style's rendering, on the reader's screen)."""
         ok = self.parse_error is None
-        return PeerOutput(self.agent, self.round, self.thought, self.action.to_json() if ok else None, self.raw)
+        return PeerOutput(self.agent, self.round, self.thought, self.action.to_json() if ok else None, self.raw,
+                          named=named(self.action) if ok and named else None)
 
     def to_record(self) -> dict[str, Any]:
         return {
@@ -271,9 +280,10 @@ class CollabAgentTeam:
     def _request(self, state: _StepState, i: int, j: int) -> tuple[ChatRequest, tuple[Message, ...]]:
         props = state.get("proposals", {})
         preds = self._topology.predecessors(i)
-        peers = [props[(k, j)].as_peer() for k in preds]
-        own = props[(i, j - 1)].as_peer() if j > 0 and self.config.memory else None
         view = self.config.agent_format(i)
+        named = self._namer(state, view) if self.config.agent_style(i) == "named" else None
+        peers = [props[(k, j)].as_peer(named) for k in preds]
+        own = props[(i, j - 1)].as_peer(named) if j > 0 and self.config.memory else None
         history = state.get("history", [])
         if view in state.get("views", {}):
             history = [history_in_format(entry, view) for entry in history]
@@ -377,6 +387,13 @@ class CollabAgentTeam:
             "history": list(history),
             "proposals": {},
         }
+
+    @staticmethod
+    def _namer(state: _StepState, view: str | None) -> Callable[[Action], str]:
+        """Names an action's element as the agent reading ``view`` sees it on this step's screen."""
+        tree = (state.get("structure") or {}).get("tree")
+        element_format = view or simplify.observation_format(state["observation"])
+        return lambda action: answer_call(action, tree, element_format)
 
     def _views(self, observation: Observation | str) -> dict[str, str]:
         """The page in each agent format other than the device's, re-rendered from the device's

@@ -5,7 +5,13 @@ import pytest
 from collabui.actions import WEB
 from collabui.devices.base import Observation
 from collabui.errors import ConfigError
-from collabui.prompts import PeerOutput, build_messages, history_entry, render_observation
+from collabui.prompts import (
+    PeerOutput,
+    answer_call,
+    build_messages,
+    history_entry,
+    render_observation,
+)
 
 
 def _messages(style: str, **kw):
@@ -58,6 +64,41 @@ def test_terse_style_reads_as_grounded_with_the_shortest_prompt():
     assert "Thought" not in terse[1]["content"] and 'Thought: click button "Ok" [C]' in grounded[1]["content"]
     assert len(terse[0]["content"]) + 60 < len(grounded[0]["content"])
     assert len(terse[1]["content"]) + 60 < len(grounded[1]["content"])
+
+
+def test_named_style_shows_the_team_answers_as_calls_naming_their_element():
+    from collabui.actions.web import Click, TypeString
+    from collabui.devices.simplify import render
+
+    screen = render(_TREE, "text-first")
+    peer = PeerOutput(agent=2, round=0, thought='click button "Log in" [D]',
+                      action_json='{"action": "click", "element_id": "D"}', raw="",
+                      named=answer_call(Click("D"), _TREE))
+    own = PeerOutput(agent=1, round=0, thought=None, action_json='{"action": "type_string", "element_id": "Q"}',
+                     raw="", named=answer_call(TypeString("Q", "kvu", False), _TREE))
+    common = dict(space=WEB, task="Log in as kvu.", observation=screen, history=[], peers=[peer], own_previous=own)
+    named = build_messages(**common, style="named")
+    terse = build_messages(**common, style="terse")
+    assert named[0] == terse[0]  # the terse prompt: only the team's answers read otherwise
+    assert 'Your previous answer:\ntype_string(input "" (Username) [Q], \'kvu\', False)' in named[1]["content"]
+    assert '[Agent 2] click(button "Log in" [D])' in named[1]["content"]
+    assert named[1]["content"].split("Your previous")[0] == terse[1]["content"].split("Your previous")[0]
+    # An answer given without its call (a phone's, a text's) reads as its JSON, as in terse.
+    plain = PeerOutput(agent=0, round=0, thought=None, action_json='{"action": "click", "element_id": "D"}', raw="")
+    assert plain.render(style="named") == plain.render(style="terse") == plain.action_json
+
+
+def test_answer_call_names_the_element_with_its_id_in_either_format():
+    from collabui.actions.web import Click, TypeString
+
+    assert answer_call(Click("D"), _TREE) == 'click(button "Log in" [D])'
+    assert answer_call(Click("D"), _TREE, "html") == "click(<button[D]| Log in>)"
+    assert answer_call(TypeString("Q", "kvu", True), _TREE) == "type_string(input \"\" (Username) [Q], 'kvu', True)"
+    # The history's form: no id, the field by its label.
+    assert answer_call(Click("D"), _TREE, with_id=False) == 'click(button "Log in")'
+    # No tree, or an id not on it: the plain call.
+    assert answer_call(Click("D"), None) == "click('D')"
+    assert answer_call(Click("Z"), _TREE) == "click('Z')"
 
 
 @pytest.mark.parametrize(("viewport", "kept"), [("0 / 1.0", False), ("0 / 2.5", True), ("1 / 2.0", True)])

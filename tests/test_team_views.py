@@ -53,3 +53,19 @@ def test_per_agent_settings_are_checked_and_cycled_from_a_bundle():
     assert [config.agent_style(i) for i in range(4)] == ["trained", "grounded"] * 2
     assert [config.agent_format(i) for i in range(4)] == ["html", "text-first"] * 2
     assert TeamConfig(prompt_style="react").agent_style(3) == "react" and TeamConfig().agent_format(0) is None
+
+
+@pytest.mark.browser
+def test_named_agents_read_the_team_answers_as_calls_naming_the_element_on_their_own_page():
+    model = ScriptedChatModel(_clicks_the_first_button)
+    team = CollabAgentTeam(model, n_agents=2, rounds=2, topology="chain", adapters=("a", "b"),
+                           prompt_style="named", agent_formats=("html", "text-first"))
+    with make_env("miniwob/click-dialog", shuffle_elements=True) as env:
+        obs = env.reset(seed=3)
+        button = re.search(r"<button\[(\w+)\]\| (\w+)>", obs.text)
+        team.step(obs.task, obs, [])
+    by_agent = {a: [r.messages[-1]["content"] for r in model.requests if r.adapter == a] for a in "ab"}
+    # Agent b reads a's answer of this round on its text-first page; a reads its own on html.
+    assert f'[Agent 0] click(button "{button[2]}" [{button[1]}])' in by_agent["b"][0]
+    assert f"Your previous answer:\nclick(<button[{button[1]}]| {button[2]}>)" in by_agent["a"][1]
+    assert '"element_id"' not in by_agent["a"][1] + by_agent["b"][1]  # no answer reads as JSON

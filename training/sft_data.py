@@ -19,7 +19,13 @@ from collabui.actions import get_action_space
 from collabui.devices.base import Observation
 from collabui.errors import ConfigError
 from collabui.parsing import render_answer
-from collabui.prompts import GROUNDED_STYLES, build_messages, history_in_format, render_observation
+from collabui.prompts import (
+    GROUNDED_STYLES,
+    answer_call,
+    build_messages,
+    history_in_format,
+    render_observation,
+)
 from collabui.training.team_context import TeamContext, team_context
 
 __all__ = ["sft_rows", "answer_text", "grounded_thought", "prompt_messages", "target_line"]
@@ -107,7 +113,8 @@ def _context(row: dict[str, Any], action: dict[str, Any], share: float, seed: in
     ids = [str(e["id"]) for e in flat_elements(tree) if e["id"]]
     if style not in GROUNDED_STYLES:
         return team_context(action, ids, rng)
-    return team_context(action, ids, rng,
+    named = (lambda a: answer_call(a, tree, element_format)) if style == "named" else (lambda _a: None)
+    return team_context(action, ids, rng, named_for=named,
                         thought_for=lambda a: grounded_thought(a, target_line(tree, a, element_format)))
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from collabui.actions import get_action_space
+from collabui.actions import Action, get_action_space
 from collabui.parsing import render_answer
 from collabui.prompts import PeerOutput
 
@@ -51,22 +51,30 @@ def wrong_action(action: dict[str, Any], element_ids: list[str], rng: random.Ran
 ThoughtFor = Callable[[dict[str, Any]], "str | None"]
 
 
-def _output(agent: int, round_: int, action: dict[str, Any], space: str, thought_for: ThoughtFor) -> PeerOutput:
-    text = get_action_space(space).from_dict(action).to_json()
+#: The call naming an action's element, as a ``named``-style reader sees it (None: not shown so).
+NamedFor = Callable[[Action], "str | None"]
+
+
+def _output(agent: int, round_: int, action: dict[str, Any], space: str, thought_for: ThoughtFor,
+            named_for: NamedFor) -> PeerOutput:
+    typed = get_action_space(space).from_dict(action)
+    text = typed.to_json()
     thought = thought_for(action)
     return PeerOutput(agent=agent, round=round_, thought=thought, action_json=text,
-                      raw=render_answer(text, thought))
+                      raw=render_answer(text, thought), named=named_for(typed))
 
 
 def team_context(action: dict[str, Any], element_ids: list[str], rng: random.Random, *,
                  p_right: float = 0.6, space: str = "web",
-                 thought_for: ThoughtFor = lambda _action: None) -> TeamContext:
+                 thought_for: ThoughtFor = lambda _action: None,
+                 named_for: NamedFor = lambda _action: None) -> TeamContext:
     """A team context for a step whose verified answer is ``action``, on a page listing
     ``element_ids``: a round (0-2) and 0-3 predecessors, each answer right with ``p_right``.
 
     ``thought_for`` writes each shown answer's thought as the team's agents would: in the
     ``grounded`` style a team reads its peers' screen lines too (``Thought: click button "Ok"
-    [B]``), so rows without them would teach a prompt no team shows."""
+    [B]``), so rows without them would teach a prompt no team shows. ``named_for`` writes each
+    shown answer as the ``named`` style shows it (``collabui.prompts.answer_call``)."""
     agent = rng.randrange(AGENTS)
     round_ = rng.randrange(ROUNDS)
     others = [a for a in range(AGENTS) if a != agent]
@@ -76,6 +84,6 @@ def team_context(action: dict[str, Any], element_ids: list[str], rng: random.Ran
         wrong = None if rng.random() < p_right else wrong_action(action, element_ids, rng)
         return wrong or action
 
-    peers = tuple(_output(p, round_, answer(), space, thought_for) for p in peer_ids)
-    own = _output(agent, round_ - 1, answer(), space, thought_for) if round_ > 0 else None
+    peers = tuple(_output(p, round_, answer(), space, thought_for, named_for) for p in peer_ids)
+    own = _output(agent, round_ - 1, answer(), space, thought_for, named_for) if round_ > 0 else None
     return TeamContext(peers=peers, own_previous=own)

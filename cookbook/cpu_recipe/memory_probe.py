@@ -18,20 +18,27 @@ import random
 import statistics
 from pathlib import Path
 
-from collabui.prompts import PeerOutput, own_answer_block
+from collabui.actions import get_action_space
+from collabui.devices import simplify
+from collabui.prompts import PeerOutput, answer_call, own_answer_block
 
 
-def _with_own_answer(messages: list[dict], proposal: dict, style: str) -> list[dict]:
-    """The same prompt as the agent's round-2 prompt would show it: its answer appended."""
+def _with_own_answer(messages: list[dict], proposal: dict, style: str, tree: dict | None = None) -> list[dict]:
+    """The same prompt as the agent's round-2 prompt would show it: its answer appended (named on
+    the step's element ``tree`` in the ``named`` style)."""
+    named = None
+    if style == "named":
+        named = answer_call(get_action_space("web").from_dict(proposal["action"]), tree,
+                            simplify.observation_format(messages[-1]["content"]))
     own = PeerOutput(agent=0, round=0, thought=proposal.get("thought"),
-                     action_json=json.dumps(proposal["action"], ensure_ascii=False), raw=proposal["raw"])
+                     action_json=json.dumps(proposal["action"], ensure_ascii=False), raw=proposal["raw"], named=named)
     shown = [dict(m) for m in messages]
     shown[-1]["content"] += "\n" + own_answer_block(own, style)
     return shown
 
 
 def _steps(run: Path, episodes: int, seed: int):
-    """(t, messages, proposal, style) of the first proposal of every step of ``episodes`` traces."""
+    """(t, messages, proposal, style, tree) of the first proposal of every step of ``episodes`` traces."""
     files = sorted((run / "traces").glob("*.jsonl"))
     random.Random(seed).shuffle(files)
     for path in files[:episodes]:
@@ -41,7 +48,7 @@ def _steps(run: Path, episodes: int, seed: int):
             cells = step["proposals"]
             first = cells[0][0] if isinstance(cells[0], list) else cells[0]
             if first.get("action") is not None:
-                yield step["t"], first["messages"], first, style
+                yield step["t"], first["messages"], first, style, step["observation"]["extra"].get("tree")
 
 
 def main() -> None:
@@ -72,9 +79,9 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for run in map(Path, args.runs):
         rows = []
-        for t, messages, proposal, style in _steps(run, args.episodes, seed=0):
+        for t, messages, proposal, style, tree in _steps(run, args.episodes, seed=0):
             plain = logprob(messages, proposal["raw"])
-            shown = logprob(_with_own_answer(messages, proposal, style), proposal["raw"])
+            shown = logprob(_with_own_answer(messages, proposal, style, tree), proposal["raw"])
             rows.append((t, shown - plain))
         for name, keep in (("first (t = 0)", lambda t: t == 0), ("later (t > 0)", lambda t: t > 0)):
             deltas = [d for t, d in rows if keep(t)]

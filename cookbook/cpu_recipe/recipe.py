@@ -146,10 +146,11 @@ class RecipeConfig:
     element_format: str = field(default="text-first", metadata={"choices": ("html", "text-first"),
                                                           "help": "page format taught (and read by trained models)"})
     style: str = field(default="terse", metadata={
-        "choices": ("trained", "grounded", "terse"),
+        "choices": ("trained", "grounded", "terse", "named"),
         "help": "answer format taught: the action alone, the target's screen line first, or that with the "
         "shortest prompt (terse, the default since v30t: a team agent's prompt ~181 tokens on the training "
-        "pages against grounded's 251)"})
+        "pages against grounded's 251), or terse with the team's answers as calls naming their element "
+        "(named: click(button \"TWO\" [E]))"})
     evaluation: MiniWoBEvalConfig = field(default_factory=_evaluation_template, metadata={
         "help": "stage 3", "skip_flags": _skip_all_but(MiniWoBEvalConfig, _EVAL_FLAGS)})
     baseline_episodes: int = field(default=25, metadata={"help": "per task, random, lexical and the trained team"})

@@ -20,7 +20,11 @@ def _probe():
     return module
 
 
-@pytest.mark.parametrize("style", ["terse", "grounded"])
+TREE = {"tag": "", "id": None, "parts": [{"tag": "button", "id": "E", "parts": ["TWO"]},
+                                        {"tag": "button", "id": "V", "parts": ["ONE"]}]}
+
+
+@pytest.mark.parametrize("style", ["terse", "grounded", "named"])
 def test_the_probe_prompt_is_the_team_agents_round_two_prompt(style):
     action = {"action": "click", "element_id": "E"}
     raw = f'Thought: click button "TWO" [E]\nAction: {json.dumps(action)}'
@@ -28,7 +32,9 @@ def test_the_probe_prompt_is_the_team_agents_round_two_prompt(style):
     common = dict(space=get_action_space("web"), task="Click button ONE, then click button TWO.",
                   observation=PAGE, history=['click(button "ONE")'], style=style)
     alone = [dict(m) for m in build_messages(**common)]
-    own = PeerOutput(agent=0, round=0, thought=proposal["thought"], action_json=json.dumps(action), raw=raw)
+    named = 'click(button "TWO" [E])' if style == "named" else None
+    own = PeerOutput(agent=0, round=0, thought=proposal["thought"], action_json=json.dumps(action), raw=raw,
+                     named=named)
     in_team = [dict(m) for m in build_messages(**common, own_previous=own)]
-    shown = _probe()._with_own_answer(alone, proposal, style)
+    shown = _probe()._with_own_answer(alone, proposal, style, TREE)
     assert shown == in_team and shown != alone

@@ -68,12 +68,12 @@ def test_read_prompt_finds_space_task_history_and_screen() -> None:
     assert read_prompt(_request("Open Wi-Fi", MOBILE_SCREEN, space=MOBILE).messages).space is MOBILE
 
 
-@pytest.mark.parametrize("style", ["react", "grounded", "terse"])
+@pytest.mark.parametrize("style", ["react", "grounded", "terse", "named"])
 def test_read_prompt_stops_the_screen_at_the_team_answers_of_every_style(style) -> None:
     from collabui.prompts import PeerOutput
 
     peer = PeerOutput(agent=1, round=0, thought="click <a[C]| tortor>",
-                      action_json='{"action": "click", "element_id": "C"}', raw="")
+                      action_json='{"action": "click", "element_id": "C"}', raw="", named="click(<a[C]| tortor>)")
     messages = build_messages(space=WEB, task='Click "tortor".', observation=MINIWOB_PAGE, history=[],
                               peers=[peer], own_previous=peer, style=style)
     assert read_prompt(messages).screen == MINIWOB_PAGE  # the answers are not page elements

@@ -38,7 +38,7 @@ def test_the_shipped_team_answers_in_its_trained_style(trained):
     # A fine-tuned style (no demonstration turn), the one the bundle records: a team made from
     # the loaded model takes it without being told.
     style = model_defaults("smollm2-trained")["prompt_style"]
-    assert style in ("trained", "grounded", "terse")
+    assert style in ("trained", "grounded", "terse", "named")
     team = CollabAgentTeam(trained, n_agents=2, rounds=1)
     assert team.config.prompt_style == style == trained.team_defaults["prompt_style"]
 

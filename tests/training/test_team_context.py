@@ -103,3 +103,18 @@ def test_terse_team_rows_show_the_answers_as_actions_alone():
     assert len(shown) > 100 and all(a["element_id"] in IDS for a in shown if "element_id" in a)
     assert not any("Thought:" in p for p in prompts)
     assert any("Your previous answer:\n{" in p for p in prompts)
+
+
+def test_named_team_rows_show_each_answer_as_a_call_naming_its_element():
+    # named agents read each shown answer as a call with its element's screen line and id.
+    rows = sft_rows(_rows(100), team_share=1.0, style="named", element_format="text-first")
+    prompts = [r["prompt"][-1]["content"] for r in rows]
+    shown = [m for p in prompts for m in re.finditer(r'(?:\[Agent \d\] |Your previous answer:\n)(\w+)\((.*\[(\w+)\])', p)]
+    assert len(shown) > 100 and all(m.group(3) in IDS for m in shown)
+    for p in prompts:
+        screen = p.split("Your previous")[0].split("Other agents")[0]
+        for m in re.finditer(r'(?:\[Agent \d\] |Your previous answer:\n)\w+\((.*\[\w+\])', p):
+            assert "\n" + m.group(1) + "\n" in screen + "\n"  # the element's own line on this page
+    assert not any("Thought:" in p or '"element_id"' in p for p in prompts)
+    # The targets stay grounded answers with the JSON action.
+    assert all(r["completion"][0]["content"].startswith("Thought: ") for r in rows)
