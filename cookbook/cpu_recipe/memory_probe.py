@@ -47,7 +47,7 @@ def _steps(run: Path, episodes: int, seed: int):
         for step in (r for r in records if r["type"] == "step"):
             cells = step["proposals"]
             first = cells[0][0] if isinstance(cells[0], list) else cells[0]
-            if first.get("action") is not None:
+            if first.get("action") is not None and first.get("parse_error") is None:  # a team shows no unparsed answer
                 yield step["t"], first["messages"], first, style, step["observation"]["extra"].get("tree")
 
 

@@ -38,3 +38,19 @@ def test_the_probe_prompt_is_the_team_agents_round_two_prompt(style):
     in_team = [dict(m) for m in build_messages(**common, own_previous=own)]
     shown = _probe()._with_own_answer(alone, proposal, style, TREE)
     assert shown == in_team and shown != alone
+
+
+def test_the_probe_skips_answers_a_team_would_not_show(tmp_path):
+    # An unparsed answer reads as "(no valid action)" in a team, never as its action: not probed.
+    def proposal(action, error):
+        return {"action": action, "parse_error": error, "messages": [{"role": "user", "content": PAGE}],
+                "raw": "x", "thought": None}
+
+    steps = [{"type": "step", "t": t, "observation": {"extra": {"tree": TREE}}, "proposals": [[p]]}
+             for t, p in enumerate([proposal({"action": "click", "element_id": "E"}, None),
+                                    proposal({"action": "unknown", "raw": "x"}, "no Action: line")])]
+    (tmp_path / "traces").mkdir()
+    lines = [{"type": "episode", "team": {"prompt_style": "named"}}, *steps, {"type": "end"}]
+    (tmp_path / "traces" / "e.jsonl").write_text("\n".join(json.dumps(r) for r in lines))
+    found = list(_probe()._steps(tmp_path, episodes=5, seed=0))
+    assert [(t, style, tree) for t, _, _, style, tree in found] == [(0, "named", TREE)]
