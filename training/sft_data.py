@@ -113,8 +113,9 @@ def _context(row: dict[str, Any], action: dict[str, Any], share: float, seed: in
     ids = [str(e["id"]) for e in flat_elements(tree) if e["id"]]
     if style not in GROUNDED_STYLES:
         return team_context(action, ids, rng)
-    named = (lambda a: answer_call(a, tree, element_format)) if style == "named" else (lambda _a: None)
-    return team_context(action, ids, rng, named_for=named,
+    # In the named style each shown answer is also written as the call naming its element.
+    named = {"named_for": lambda a: answer_call(a, tree, element_format)} if style == "named" else {}
+    return team_context(action, ids, rng, **named,
                         thought_for=lambda a: grounded_thought(a, target_line(tree, a, element_format)))
 
 
