@@ -40,6 +40,7 @@ __all__ = [
     "render",
     "render_html",
     "render_text_first",
+    "reorder",
     "element_line",
     "element_name",
     "observation_format",
@@ -148,6 +149,46 @@ def render(tree: Node | None, element_format: str = "html") -> str:
     if check_element_format(element_format) == "html":
         return render_html(tree)
     return render_text_first(tree)
+
+
+def reorder(tree: Node | None, seed: int) -> Node | None:
+    """A copy of ``tree`` whose runs of sibling interactive elements are reordered by ``seed``,
+    ids unchanged: the same page, another order. The runs are the ones the walk's own shuffle
+    moves (``js/simplify.js``): a label holding only text, and a form field right after text or
+    such a label, stay where they are (they read as "field labelled X")."""
+    import random
+
+    if tree is None:
+        return None
+    draw = random.Random(seed)
+
+    def copy(node: Node) -> Node:
+        parts = [p if isinstance(p, str) else copy(p) for p in node["parts"]]
+        start = 0
+        for i in range(len(parts) + 1):
+            if i < len(parts) and _movable(parts, i):
+                continue
+            if i - start > 1:
+                run = parts[start:i]
+                draw.shuffle(run)
+                parts[start:i] = run
+            start = i + 1
+        return {**node, "parts": parts}
+
+    return copy(tree)
+
+
+def _text_label(part: Node | str) -> bool:
+    return not isinstance(part, str) and part["tag"] == "label" and not any(_nested_interactive(part))
+
+
+def _movable(parts: list[Node | str], i: int) -> bool:
+    part = parts[i]
+    if isinstance(part, str) or not part["id"] or _text_label(part):
+        return False
+    before = parts[i - 1] if i > 0 else None
+    reads_as_text = before is not None and (isinstance(before, str) or not before["id"] or _text_label(before))
+    return not (part["tag"] in FIELD_TAGS and reads_as_text)
 
 
 def render_html(tree: Node | None) -> str:

@@ -72,6 +72,12 @@ class TeamConfig:
         default=None, metadata={"help": "per-agent page formats, html or text-first, each agent reading the "
                                 "page re-rendered from the device's element tree (default: the device's)"}
     )
+    varied_order: bool = field(
+        default=False,
+        metadata={"help": "every agent but agent 0 reads the page with its elements in an order of its own "
+                  "(runs of sibling elements reordered, the same ids; drawn per page and agent), so mistakes "
+                  "that follow the order stop coinciding (pages with an element tree)"},
+    )
     action_space: str = field(default="web", metadata={"help": "web or mobile", "choices": ("web", "mobile")})
     max_steps: int = field(default=10, metadata={"help": "environment steps per episode"})
     prompt_style: str = field(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
+import zlib
 from collections.abc import AsyncGenerator, Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, TypedDict
@@ -118,7 +119,7 @@ class _StepState(TypedDict, total=False):
     t: int
     task: str
     observation: str
-    views: dict[str, str]  # the observation in other page formats (TeamConfig.agent_formats)
+    views: dict[str, str]  # the page in other formats (agent_formats) and orders (varied_order)
     history: list[str]
     proposals: Annotated[dict[tuple[int, int], Proposal], _merge]
     vote: VoteResult
@@ -290,7 +291,7 @@ class CollabAgentTeam:
         messages = build_messages(
             space=self.space,
             task=state["task"],
-            observation=state.get("views", {}).get(view, state["observation"]),
+            observation=self._observation_of(state, i),
             history=history,
             peers=peers,
             own_previous=own,
@@ -395,16 +396,32 @@ class CollabAgentTeam:
         element_format = view or simplify.observation_format(state["observation"])
         return lambda action: answer_call(action, tree, element_format)
 
+    def _observation_of(self, state: _StepState, i: int) -> str:
+        """The page as agent ``i`` reads it: its own order (``varied_order``), else its format."""
+        views = state.get("views", {})
+        return views.get(f"agent{i}") or views.get(self.config.agent_format(i)) or state["observation"]
+
     def _views(self, observation: Observation | str) -> dict[str, str]:
         """The page in each agent format other than the device's, re-rendered from the device's
-        element tree (same elements, ids and order); none without a tree (a text, a phone)."""
+        element tree (same elements, ids and order), and with ``varied_order`` each agent's but
+        agent 0's own ordering of it (key ``agent{i}``); none without a tree (a text, a phone)."""
         tree = None if isinstance(observation, str) else observation.extra.get("tree")
-        if not tree or not self.config.agent_formats:
+        if not tree or not (self.config.agent_formats or self.config.varied_order):
             return {}
         own = simplify.observation_format(observation.text)
-        return {fmt: render_observation(dataclasses.replace(observation, text=simplify.render(tree, fmt)),
-                                        max_chars=self.config.max_observation_chars)
-                for fmt in set(self.config.agent_formats) - {own}}
+
+        def text(page: Any, fmt: str) -> str:
+            return render_observation(dataclasses.replace(observation, text=simplify.render(page, fmt)),
+                                      max_chars=self.config.max_observation_chars)
+
+        views = {fmt: text(tree, fmt) for fmt in set(self.config.agent_formats or ()) - {own}}
+        if self.config.varied_order:
+            # Seeded by the page itself, so a rerun of an episode shows each agent the same order.
+            page = zlib.crc32(observation.text.encode("utf-8"))
+            for i in range(1, self.config.n_agents):
+                seed = zlib.crc32(f"{self.config.seed}|order|{page}|{i}".encode())
+                views[f"agent{i}"] = text(simplify.reorder(tree, seed), self.config.agent_format(i) or own)
+        return views
 
     def _run_config(self) -> dict[str, Any]:
         # max_concurrency must sit at the top level of the run config (LangGraph ignores it

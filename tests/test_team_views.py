@@ -69,3 +69,24 @@ def test_named_agents_read_the_team_answers_as_calls_naming_the_element_on_their
     assert f'[Agent 0] click(button "{button[2]}" [{button[1]}])' in by_agent["b"][0]
     assert f"Your previous answer:\nclick(<button[{button[1]}]| {button[2]}>)" in by_agent["a"][1]
     assert '"element_id"' not in by_agent["a"][1] + by_agent["b"][1]  # no answer reads as JSON
+
+
+@pytest.mark.browser
+def test_varied_order_shows_each_agent_but_the_first_the_page_in_an_order_of_its_own():
+    model = ScriptedChatModel(_clicks_the_first_button)
+    team = CollabAgentTeam(model, n_agents=4, rounds=1, topology="independent", adapters=("a", "b", "c", "d"),
+                           prompt_style="terse", varied_order=True)
+    with make_env("miniwob/click-button", element_format="text-first") as env:
+        obs = env.reset(seed=0)
+        team.step(obs.task, obs, [])
+        first = {r.adapter: r.messages[-1]["content"] for r in model.requests}
+        model.requests.clear()
+        step = team.step(obs.task, obs, [])  # the same page again: the same orders
+    again = {r.adapter: r.messages[-1]["content"] for r in model.requests}
+    assert first == again
+    assert obs.text in first["a"]  # agent 0 reads the device's page
+    pages = [set(first[a].splitlines()) for a in "abcd"]
+    assert all(p == pages[0] for p in pages)  # the same lines (elements and ids) ...
+    assert len({first[a] for a in "abcd"}) > 1  # ... in other orders
+    # Each agent clicked its own first button, so the 4 proposals need not agree.
+    assert len({a for row in step.action_matrix() for a in row}) > 1

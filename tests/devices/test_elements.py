@@ -21,6 +21,7 @@ from collabui.devices.simplify import (
     render,
     render_html,
     render_text_first,
+    reorder,
     screen_elements,
     tree_elements,
 )
@@ -323,6 +324,21 @@ def test_a_label_keeps_its_field_while_rows_shuffle(shuffled):
     shuffled.reset(seed=0, options={"task_name": "click-button"})
     observations = [shuffled.observe() for _ in range(6)]
     assert len({tuple(_items(o)) for o in observations}) > 1  # a row of buttons is shuffled
+
+
+@pytest.mark.browser
+def test_reorder_moves_what_the_walks_shuffle_moves_and_keeps_every_id(env):
+    buttons = env.reset(seed=0, options={"task_name": "click-button"})
+    tree, text = buttons.extra["tree"], buttons.text
+    orders = [reorder(tree, seed) for seed in range(6)]
+    assert buttons.extra["tree"] == tree and render_html(tree) == text  # the page's own tree is untouched
+    assert all(sorted(flat_elements(o), key=lambda e: e["id"]) == sorted(flat_elements(tree), key=lambda e: e["id"])
+               for o in orders)  # the same elements, ids and texts
+    assert len({tuple(e["id"] for e in flat_elements(o)) for o in orders}) > 1  # a row of buttons moves
+    assert reorder(tree, 3) == orders[3] and reorder(None, 3) is None
+    login = env.reset(seed=0, options={"task_name": "login-user"})
+    for seed in range(6):  # a label and its field stay together, as in the walk's shuffle
+        assert re.search(r"<label\| Username> <input\[[A-Z]+\]\| >", render_html(reorder(login.extra["tree"], seed)))
 
 
 PAGE = ("<html><body><p>Pick one</p>" + "".join(f"<button onclick=\"document.title='b{i}'\">"
