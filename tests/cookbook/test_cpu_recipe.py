@@ -1,25 +1,21 @@
 """The CPU recipe's configuration: valid and disjoint task lists, every evaluated system a valid
 evaluation on shuffled held-out pages, and the README table rendered from results.json."""
 
-import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from collabui.devices.miniwob import miniwob_tasks
 from collabui.training.task_lists import HELDOUT_TASKS, TRAIN_TASKS
+from tests.cookbook.scripts import CPU_RECIPE, load_script
 
-RECIPE = Path(__file__).resolve().parents[2] / "cookbook" / "cpu_recipe" / "recipe.py"
+RECIPE = CPU_RECIPE / "recipe.py"
 
 
 def _recipe():
-    spec = importlib.util.spec_from_file_location("cpu_recipe", RECIPE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("recipe")
 
 
 def test_task_lists_are_real_and_disjoint():

@@ -1,23 +1,18 @@
 """The memory probe shows an agent exactly the block a team agent reads in its later rounds."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 from collabui.actions import get_action_space
 from collabui.prompts import PeerOutput, build_messages
+from tests.cookbook.scripts import load_script
 
-PROBE = Path(__file__).resolve().parents[2] / "cookbook" / "cpu_recipe" / "memory_probe.py"
 PAGE = 'Location: /miniwob/click-button-sequence.html\nbutton "TWO" [E]\nbutton "ONE" [V]'
 
 
 def _probe():
-    spec = importlib.util.spec_from_file_location("memory_probe", PROBE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("memory_probe")
 
 
 TREE = {"tag": "", "id": None, "parts": [{"tag": "button", "id": "E", "parts": ["TWO"]},
