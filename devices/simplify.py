@@ -17,6 +17,7 @@ elements carry a short upper-case id that the walk also writes on the element as
 from __future__ import annotations
 
 import json
+import random
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -156,8 +157,6 @@ def reorder(tree: Node | None, seed: int) -> Node | None:
     ids unchanged: the same page, another order. The runs are the ones the walk's own shuffle
     moves (``js/simplify.js``): a label holding only text, and a form field right after text or
     such a label, stay where they are (they read as "field labelled X")."""
-    import random
-
     if tree is None:
         return None
     draw = random.Random(seed)
