@@ -91,6 +91,12 @@ class TeamConfig:
                   "(first the most-proposed action on an element, then its most-proposed wording)",
                   "choices": VOTE_RULES},
     )
+    arbiter: str | None = field(
+        default=None,
+        metadata={"help": "model spec of a policy that answers each step alone (the page, task and history, no "
+                  "peers); when its action is among the agents' proposals it is executed, else the vote's "
+                  "(e.g. lexical: the team proposes, the heuristic picks among the proposals)"},
+    )
     memory: bool = field(
         default=True,
         metadata={"help": "agents read their own answer of the previous round (the paper's one-round memory); "
@@ -118,6 +124,8 @@ class TeamConfig:
             raise ConfigError(f"vote {self.vote!r} is unknown; use one of {list(VOTE_RULES)}")
         if self.prompt_style not in PROMPT_STYLE_CHOICES:
             raise ConfigError(f"prompt_style {self.prompt_style!r} is unknown; use one of {list(PROMPT_STYLE_CHOICES)}")
+        if self.arbiter is not None and (not isinstance(self.arbiter, str) or not self.arbiter.strip()):
+            raise ConfigError(f"arbiter must be a model spec such as 'lexical', got {self.arbiter!r}")
         if self.temperatures is not None:
             temps = tuple(float(t) for t in self.temperatures)
             if len(temps) != self.n_agents:

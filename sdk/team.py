@@ -32,7 +32,7 @@ from collabui.prompts import (
     history_in_format,
     render_observation,
 )
-from collabui.vote import VoteResult, majority_vote
+from collabui.vote import VoteResult, arbitrate, majority_vote
 
 #: A step whose graph returned without its vote: a stop signal that a library's thread pool
 #: caught ends the stream early. Said as such, instead of failing later on a None vote.
@@ -189,6 +189,11 @@ class CollabAgentTeam:
         self.config = base.for_model(self.models[0])
         self.space: ActionSpace = get_action_space(base.action_space)
         self.batcher = SuperstepBatcher(fallback_s=base.batch_fallback_s)
+        self.arbiter: ChatModel | None = None
+        if self.config.arbiter:
+            from collabui.models.spec import load_model
+
+            self.arbiter = load_model(self.config.arbiter)
         self._set_topology(_resolve_topology(base))
 
     @staticmethod
@@ -245,7 +250,7 @@ class CollabAgentTeam:
             for i in range(n):
                 sync_fn, async_fn = self._make_node(i, j)
                 builder.add_node(self.node_name(i, j), RunnableLambda(sync_fn, afunc=async_fn, name=self.node_name(i, j)))
-        builder.add_node("vote", RunnableLambda(self._vote_node, name="vote"))
+        builder.add_node("vote", RunnableLambda(self._vote_node, afunc=self._avote_node, name="vote"))
         for j in range(m):
             for i in range(n):
                 sources = [self.node_name(k, j) for k in self._topology.predecessors(i)]
@@ -346,11 +351,38 @@ class CollabAgentTeam:
 
         return run, arun
 
-    def _vote_node(self, state: _StepState) -> dict[str, Any]:
+    def _matrix(self, state: _StepState) -> list[list[Action]]:
         props = state["proposals"]
-        n, m = self.config.n_agents, self.config.rounds
-        matrix = [[props[(i, j)].action for j in range(m)] for i in range(n)]
-        return {"vote": majority_vote(matrix, rule=self.config.vote)}
+        return [[props[(i, j)].action for j in range(self.config.rounds)] for i in range(self.config.n_agents)]
+
+    def _vote_node(self, state: _StepState) -> dict[str, Any]:
+        matrix = self._matrix(state)
+        vote = majority_vote(matrix, rule=self.config.vote)
+        if self.arbiter is None:
+            return {"vote": vote}
+        [answer] = self.arbiter.generate([self._arbiter_request(state)])
+        return {"vote": self._arbitrated(vote, matrix, answer)}
+
+    async def _avote_node(self, state: _StepState) -> dict[str, Any]:
+        matrix = self._matrix(state)
+        vote = majority_vote(matrix, rule=self.config.vote)
+        if self.arbiter is None:
+            return {"vote": vote}
+        [answer] = await self.arbiter.agenerate([self._arbiter_request(state)])
+        return {"vote": self._arbitrated(vote, matrix, answer)}
+
+    def _arbiter_request(self, state: _StepState) -> ChatRequest:
+        """The step as a single agent reads it: the device's page, the task and the history; no
+        peers and no previous answer, so the arbiter's choice is its own."""
+        messages = build_messages(space=self.space, task=state["task"], observation=state["observation"],
+                                  history=state.get("history", []), peers=[], own_previous=None,
+                                  style=self.config.agent_style(0))
+        return ChatRequest(messages=messages, temperature=0.0, max_new_tokens=self.config.max_new_tokens,
+                           structure=state.get("structure"))
+
+    def _arbitrated(self, vote: VoteResult, matrix: list[list[Action]], answer: ChatResult) -> VoteResult:
+        action = parse_proposal(answer.text, self.space).action
+        return arbitrate(vote, matrix, action, name=getattr(self.arbiter, "name", None) or str(self.config.arbiter))
 
     @staticmethod
     def _approve_node(state: _StepState) -> dict[str, Any]:

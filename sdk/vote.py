@@ -17,16 +17,20 @@ wording: typed text, an answer), the target group wins by the same ranking, and 
 exact rule picks the wording. Sampled agents that agree on typing into the password field but
 differ in one character then outvote a minority that agrees on clicking Login, where the exact
 rule splits them into small groups and lets the minority win.
+
+An *arbiter* (``arbitrate``; ``TeamConfig.arbiter``) may overrule the count: a second policy
+answers the step on its own, and when its action is one of the proposals, that proposal is
+executed. The count stays the fallback, so an arbiter can only choose among the agents' ideas.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from collabui.actions import Action, Unknown
 
-__all__ = ["VOTE_RULES", "VoteResult", "majority_vote"]
+__all__ = ["VOTE_RULES", "VoteResult", "majority_vote", "arbitrate"]
 
 #: The vote rules ``majority_vote`` (and ``TeamConfig.vote``) accept.
 VOTE_RULES = ("exact", "target")
@@ -48,6 +52,8 @@ class VoteResult:
         rule: the vote rule (``exact`` or ``target``).
         target_votes: under the ``target`` rule, how many proposals named the winner's target
             (``votes`` counts the winner's exact wording); None under ``exact``.
+        arbiter: with an arbiter, ``{"model": name, "answer": its call string or None,
+            "chose": whether its answer was among the proposals and so decided}``; else None.
     """
 
     action: Action
@@ -58,6 +64,7 @@ class VoteResult:
     tie_break: str | None = None
     rule: str = "exact"
     target_votes: int | None = None
+    arbiter: dict[str, object] | None = None
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -71,6 +78,8 @@ class VoteResult:
         if self.rule != "exact":  # traces of the paper's rule keep their old shape
             out["rule"] = self.rule
             out["target_votes"] = self.target_votes
+        if self.arbiter is not None:
+            out["arbiter"] = dict(self.arbiter)
         return out
 
 
@@ -121,6 +130,20 @@ def majority_vote(matrix: Sequence[Sequence[Action]], *, rule: str = "exact") ->
         rule=rule,
         target_votes=target_votes,
     )
+
+
+def arbitrate(result: VoteResult, matrix: Sequence[Sequence[Action]], answer: Action | None,
+              *, name: str) -> VoteResult:
+    """``result`` overruled by an arbiter's ``answer`` when some agent proposed that action
+    (compared by ``Action.key()``); else ``result`` as it was. Either way the arbiter's answer is
+    recorded (``VoteResult.arbiter``)."""
+    usable = answer is not None and not isinstance(answer, Unknown)
+    same = [a for row in matrix for a in row if usable and not isinstance(a, Unknown) and a.key() == answer.key()]
+    record = {"model": name, "answer": answer.to_call() if usable else None, "chose": bool(same)}
+    if not same or same[0].key() == result.action.key():
+        return replace(result, arbiter=record)
+    # The agents' own wording of the action is executed (the first proposal of it in reading order).
+    return replace(result, action=same[0], votes=len(same), tie_break=None, target_votes=None, arbiter=record)
 
 
 def _rank(members: list[_Cell], last_round: int) -> tuple[int, int, int, int]:

@@ -90,3 +90,28 @@ def test_varied_order_shows_each_agent_but_the_first_the_page_in_an_order_of_its
     assert len({first[a] for a in "abcd"}) > 1  # ... in other orders
     # Each agent clicked its own first button, so the 4 proposals need not agree.
     assert len({a for row in step.action_matrix() for a in row}) > 1
+
+
+@pytest.mark.browser
+def test_an_arbiter_executes_its_own_answer_when_an_agent_proposed_it_else_the_vote():
+    import asyncio
+
+    from collabui.models.baselines import RandomPolicyModel
+    from collabui.vote import majority_vote
+
+    team = CollabAgentTeam(RandomPolicyModel(seed=3), n_agents=4, rounds=3, topology="independent",
+                           arbiter="lexical")
+    seen = {True: 0, False: 0}
+    with make_env("miniwob/click-button", element_format="text-first", shuffle_elements=True) as env:
+        for seed in range(8):
+            obs = env.reset(seed=seed)
+            step = team.step(obs.task, obs, []) if seed % 2 else asyncio.run(team.astep(obs.task, obs, []))
+            record = step.vote.arbiter
+            wanted = next(line for line in obs.text.splitlines() if f'"{obs.task.split(chr(34))[1]}"' in line)
+            assert record["model"] == "lexical" and record["answer"] == f"click('{wanted.split('[')[-1][:-1]}')"
+            proposed = {a.to_call() for row in step.action_matrix() for a in row}
+            assert record["chose"] == (record["answer"] in proposed)
+            counted = majority_vote(step.action_matrix()).action.to_call()
+            assert step.action.to_call() == (record["answer"] if record["chose"] else counted)
+            seen[record["chose"]] += 1
+    assert seen[True] and seen[False], seen  # both cases met on these seeds

@@ -2,7 +2,7 @@ import pytest
 
 from collabui.actions import Unknown
 from collabui.actions.web import Click, Finish, ScrollPage, TypeString
-from collabui.vote import majority_vote
+from collabui.vote import arbitrate, majority_vote
 
 
 def test_majority_over_whole_matrix_not_last_round():
@@ -164,3 +164,30 @@ def test_target_of_an_action_leaves_out_only_its_wording():
 def test_unknown_vote_rule_names_the_choices():
     with pytest.raises(ValueError, match=r"vote rule 'majority' is unknown; use one of \['exact', 'target'\]"):
         majority_vote([[Click("B")]], rule="majority")
+
+
+# -- an arbiter overruling the count -----------------------------------------------------------------
+
+def test_an_arbiter_picks_an_outvoted_proposal_in_the_agents_wording():
+    matrix = [
+        [Click("B"), Click("B"), Click("B")],
+        [TypeString("E", "Hello World"), Click("B"), Click("B")],
+    ]
+    vote = arbitrate(majority_vote(matrix), matrix, TypeString("e", "hello world"), name="lexical")
+    # The agent's own wording is executed, with the votes it had.
+    assert vote.action == TypeString("E", "Hello World") and vote.votes == 1
+    answer = TypeString("e", "hello world").to_call()
+    assert vote.arbiter == {"model": "lexical", "answer": answer, "chose": True}
+    assert vote.to_dict()["arbiter"]["chose"] is True
+    assert vote.counts[0] == ("click('B')", 5)  # the tally stays the agents'
+
+
+def test_an_arbiter_answer_no_agent_proposed_leaves_the_vote():
+    matrix = [[Click("B"), Click("C")], [Click("B"), Click("B")]]
+    counted = majority_vote(matrix)
+    for answer in (Click("Z"), Unknown(raw="??", reason="no JSON"), None):
+        vote = arbitrate(counted, matrix, answer, name="lexical")
+        assert vote.action == Click("B") and vote.votes == 3
+        assert vote.arbiter["chose"] is False
+    assert arbitrate(counted, matrix, Click("B"), name="x").arbiter["chose"] is True
+    assert "arbiter" not in counted.to_dict()  # traces without an arbiter keep their shape

@@ -32,8 +32,8 @@ def step_verdict(step: dict[str, Any], label: dict[str, Any]) -> dict[str, Any] 
     votes: Counter[str] = Counter()
     for row, row_rewards in zip(step["proposals"], label["rewards"], strict=True):
         for proposal, reward in zip(row, row_rewards, strict=True):
-            if proposal.get("action") is None:
-                continue
+            if proposal.get("action") is None or proposal.get("parse_error"):
+                continue  # an unparsed answer is no vote (the team's own vote passes it over)
             key = _key(proposal["action"])
             votes[key] += 1
             if reward is not None:

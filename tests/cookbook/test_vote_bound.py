@@ -13,7 +13,10 @@ def _script():
 
 
 def _one_agent_right(req):
-    """Agent "right" clicks the button the task names; the others click another button."""
+    """Agent "right" clicks the button the task names, "garbled" answers no action; the others
+    click another button."""
+    if req.adapter == "garbled":
+        return "I would rather not say."
     user = req.messages[-1]["content"]
     target = re.search(r'Click on the "(.+?)" button', user)[1]
     buttons = re.findall(r"<button\[(\w+)\]\| ([^>]*)>", user)
@@ -29,8 +32,8 @@ def test_a_lost_step_with_a_right_proposal_counts_as_one_a_better_vote_could_win
     from collabui.training.critic import make_critic
     from collabui.training.labels import label_traces
 
-    team = CollabAgentTeam(ScriptedChatModel(_one_agent_right), n_agents=3, rounds=1, topology="independent",
-                           adapters=("wrong", "wrong", "right"), max_steps=1, seed=0)
+    team = CollabAgentTeam(ScriptedChatModel(_one_agent_right), n_agents=4, rounds=1, topology="independent",
+                           adapters=("wrong", "wrong", "right", "garbled"), max_steps=1, seed=0)
     with make_env("miniwob/click-button") as env:
         result = team.run(None, env, seed=5, trace=tmp_path / "traces", env_name="miniwob/click-button")
     assert not result.success  # two wrong votes against one right
@@ -44,3 +47,10 @@ def test_a_lost_step_with_a_right_proposal_counts_as_one_a_better_vote_could_win
     assert found["steps"] == found["steps_wrong"] == found["steps_wrong_right_proposed"] == 1
     assert found["lost_with_a_right_proposal"] == found["lost_at_a_labelled_wrong_step"] == 1
     assert found["votes_of_the_right_action_when_outvoted"] == {1: 1}
+    # The unparsed answer is no vote, as in the team's own vote.
+    from collabui.trace import read_trace
+    from collabui.training.labels import load_labels
+
+    [step] = read_trace(next((tmp_path / "traces").glob("*.jsonl")), validate=False).steps
+    [label] = load_labels(tmp_path / "labels.jsonl").values()
+    assert sorted(_script().step_verdict(step, label)["votes"].values()) == [1, 2]
