@@ -170,6 +170,8 @@ class CollabAgentTeam:
         model: the chat model all agents share (agents differ by temperature, adapter and what
             they read), or one model per agent.
         config: a TeamConfig; keyword arguments override its fields.
+        arbiter_model: the arbiter already loaded (else ``config.arbiter``'s spec is loaded), so
+            teams built per episode share one.
     """
 
     def __init__(
@@ -177,6 +179,7 @@ class CollabAgentTeam:
         model: ChatModel | Sequence[ChatModel],
         *,
         config: TeamConfig | None = None,
+        arbiter_model: ChatModel | None = None,
         **overrides: Any,
     ) -> None:
         base = config or TeamConfig()
@@ -189,8 +192,8 @@ class CollabAgentTeam:
         self.config = base.for_model(self.models[0])
         self.space: ActionSpace = get_action_space(base.action_space)
         self.batcher = SuperstepBatcher(fallback_s=base.batch_fallback_s)
-        self.arbiter: ChatModel | None = None
-        if self.config.arbiter:
+        self.arbiter: ChatModel | None = arbiter_model
+        if self.config.arbiter and arbiter_model is None:
             from collabui.models.spec import load_model
 
             self.arbiter = load_model(self.config.arbiter)

@@ -53,7 +53,8 @@ class VoteResult:
         target_votes: under the ``target`` rule, how many proposals named the winner's target
             (``votes`` counts the winner's exact wording); None under ``exact``.
         arbiter: with an arbiter, ``{"model": name, "answer": its call string or None,
-            "chose": whether its answer was among the proposals and so decided}``; else None.
+            "chose": whether its answer was among the proposals and so decided, "overruled":
+            whether that choice differs from the count's}``; else None.
     """
 
     action: Action
@@ -139,8 +140,10 @@ def arbitrate(result: VoteResult, matrix: Sequence[Sequence[Action]], answer: Ac
     recorded (``VoteResult.arbiter``)."""
     usable = answer is not None and not isinstance(answer, Unknown)
     same = [a for row in matrix for a in row if usable and not isinstance(a, Unknown) and a.key() == answer.key()]
-    record = {"model": name, "answer": answer.to_call() if usable else None, "chose": bool(same)}
-    if not same or same[0].key() == result.action.key():
+    overrules = bool(same) and same[0].key() != result.action.key()
+    record = {"model": name, "answer": answer.to_call() if usable else None, "chose": bool(same),
+              "overruled": overrules}
+    if not overrules:
         return replace(result, arbiter=record)
     # The agents' own wording of the action is executed (the first proposal of it in reading order).
     return replace(result, action=same[0], votes=len(same), tie_break=None, target_votes=None, arbiter=record)

@@ -113,5 +113,6 @@ def test_an_arbiter_executes_its_own_answer_when_an_agent_proposed_it_else_the_v
             assert record["chose"] == (record["answer"] in proposed)
             counted = majority_vote(step.action_matrix()).action.to_call()
             assert step.action.to_call() == (record["answer"] if record["chose"] else counted)
+            assert record["overruled"] == (record["chose"] and record["answer"] != counted)
             seen[record["chose"]] += 1
     assert seen[True] and seen[False], seen  # both cases met on these seeds

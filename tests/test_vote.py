@@ -177,7 +177,7 @@ def test_an_arbiter_picks_an_outvoted_proposal_in_the_agents_wording():
     # The agent's own wording is executed, with the votes it had.
     assert vote.action == TypeString("E", "Hello World") and vote.votes == 1
     answer = TypeString("e", "hello world").to_call()
-    assert vote.arbiter == {"model": "lexical", "answer": answer, "chose": True}
+    assert vote.arbiter == {"model": "lexical", "answer": answer, "chose": True, "overruled": True}
     assert vote.to_dict()["arbiter"]["chose"] is True
     assert vote.counts[0] == ("click('B')", 5)  # the tally stays the agents'
 
@@ -189,5 +189,6 @@ def test_an_arbiter_answer_no_agent_proposed_leaves_the_vote():
         vote = arbitrate(counted, matrix, answer, name="lexical")
         assert vote.action == Click("B") and vote.votes == 3
         assert vote.arbiter["chose"] is False
-    assert arbitrate(counted, matrix, Click("B"), name="x").arbiter["chose"] is True
+    agreed = arbitrate(counted, matrix, Click("B"), name="x").arbiter
+    assert agreed["chose"] is True and agreed["overruled"] is False
     assert "arbiter" not in counted.to_dict()  # traces without an arbiter keep their shape

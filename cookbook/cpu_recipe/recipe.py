@@ -550,6 +550,12 @@ def systems(config: RecipeConfig, trained: Path, marl: Path | None = None) -> di
         rows["trained_team"] = {"model": f"trained:{team_model}", "team": team, "episodes": config.baseline_episodes}
         # Same team, pages in their own order and ids: a position habit would show as a gap.
         rows["trained_team_unshuffled"] = {"model": f"trained:{team_model}", "team": team, "shuffle_elements": False}
+        # The same model as 12 independent draws (each agent but agent 0 reading the page in an order
+        # of its own, nothing shown), and the lexical policy picking among them where it can: the
+        # team that beat its single agent on the validation pages (section v33 of the README).
+        rows["trained_team_arbiter"] = {"model": f"trained:{team_model}", "episodes": config.baseline_episodes,
+                                        "team": {**team, "topology": "independent", "memory": False,
+                                                 "varied_order": True, "arbiter": "lexical"}}
         for name in ABLATIONS if config.ablations else ():
             rows[name] = {"model": f"trained:{marl / name / 'bundle'}", "team": team}
     return rows

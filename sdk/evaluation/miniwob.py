@@ -302,11 +302,17 @@ class _EpisodeTeams:
 
     def __init__(self, model: ChatModel, config: Any) -> None:
         self.model, self.config = model, config
+        self.arbiter: ChatModel | None = None
+        if config.arbiter:  # loaded once, shared by every episode's team
+            from collabui.models.spec import load_model
+
+            self.arbiter = load_model(config.arbiter)
 
     def _team(self, seed: int) -> Any:
         from collabui.team import CollabAgentTeam
 
-        return CollabAgentTeam(self.model, config=dataclasses.replace(self.config, seed=seed))
+        return CollabAgentTeam(self.model, config=dataclasses.replace(self.config, seed=seed),
+                               arbiter_model=self.arbiter)
 
     def run(self, task: str | None, device: Any, *, seed: int, **kwargs: Any) -> Any:
         return self._team(seed).run(task, device, seed=seed, **kwargs)
@@ -316,6 +322,8 @@ class _EpisodeTeams:
 
     def close(self) -> None:
         self.model.close()
+        if self.arbiter is not None:
+            self.arbiter.close()
 
 
 def _load_model(config: MiniWoBEvalConfig) -> ChatModel:

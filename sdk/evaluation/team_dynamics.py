@@ -13,6 +13,8 @@ or its ``traces/``), over every team step (n x m > 1):
 - ``agrees_with_predecessor``: share of proposals that repeat at least one of the agent's DAG
   predecessors in the same round;
 - ``last_round_on_winner``: share of last-round proposals that equal the executed action;
+- ``arbiter_overruled``: share of steps an arbiter (``TeamConfig.arbiter``) executed a proposal
+  the count did not pick (0 for a team without one);
 - ``by_agent``: per agent (with its temperature) the share of its proposals equal to the
   executed action.
 
@@ -35,7 +37,8 @@ from collabui.trace import Trace, read_trace
 
 __all__ = ["TeamDynamics", "plot_dynamics", "read_team_traces", "render_dynamics", "team_dynamics"]
 
-_FIGURES = ("winner_share", "majority", "ties", "kept_own", "agrees_with_predecessor", "last_round_on_winner")
+_FIGURES = ("winner_share", "majority", "ties", "kept_own", "agrees_with_predecessor", "last_round_on_winner",
+            "arbiter_overruled")
 
 
 @dataclass
@@ -46,6 +49,7 @@ class _Tally:
     winner_share: float = 0.0
     majority: int = 0
     ties: int = 0
+    overruled: int = 0
     kept: list[int] = field(default_factory=lambda: [0, 0])
     predecessor: list[int] = field(default_factory=lambda: [0, 0])
     last_round: list[int] = field(default_factory=lambda: [0, 0])
@@ -59,6 +63,7 @@ class _Tally:
             "winner_share": round(self.winner_share / n, 3) if n else None,
             "majority": round(self.majority / n, 3) if n else None,
             "ties": round(self.ties / n, 3) if n else None,
+            "arbiter_overruled": round(self.overruled / n, 3) if n else None,
             "kept_own": share(self.kept),
             "agrees_with_predecessor": share(self.predecessor),
             "last_round_on_winner": share(self.last_round),
@@ -136,6 +141,7 @@ def _add_step(tally: _Tally, step: Mapping[str, Any], rows: Sequence[Sequence[Ma
     tally.winner_share += int(vote.get("votes", 0)) / total
     tally.majority += int(vote.get("votes", 0)) * 2 > total
     tally.ties += bool(vote.get("tie_break"))
+    tally.overruled += bool((vote.get("arbiter") or {}).get("overruled"))
     for i, row in enumerate(rows):
         for j, prop in enumerate(row):
             if j > 0:

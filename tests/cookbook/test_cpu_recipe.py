@@ -47,7 +47,11 @@ def test_every_system_is_a_valid_shuffled_heldout_evaluation(tmp_path):
     shapes = {name: (c.team.n_agents, c.team.rounds) for name, c in
               ((n, recipe.eval_config(args, f)) for n, f in rows.items())}
     assert shapes["random"] == shapes["lexical"] == shapes["trained_single"] == (1, 1)  # baselines: one agent
-    assert shapes["trained_team"] == (4, 3)
+    assert shapes["trained_team"] == shapes["trained_team_arbiter"] == (4, 3)
+    arbiter = recipe.eval_config(args, rows["trained_team_arbiter"]).team
+    assert (arbiter.arbiter, arbiter.topology, arbiter.memory, arbiter.varied_order) == ("lexical", "independent",
+                                                                                         False, True)
+    assert counts["trained_team_arbiter"] >= 200 and rows["trained_team_arbiter"]["model"] == rows["trained_team"]["model"]
     team = recipe.eval_config(args, rows["trained_single"]).team
     assert (team.seed, team.max_steps, team.max_new_tokens) == (args.evaluation.team.seed, args.evaluation.team.max_steps, 128)
     rollouts = recipe._on_training_tasks(args, tmp_path / "merged", seed=5000, episodes=2)

@@ -134,6 +134,20 @@ def test_each_episode_gets_its_own_seed_and_one_shared_dag(tmp_path):
     assert len(dags) == 1
 
 
+def test_an_arbiter_is_loaded_once_and_judges_every_episode(tmp_path, monkeypatch):
+    import collabui.models.spec as spec
+
+    loaded = []
+    real = spec.load_model
+    monkeypatch.setattr(spec, "load_model", lambda name, **kw: loaded.append(name) or real(name, **kw))
+    evaluate_miniwob(_config(team={"n_agents": 2, "arbiter": "lexical"}, tasks="click-button", episodes=3),
+                     tmp_path, model=ScriptedChatModel(Flaky()), env_factory=_fake_factory([]), progress=False)
+    assert loaded == ["lexical"]
+    votes = [json.loads(line)["vote"] for trace in (tmp_path / "traces").glob("*.jsonl")
+             for line in trace.read_text().splitlines()[1:] if json.loads(line).get("type") == "step"]
+    assert len(votes) >= 3 and all(v["arbiter"]["model"] == "lexical" for v in votes)
+
+
 @pytest.mark.parametrize("concurrency", [1, 2])
 def test_resume_skips_finished_episodes(tmp_path, concurrency):
     devices = []

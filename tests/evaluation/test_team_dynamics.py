@@ -15,12 +15,13 @@ SCREENS = [Observation(text="<button[B]| Next> <button[C]| OK>", task="Press OK.
            Observation(text="<button[B]| Next> <button[C]| OK>", task="Press OK.")]
 
 
-def _record(folder, answer, *, n=4, m=3, topology="chain", episodes=2):
+def _record(folder, answer, *, n=4, m=3, topology="chain", episodes=2, **options):
     """Run ``episodes`` real team episodes (two steps each) and write their JSONL traces."""
     store = JsonlTraceStore(folder / "traces")
     for e in range(episodes):
         team = CollabAgentTeam(ScriptedChatModel(answer), n_agents=n, rounds=m, topology=topology,
-                               adapters=tuple(f"a{i}" for i in range(n)), batch_fallback_s=30, max_steps=2)
+                               adapters=tuple(f"a{i}" for i in range(n)), batch_fallback_s=30, max_steps=2,
+                               **options)
         team.run(None, FakeDevice(SCREENS, success_when=lambda a: False), seed=e, trace=store, episode_id=f"ep{e}")
     return folder
 
@@ -43,7 +44,8 @@ def test_agents_that_keep_their_answers_and_agree_read_as_such(tmp_path):
     d = team_dynamics(read_team_traces(folder))
     assert d.steps == 4 and d.episodes == 2
     assert d.overall == {"winner_share": 1.0, "majority": 1.0, "ties": 0.0, "kept_own": 1.0,
-                         "agrees_with_predecessor": 1.0, "last_round_on_winner": 1.0}
+                         "agrees_with_predecessor": 1.0, "last_round_on_winner": 1.0,
+                         "arbiter_overruled": 0.0}
     assert [a["on_winner"] for a in d.by_agent] == [1.0] * 4
     assert d.by_task == {"?": d.overall}  # a fake device names no environment
 
@@ -61,6 +63,15 @@ def test_alternating_agents_and_a_split_vote_are_measured(tmp_path):
     assert d.overall["agrees_with_predecessor"] == pytest.approx(2 / 3, abs=1e-3)
     # In the last round agents 0 and 1 say B, 2 and 3 say C; exactly half match the winner.
     assert d.overall["last_round_on_winner"] == 0.5
+
+
+def test_an_arbiter_that_overrules_the_count_is_measured(tmp_path):
+    # Agent 0 says C (OK, what the task names), the other three B: the count picks B 9-3, the
+    # lexical arbiter answers C, which agent 0 proposed, so it is executed at every step.
+    d = team_dynamics(read_team_traces(_record(tmp_path, _per_agent_calls(lambda i, j: "C" if i == 0 else "B"),
+                                               arbiter="lexical")))
+    assert d.overall["arbiter_overruled"] == 1.0 and d.overall["winner_share"] == 0.25
+    assert [a["on_winner"] for a in d.by_agent] == [1.0, 0.0, 0.0, 0.0]
 
 
 def test_cli_prints_one_column_per_folder_and_writes_json(tmp_path, capsys):
