@@ -139,7 +139,7 @@ def arbitrate(result: VoteResult, matrix: Sequence[Sequence[Action]], answer: Ac
     (compared by ``Action.key()``); else ``result`` as it was. Either way the arbiter's answer is
     recorded (``VoteResult.arbiter``)."""
     usable = answer is not None and not isinstance(answer, Unknown)
-    same = [a for row in matrix for a in row if usable and not isinstance(a, Unknown) and a.key() == answer.key()]
+    same = [a for row in matrix for a in row if a.key() == answer.key()] if usable else []
     overrules = bool(same) and same[0].key() != result.action.key()
     record = {"model": name, "answer": answer.to_call() if usable else None, "chose": bool(same),
               "overruled": overrules}

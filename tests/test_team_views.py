@@ -1,6 +1,7 @@
 """Agents that read the page differently: per-agent prompt styles and page formats, on a real
 MiniWoB++ page (the device's element tree is what the other format is rendered from)."""
 
+import asyncio
 import re
 
 import pytest
@@ -9,8 +10,10 @@ from collabui import CollabAgentTeam, make_env
 from collabui.actions.web import Click
 from collabui.config import TeamConfig
 from collabui.errors import ConfigError
+from collabui.models.baselines import RandomPolicyModel
 from collabui.models.fake import ScriptedChatModel
 from collabui.prompts import history_entry
+from collabui.vote import majority_vote
 
 
 def _clicks_the_first_button(req):
@@ -94,11 +97,6 @@ def test_varied_order_shows_each_agent_but_the_first_the_page_in_an_order_of_its
 
 @pytest.mark.browser
 def test_an_arbiter_executes_its_own_answer_when_an_agent_proposed_it_else_the_vote():
-    import asyncio
-
-    from collabui.models.baselines import RandomPolicyModel
-    from collabui.vote import majority_vote
-
     team = CollabAgentTeam(RandomPolicyModel(seed=3), n_agents=4, rounds=3, topology="independent",
                            arbiter="lexical")
     seen = {True: 0, False: 0}
