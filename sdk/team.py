@@ -140,6 +140,16 @@ def _structure(observation: Observation | str) -> dict[str, Any] | None:
     return found or None
 
 
+def load_arbiter(spec: str) -> ChatModel:
+    """The model ``TeamConfig.arbiter`` names. Raises ConfigError naming the arbiter on a bad spec."""
+    from collabui.models.spec import load_model
+
+    try:
+        return load_model(spec)
+    except ConfigError as exc:
+        raise ConfigError(f"arbiter: {exc}") from exc
+
+
 def _resolve_topology(config: TeamConfig):
     from collabui.topologies import Topology, make_topology
 
@@ -194,9 +204,7 @@ class CollabAgentTeam:
         self.batcher = SuperstepBatcher(fallback_s=base.batch_fallback_s)
         self.arbiter: ChatModel | None = arbiter_model
         if self.config.arbiter and arbiter_model is None:
-            from collabui.models.spec import load_model
-
-            self.arbiter = load_model(self.config.arbiter)
+            self.arbiter = load_arbiter(self.config.arbiter)
         self._set_topology(_resolve_topology(base))
 
     @staticmethod

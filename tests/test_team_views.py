@@ -114,3 +114,10 @@ def test_an_arbiter_executes_its_own_answer_when_an_agent_proposed_it_else_the_v
             assert record["overruled"] == (record["chose"] and record["answer"] != counted)
             seen[record["chose"]] += 1
     assert seen[True] and seen[False], seen  # both cases met on these seeds
+
+
+def test_a_bad_arbiter_spec_is_one_error_naming_the_arbiter():
+    with pytest.raises(ConfigError, match=r"^arbiter: unknown model spec 'nosuch'; use one of"):
+        CollabAgentTeam(ScriptedChatModel(_clicks_the_first_button), n_agents=2, rounds=1, arbiter="nosuch")
+    with pytest.raises(ConfigError, match="arbiter must be a model spec"):
+        TeamConfig(arbiter=" ")

@@ -304,9 +304,9 @@ class _EpisodeTeams:
         self.model, self.config = model, config
         self.arbiter: ChatModel | None = None
         if config.arbiter:  # loaded once, shared by every episode's team
-            from collabui.models.spec import load_model
+            from collabui.team import load_arbiter
 
-            self.arbiter = load_model(config.arbiter)
+            self.arbiter = load_arbiter(config.arbiter)
 
     def _team(self, seed: int) -> Any:
         from collabui.team import CollabAgentTeam
