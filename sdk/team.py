@@ -203,9 +203,24 @@ class CollabAgentTeam:
         self.space: ActionSpace = get_action_space(base.action_space)
         self.batcher = SuperstepBatcher(fallback_s=base.batch_fallback_s)
         self.arbiter: ChatModel | None = arbiter_model
+        # Only an arbiter loaded here is the team's to close; one passed in is shared with others.
+        self._owned_arbiter: ChatModel | None = None
         if self.config.arbiter and arbiter_model is None:
-            self.arbiter = load_arbiter(self.config.arbiter)
+            self.arbiter = self._owned_arbiter = load_arbiter(self.config.arbiter)
         self._set_topology(_resolve_topology(base))
+
+    def close(self) -> None:
+        """Release what the team loaded itself: the arbiter it made from ``config.arbiter``. The
+        agents' models and an ``arbiter_model`` passed in belong to the caller and stay open."""
+        owned, self._owned_arbiter = self._owned_arbiter, None
+        if owned is not None:
+            owned.close()
+
+    def __enter__(self) -> CollabAgentTeam:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @staticmethod
     def _resolve_models(model: ChatModel | Sequence[ChatModel], n: int) -> tuple[ChatModel, ...]:

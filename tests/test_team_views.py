@@ -121,3 +121,19 @@ def test_a_bad_arbiter_spec_is_one_error_naming_the_arbiter():
         CollabAgentTeam(ScriptedChatModel(_clicks_the_first_button), n_agents=2, rounds=1, arbiter="nosuch")
     with pytest.raises(ConfigError, match="arbiter must be a model spec"):
         TeamConfig(arbiter=" ")
+
+
+def test_a_team_closes_the_arbiter_it_loaded_and_leaves_a_shared_one_open(monkeypatch):
+    from collabui.models.baselines import LexicalPolicyModel
+
+    closed: list[object] = []
+    monkeypatch.setattr(LexicalPolicyModel, "close", lambda self: closed.append(self))
+    model = ScriptedChatModel(_clicks_the_first_button)
+    with CollabAgentTeam(model, n_agents=2, rounds=1, arbiter="lexical") as team:
+        loaded = team.arbiter
+    assert closed == [loaded]
+    team.close()  # twice is safe: nothing more is closed
+    shared = LexicalPolicyModel()
+    with CollabAgentTeam(model, n_agents=2, rounds=1, arbiter="lexical", arbiter_model=shared) as team:
+        assert team.arbiter is shared
+    assert closed == [loaded]

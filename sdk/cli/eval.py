@@ -313,6 +313,7 @@ def _autowebbench(args: argparse.Namespace) -> int:
         raise ConfigError(f"--start must be in [0, {len(records) - 1}] and --limit >= 1; "
                           f"got --start {args.start} --limit {args.limit}")
     model = _autowebbench_model(args)
+    team = None
     try:
         team = CollabAgentTeam(model, config=config)
         system = {"model": redact_url(args.model), "adapters": args.adapters, "n_agents": config.n_agents,
@@ -333,6 +334,8 @@ def _autowebbench(args: argparse.Namespace) -> int:
                               system=system, command=_autowebbench_command(args, config),
                               progress=not args.quiet, element_format=element_format)
     finally:
+        if team is not None:
+            team.close()
         model.close()
     print(Path(args.out) / SUMMARY_FILE)
     return 0

@@ -284,6 +284,7 @@ def _run_episodes(args: argparse.Namespace, store: Any, run_id: str) -> int:
     config = dataclasses.replace(config, action_space=device.action_space.name)
     if args.resume is None:
         store.save_run(run_id, _run_spec(args))
+    team = None
     try:
         view.status(f"loading model {redact_url(args.model)} ...")
         t0 = time.perf_counter()
@@ -310,6 +311,8 @@ def _run_episodes(args: argparse.Namespace, store: Any, run_id: str) -> int:
         view.summary([r for _, r in results])
         return _report_errors(view, results, getattr(device, "relaunches", 0))
     finally:
+        if team is not None:
+            team.close()  # an arbiter the team loaded (--arbiter)
         view.close()
         device.close()
 
