@@ -1,0 +1,58 @@
+"""The selector study scores each rule at the steps where the choice matters: a real team step
+on a MiniWoB++ page labelled by the verified critic, and the learned selector on hand-made steps."""
+
+import re
+
+import pytest
+
+from tests.cookbook.scripts import load_script
+
+
+def _one_agent_right(req):
+    """Agent "right" clicks the button the task names; the others click one other button."""
+    user = req.messages[-1]["content"]
+    target = re.search(r'Click on the "(.+?)" button', user)[1]
+    buttons = re.findall(r"<button\[(\w+)\]\| ([^>]*)>", user)
+    pick = next(i for i, text in buttons if (text.strip() == target) == (req.adapter == "right"))
+    return f'Action: {{"action": "click", "element_id": "{pick}"}}'
+
+
+@pytest.mark.browser
+def test_the_vote_loses_the_step_the_lexical_arbiter_wins(tmp_path):
+    from collabui import CollabAgentTeam
+    from collabui.devices import make_env
+    from collabui.models.fake import ScriptedChatModel
+    from collabui.training.critic import make_critic
+    from collabui.training.labels import label_traces
+
+    team = CollabAgentTeam(ScriptedChatModel(_one_agent_right), n_agents=4, rounds=1, topology="independent",
+                           adapters=("wrong", "wrong", "right", "wrong"), max_steps=1, seed=0)
+    with make_env("miniwob/click-button") as env:
+        team.run(None, env, seed=5, trace=tmp_path / "traces", env_name="miniwob/click-button")
+    critic = make_critic("verified")
+    try:
+        label_traces(tmp_path / "traces", critic, tmp_path / "labels.jsonl")
+    finally:
+        critic.close()
+    study = load_script("selector_study")
+    [choice] = study.choices(tmp_path)
+    assert choice.votes == [3, 1] and choice.right == [0, 1] and choice.lexical == choice.keys[1]
+    counts = study.study([choice])
+    assert counts["vote"] == 0 and counts["lexical arbiter"] == 1
+    assert "learned (leave one task out)" not in counts  # one task: nothing to learn from
+
+
+def test_the_learned_selector_finds_the_feature_that_marks_the_right_proposal():
+    study = load_script("selector_study")
+
+    def step(task, right_first):
+        # Feature 0 marks the right proposal; feature 1 (the vote share) favours the wrong one.
+        right, wrong = [1.0, 0.25], [0.0, 0.75]
+        features = [right, wrong] if right_first else [wrong, right]
+        return study.Choice(task, ["a", "b"], [1, 3], features, [1, 0] if right_first else [0, 1],
+                            None, "b" if right_first else "a", -1.0, False)
+
+    steps = [step(f"task{k}", k % 2 == 0) for k in range(6)]
+    counts = study.study(steps)
+    assert counts["learned (leave one task out)"] == 6
+    assert counts["vote"] == counts["lexical arbiter"] == 0
