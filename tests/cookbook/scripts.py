@@ -1,6 +1,7 @@
 """The CPU recipe's scripts as modules: they are files beside the recipe, not a package."""
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -15,3 +16,36 @@ def load_script(name: str) -> ModuleType:
     sys.modules[name] = module  # dataclasses look their module up while the class is made
     spec.loader.exec_module(module)
     return module
+
+
+def labelled_click_button_step(folder: Path, adapters: tuple[str, ...]) -> object:
+    """One step of a 4 x 1 independent team on a real click-button page (seed 5), traced into
+    ``folder/traces`` and labelled by the verified critic into ``folder/labels.jsonl``. Agent
+    "right" clicks the button the task names, "garbled" answers no action, the others click
+    another button. Returns the episode's result."""
+    from collabui import CollabAgentTeam
+    from collabui.devices import make_env
+    from collabui.models.fake import ScriptedChatModel
+    from collabui.training.critic import make_critic
+    from collabui.training.labels import label_traces
+
+    team = CollabAgentTeam(ScriptedChatModel(_one_agent_right), n_agents=4, rounds=1, topology="independent",
+                           adapters=adapters, max_steps=1, seed=0)
+    with make_env("miniwob/click-button") as env:
+        result = team.run(None, env, seed=5, trace=folder / "traces", env_name="miniwob/click-button")
+    critic = make_critic("verified")
+    try:
+        label_traces(folder / "traces", critic, folder / "labels.jsonl")
+    finally:
+        critic.close()
+    return result
+
+
+def _one_agent_right(req):
+    if req.adapter == "garbled":
+        return "I would rather not say."
+    user = req.messages[-1]["content"]
+    target = re.search(r'Click on the "(.+?)" button', user)[1]
+    buttons = re.findall(r"<button\[(\w+)\]\| ([^>]*)>", user)
+    pick = next(i for i, text in buttons if (text.strip() == target) == (req.adapter == "right"))
+    return f'Action: {{"action": "click", "element_id": "{pick}"}}'

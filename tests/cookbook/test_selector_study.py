@@ -1,39 +1,14 @@
 """The selector study scores each rule at the steps where the choice matters: a real team step
 on a MiniWoB++ page labelled by the verified critic, and the learned selector on hand-made steps."""
 
-import re
-
 import pytest
 
-from tests.cookbook.scripts import load_script
-
-
-def _one_agent_right(req):
-    """Agent "right" clicks the button the task names; the others click one other button."""
-    user = req.messages[-1]["content"]
-    target = re.search(r'Click on the "(.+?)" button', user)[1]
-    buttons = re.findall(r"<button\[(\w+)\]\| ([^>]*)>", user)
-    pick = next(i for i, text in buttons if (text.strip() == target) == (req.adapter == "right"))
-    return f'Action: {{"action": "click", "element_id": "{pick}"}}'
+from tests.cookbook.scripts import labelled_click_button_step, load_script
 
 
 @pytest.mark.browser
 def test_the_vote_loses_the_step_the_lexical_arbiter_wins(tmp_path):
-    from collabui import CollabAgentTeam
-    from collabui.devices import make_env
-    from collabui.models.fake import ScriptedChatModel
-    from collabui.training.critic import make_critic
-    from collabui.training.labels import label_traces
-
-    team = CollabAgentTeam(ScriptedChatModel(_one_agent_right), n_agents=4, rounds=1, topology="independent",
-                           adapters=("wrong", "wrong", "right", "wrong"), max_steps=1, seed=0)
-    with make_env("miniwob/click-button") as env:
-        team.run(None, env, seed=5, trace=tmp_path / "traces", env_name="miniwob/click-button")
-    critic = make_critic("verified")
-    try:
-        label_traces(tmp_path / "traces", critic, tmp_path / "labels.jsonl")
-    finally:
-        critic.close()
+    labelled_click_button_step(tmp_path, ("wrong", "wrong", "right", "wrong"))
     study = load_script("selector_study")
     [choice] = study.choices(tmp_path)
     assert choice.votes == [3, 1] and choice.right == [0, 1] and choice.lexical == choice.keys[1]
