@@ -79,11 +79,10 @@ def _lexical(view: PromptView, messages: Any) -> tuple[str | None, float, set[An
     return (_key(json.loads(found.group())) if found else None), margin, used
 
 
-def _features(view: PromptView, action: dict[str, Any], votes: int, last: int, first_agent: bool,
+def _features(view: PromptView, targets: dict[Any, Any], best: float, action: dict[str, Any], votes: int,
+              last: int, first_agent: bool,
               is_lexical: bool, used: set[Any], n_agents: int, n_entries: int) -> list[float]:
-    targets = {t.ref: t for t in screen_targets(view)}
     target = targets.get(action.get("element_id"))
-    best = max([lexical_score(view.task, t.text) for t in targets.values()] + [1e-9])
     content = str(action.get("content", "")).casefold()
     return [votes / n_entries, last / n_agents, float(first_agent), float(is_lexical),
             lexical_score(view.task, target.text) / best if target else 0.0,
@@ -130,8 +129,10 @@ def _choice(task: str, step: dict[str, Any], label: dict[str, Any]) -> Iterator[
                for p in row] for row in step["proposals"]]
     counted = _key(majority_vote(matrix).action.to_dict())
     n_agents, n_entries = len(step["proposals"]), len(step["proposals"]) * rounds
-    features = [_features(view, actions[k], votes[k], last[k], k in first, k == lexical, used, n_agents, n_entries)
-                for k in keys]
+    targets = {t.ref: t for t in screen_targets(view)}  # the page's elements, read once a step
+    best = max([lexical_score(view.task, t.text) for t in targets.values()] + [1e-9])
+    features = [_features(view, targets, best, actions[k], votes[k], last[k], k in first, k == lexical, used,
+                          n_agents, n_entries) for k in keys]
     yield Choice(task, keys, [votes[k] for k in keys], features, [int(r) for r in right], lexical, counted, margin,
                  lexical is not None and '"type_string"' in lexical)
 
