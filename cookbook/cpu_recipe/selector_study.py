@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from collabui.actions import Unknown, get_action_space
+from collabui.errors import CollabUIError
 from collabui.models.base import ChatRequest
 from collabui.models.baselines import (
     LexicalPolicyModel,
@@ -178,7 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="team run folders with traces/ and labels.jsonl")
     args = parser.parse_args(argv)
-    steps = [c for run in args.runs for c in choices(run)]
+    try:
+        steps = [c for run in args.runs for c in choices(run)]
+    except (CollabUIError, OSError) as exc:  # a folder without traces or labels: one line, exit 2
+        parser.exit(2, f"selector_study: {exc}\n")
     if not steps:
         raise SystemExit("no step where the choice matters: label the runs first (collabui train label)")
     counts = study(steps)

@@ -31,3 +31,10 @@ def test_the_learned_selector_finds_the_feature_that_marks_the_right_proposal():
     counts = study.study(steps)
     assert counts["learned (leave one task out)"] == 6
     assert counts["vote"] == counts["lexical arbiter"] == 0
+
+
+def test_a_folder_without_traces_is_one_line_and_exit_code_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        load_script("selector_study").main([str(tmp_path / "nosuch")])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.startswith("selector_study: no trace file or folder at ")
