@@ -1,9 +1,10 @@
-"""``collabui train ...``: label, pairs, dpo, sft, synth, marl, demonstrate, report.
+"""``collabui train ...``: label, pairs, dpo, sft, extract, synth, marl, demonstrate, report.
 
     collabui train label --traces runs/traces --critic outcome --out runs/labels.jsonl
     collabui train pairs --traces runs/traces --labels runs/labels.jsonl --adversary rule --out runs/pairs.jsonl
     collabui train dpo --pairs runs/pairs.jsonl --model smollm2 --out runs/adapters [--max_steps 20 ...]
     collabui train sft --data runs/stage1/instruction.jsonl --model smollm2 --out runs/sft [--merge]
+    collabui train extract --tuned runs/recipe/sft --model smollm2 --out runs/stage1-adapter --rank 48
     collabui train synth --envs miniwob/click-button --episodes 5 --out runs/stage1
     collabui train marl --env miniwob --train-tasks click-button,click-link --eval-tasks focus-text --iterations 2
     collabui train demonstrate --out runs/demo --minutes 10
@@ -85,6 +86,14 @@ def add_commands(sub: Any) -> None:
     sft.add_argument("--merge", action="store_true", help="also write OUT/merged/, the next stage's base model")
     sft.add_argument("--init-adapter", default=None, help="continue this adapter (with --pairs: a folder of agent{i}/)")
     sft.add_argument("--no-resume", action="store_true", help="train again even if OUT holds a finished adapter")
+    extract = tsub.add_parser("extract", help="a fully fine-tuned model's weight change as a small LoRA adapter "
+                              "(truncated SVD per layer), to ship or to merge like any adapter")
+    extract.add_argument("--tuned", required=True, help="the fully fine-tuned model folder (from --full_finetune)")
+    extract.add_argument("--model", default="smollm2", help=_BASE_HELP + "; the model it was tuned from")
+    extract.add_argument("--out", required=True, help="adapter folder to write (with extract.json, its report)")
+    extract.add_argument("--rank", type=int, default=48, help="rank on every linear layer (default 48)")
+    extract.add_argument("--embedding-rank", type=int, default=32,
+                         help="rank on the (tied) token embedding; 0 leaves it out (default 32)")
     synth = tsub.add_parser("synth", help="synthesize stage-1 data (knowledge QA, instructions, preferences) "
                             "from MiniWoB++ pages")
     synth.add_argument("--envs", required=True, help="comma-separated env names, e.g. miniwob/click-button,miniwob/login-user")
@@ -258,6 +267,18 @@ def _sft(args: argparse.Namespace, rest: list[str]) -> int:
     return 0
 
 
+def _extract(args: argparse.Namespace) -> int:
+    from collabui.training.extract import extract_adapter
+    from collabui.training.marl import resolve_base_model
+
+    report = extract_adapter(resolve_base_model(args.model), args.tuned, args.out, rank=args.rank,
+                             embedding_rank=args.embedding_rank)
+    print(json.dumps(report.to_dict()))
+    log.info("adapter in %s (%.1f MB); merge it with --model hf:... or a bundle's merge list", args.out,
+             report.adapter_bytes / 1e6)
+    return 0
+
+
 def _synth(args: argparse.Namespace) -> int:
     from collabui.training.synth import synthesize
 
@@ -323,6 +344,8 @@ def run_command(args: argparse.Namespace, rest: list[str]) -> int:
         return _dpo(args, rest)
     if args.train_command == "sft":
         return _sft(args, rest)
+    if args.train_command == "extract":
+        return _extract(args)
     if rest:
         raise ConfigError(f"unknown option(s) {' '.join(rest)} for `collabui train {args.train_command}`; see --help")
     commands = {"label": _label, "pairs": _pairs, "synth": _synth, "marl": _marl,

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -200,7 +201,11 @@ class LocalModel(ChatModel):
         PeftModel = _peft_model_class()
         _check_adapter_folder("merged", folder)
         try:
-            self.model = PeftModel.from_pretrained(self.model, str(folder)).merge_and_unload()
+            with warnings.catch_warnings():
+                # A tied embedding's delta merges into the one shared matrix, so the output head
+                # changes with it: what a full fine-tune of a tied model did (training.extract).
+                warnings.filterwarnings("ignore", message=".*tie_word_embeddings.*", category=UserWarning)
+                self.model = PeftModel.from_pretrained(self.model, str(folder)).merge_and_unload()
         except Exception as exc:
             raise ModelLoadError(
                 f"adapter {folder} cannot be merged into {self.path} ({type(exc).__name__}: "

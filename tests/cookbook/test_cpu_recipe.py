@@ -149,10 +149,12 @@ def test_negative_counts_are_refused_with_the_flag_named(capsys):
 
 
 #: recipe.json's "args" at the defaults, as the recipe wrote them before RecipeConfig existed
-#: (its --no-balance flag is now --balance/--no-balance, recorded as balance).
+#: (its --no-balance flag is now --balance/--no-balance, recorded as balance); since v35 full
+#: fine-tuning at lr 1e-4, shipped as a rank-48 extract.
 DEFAULT_ARGS = {"out": "runs/recipe", "demo_minutes": 10.0, "demo_workers": 4, "sft_examples": 1600,
-                "synthetic_pages": False, "team_share": 0.5, "sft_epochs": 1.0, "balance": True, "balance_steps": True, "hindsight": 0, "lr": 3e-4, "lora_r": 32,
-                "batch": 8, "lora_dropout": 0.0, "lora_from_layer": 0, "length_window": 32, "full_finetune": False, "sft_seed": 0, "element_format": "text-first", "style": "terse", "episodes": 13,
+                "synthetic_pages": False, "team_share": 0.5, "sft_epochs": 1.0, "balance": True, "balance_steps": True, "hindsight": 0, "lr": 1e-4, "lora_r": 32,
+                "batch": 8, "lora_dropout": 0.0, "lora_from_layer": 0, "length_window": 32, "full_finetune": True, "sft_seed": 0,
+                "extract_rank": 48, "extract_embedding_rank": 32, "element_format": "text-first", "style": "terse", "episodes": 13,
                 "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "critic_episodes": 6, "team": False,
                 "serve": False, "serve_dtype": "auto", "serve_agents": "lora", "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
                 "dpo_lr": 5e-5, "marl_iterations": 0, "marl_episodes": 2, "marl_pairs": 0, "marl_right_pairs": False,
@@ -165,7 +167,8 @@ def test_flags_and_defaults_are_the_recipes_and_land_in_the_composed_configs():
     assert recipe._args([]) == recipe.RecipeConfig()
     assert recipe.flag_values(recipe._args([])) == DEFAULT_ARGS
     config = recipe._args(["--demo-minutes", "1.5", "--demo-workers", "2", "--sft-epochs", "2", "--lr", "1e-4",
-                           "--batch", "4", "--lora-r", "8", "--lora-dropout", "0.1", "--lora-from-layer", "3", "--length-window", "0",
+                           "--batch", "4", "--no-full-finetune", "--lora-r", "8", "--lora-dropout", "0.1", "--lora-from-layer", "3",
+                           "--length-window", "0",
                            "--episodes", "5", "--eval-seed", "3", "--max-steps", "4", "--no-balance", "--team",
                            "--no-onpolicy-dpo", "--out", "runs/x"])
     assert (config.demo.minutes, config.demo.workers, config.demo.seeds) == (1.5, 2, 400)
@@ -190,8 +193,8 @@ def test_stage_configs_are_the_ones_the_recipe_always_built(tmp_path, monkeypatc
 
     recipe = _recipe()
     config = recipe._args([])
-    old_sft = AgentSFTConfig(output_dir=str(tmp_path / "sft" / "trl"), num_train_epochs=1.0, learning_rate=3e-4,
-                             per_device_train_batch_size=8, lora_r=32, lora_alpha=64, lora_dropout=0.0,
+    old_sft = AgentSFTConfig(output_dir=str(tmp_path / "sft" / "trl"), num_train_epochs=1.0, learning_rate=1e-4,
+                             full_finetune=True, per_device_train_batch_size=8, lora_r=32, lora_alpha=64, lora_dropout=0.0,
                              lora_target_modules=list(recipe.ALL_LINEAR), max_length=512, seed=0,
                              lr_scheduler_type="cosine", warmup_steps=10, length_window=32,
                              train_sampling_strategy="group_by_length")
@@ -208,23 +211,29 @@ def test_stage_configs_are_the_ones_the_recipe_always_built(tmp_path, monkeypatc
 
     recipe.demonstrate(recipe._args(["--synthetic-pages"]), tmp_path / "demo")
     assert seen["demo"].tasks == (*TRAIN_TASKS, *synthetic_tasks()) and len(synthetic_tasks()) == 3
-    recipe.bundle(config, tmp_path / "sft", tmp_path / "bundle")
+    recipe.bundle(config, tmp_path / "extract", tmp_path / "bundle")
+    assert seen["bundle"]["merge"] == {"stage1": tmp_path / "extract"} and seen["bundle"]["base"] == "smollm2"
     assert seen["bundle"]["made_by"] == (
         "cookbook/cpu_recipe/recipe.py --balance-steps --batch 8 --demo-minutes 10.0 --dpo-lr 5e-05 "
-        "--element-format text-first --hindsight 0 --length-window 32 --lora-dropout 0.0 --lora-from-layer 0 "
-        "--lora-r 32 --lr 0.0003 --onpolicy-dpo --onpolicy-episodes 0 --round2-demo-rows 400 --sft-epochs 1.0 "
+        "--element-format text-first --extract-embedding-rank 32 --extract-rank 48 --full-finetune --hindsight 0 "
+        "--length-window 32 --lora-dropout 0.0 --lora-from-layer 0 "
+        "--lora-r 32 --lr 0.0001 --onpolicy-dpo --onpolicy-episodes 0 --round2-demo-rows 400 --sft-epochs 1.0 "
         "--sft-examples 1600 --sft-seed 0 --style terse --team-share 0.5")
     clock = recipe._Clock(tmp_path / "recipe.json", config)
     clock.run("x", lambda: None)
     assert json.loads((tmp_path / "recipe.json").read_text())["args"] == DEFAULT_ARGS
 
 
-def test_full_finetune_is_bundled_whole_and_never_published(tmp_path, capsys):
+def test_a_whole_model_bundle_is_never_published_and_an_extract_is(tmp_path, capsys):
     recipe = _recipe()
     with pytest.raises(SystemExit):
-        recipe._args(["--full-finetune", "--publish"])
-    assert "--full-finetune makes a whole model" in capsys.readouterr().err
-    config = recipe._args(["--full-finetune"])
+        recipe._args(["--extract-rank", "0", "--publish"])
+    assert "--extract-rank 0 bundles the whole model" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        recipe._args(["--onpolicy-episodes", "2"])
+    assert "add --no-full-finetune --lr 3e-4" in capsys.readouterr().err
+    assert recipe._args(["--publish"]).publish and recipe._args(["--no-full-finetune", "--onpolicy-episodes", "2"])
+    config = recipe._args(["--extract-rank", "0"])
     assert config.sft.full_finetune and "--full-finetune" in recipe.made_by_command(config).split()
     model = tmp_path / "sft"
     model.mkdir()
@@ -296,7 +305,7 @@ def test_onpolicy_dpo_trains_one_shared_adapter_on_the_rounds_pairs(tmp_path, mo
         return Dataset.from_list(pairs)
 
     monkeypatch.setattr(mistake_pairs, "build_mistake_pairs", fake_pairs)
-    args = recipe._args(["--onpolicy-episodes", "1"])
+    args = recipe._args(["--no-full-finetune", "--onpolicy-episodes", "1"])
     adapter = recipe.onpolicy_dpo(args, round_sft, tmp_path / "onpolicy")
     assert adapter == tmp_path / "onpolicy" / "dpo" / "agent0"
     assert seen == {"traces": tmp_path / "onpolicy" / "rollouts" / "traces",
@@ -425,3 +434,35 @@ def test_clock_counts_a_finished_stage_once_and_an_interrupted_one(tmp_path, mon
     resumed.run("3 eval lexical", lambda: None)  # not a once-stage: more episodes, 2 s
     seconds = json.loads((tmp_path / "recipe.json").read_text())["seconds"]
     assert seconds == {"2 sft": 30.0, "3 eval lexical": 13.0}
+
+
+def test_full_finetune_ships_an_extract_made_once_per_model_and_ranks(tmp_path, monkeypatch, tiny_model_dir):
+    """Stage 2's whole model becomes a rank-R adapter (real SVD on a tiny model); a resumed run
+    reuses it, new ranks or a newer model make it again; the bundle merges it as stage1."""
+    import os
+    import shutil
+
+    import collabui.training.extract as extract_module
+
+    recipe = _recipe()
+    monkeypatch.setattr("collabui.models.embedded.embedded_model_dir", lambda *a: tiny_model_dir)
+    model = tmp_path / "sft"
+    shutil.copytree(tiny_model_dir, model)
+    made = []
+    real = extract_module.extract_adapter
+    monkeypatch.setattr(extract_module, "extract_adapter", lambda *a, **k: made.append(k) or real(*a, **k))
+    config = recipe._args(["--extract-rank", "4", "--extract-embedding-rank", "2"])
+    out = recipe.extract(config, model, tmp_path / "extract")
+    assert json.loads((out / "adapter_config.json").read_text())["r"] == 4 and made == [{"rank": 4, "embedding_rank": 2}]
+    recipe.extract(config, model, tmp_path / "extract")
+    assert len(made) == 1  # resumed: the same ranks, the same model
+    recipe.extract(recipe._args(["--extract-rank", "3", "--extract-embedding-rank", "2"]), model, tmp_path / "extract")
+    assert len(made) == 2
+    later = (tmp_path / "extract" / "extract.json").stat().st_mtime + 5
+    os.utime(model / "model.safetensors", (later, later))
+    recipe.extract(recipe._args(["--extract-rank", "3", "--extract-embedding-rank", "2"]), model, tmp_path / "extract")
+    assert len(made) == 3
+    bundle = recipe.bundle(config, out, tmp_path / "bundle")
+    manifest = json.loads((bundle / "team.json").read_text())
+    assert (manifest["base"], manifest["merge"]) == ("smollm2", ["stage1"])
+    assert (bundle / "stage1" / "adapter_model.safetensors").is_file()
