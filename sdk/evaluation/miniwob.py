@@ -52,6 +52,7 @@ from collabui.evaluation.runner import (
     EnvPool,
     EpisodeSpec,
     episode_specs,
+    finished_records,
     run_episodes,
     run_episodes_on,
 )
@@ -393,8 +394,10 @@ def evaluate_miniwob(config: MiniWoBEvalConfig, out_dir: str | Path, *, model: C
     log.info("eval miniwob: %d tasks x %d episodes, %s, %s, out %s", len(tasks), config.episodes, label,
              _parallelism(config), out)
     run = _run_on_workers if config.uses_workers else _run_here
-    with _served(config, model, server_options or {}) as served:
-        records = run(config, specs, out, model=served or model, env_factory=env_factory, progress=progress)
+    records = finished_records(specs, out / "episodes.jsonl")
+    if records is None:  # else a finished run resumed: no model to load, no server to start
+        with _served(config, model, server_options or {}) as served:
+            records = run(config, specs, out, model=served or model, env_factory=env_factory, progress=progress)
     results = build_results(config, tasks, records, started=started_at,
                             seconds=time.perf_counter() - t0, command=command)
     _write_outputs(results, out, plot)

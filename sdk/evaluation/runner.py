@@ -59,6 +59,7 @@ __all__ = [
     "RecordExtra",
     "derive_seed",
     "episode_specs",
+    "finished_records",
     "read_manifest",
     "run_episodes",
     "run_episodes_on",
@@ -156,6 +157,15 @@ def read_manifest(path: Path) -> dict[str, dict[str, Any]]:
     fix = "delete that line to rerun its episode"
     return {str(record["episode_id"]): record
             for _, record in iter_jsonl(path, error=TraceError, fix=fix, torn_tail_ok=True)}
+
+
+def finished_records(specs: Sequence[EpisodeSpec], manifest: Path) -> list[dict[str, Any]] | None:
+    """Every record of ``specs`` in order when ``manifest`` already holds them all (a finished
+    run resumed: nothing to load or serve), else None."""
+    done = read_manifest(manifest)
+    if any(spec.episode_id not in done for spec in specs):
+        return None
+    return [done[spec.episode_id] for spec in specs]
 
 
 def _clean_partial(path: Path) -> None:

@@ -173,6 +173,17 @@ def test_resume_skips_finished_episodes(tmp_path, concurrency):
     assert idle.count == 0 and devices == []
 
 
+def test_a_finished_run_resumed_loads_and_serves_nothing(tmp_path, monkeypatch):
+    import collabui.evaluation.miniwob as harness
+
+    evaluate_miniwob(_config(), tmp_path, model=ScriptedChatModel(Flaky()), env_factory=_fake_factory([]),
+                     progress=False)
+    monkeypatch.setattr(harness, "_served", lambda *a: pytest.fail("a server started for no episode"))
+    monkeypatch.setattr(harness, "_load_model", lambda *a: pytest.fail("a model loaded for no episode"))
+    results = evaluate_miniwob(_config(), tmp_path, env_factory=_fake_factory([]), progress=False)
+    assert results["overall"]["success_rate"]["n"] == 4
+
+
 def test_more_episodes_on_rerun_only_runs_the_new_ones(tmp_path):
     evaluate_miniwob(_config(episodes=1), tmp_path, model=ScriptedChatModel(Flaky()),
                      env_factory=_fake_factory([]), progress=False)
