@@ -2,7 +2,7 @@
 generation requests together, as one ``ChatModel.generate`` call.
 
 The team knows statically how many nodes share a superstep (node (i, j) runs at superstep
-``depth(i) + j``), so a group is flushed as soon as its last member arrives; no time window is
+``depth(i) + j``, or ``depth(i)`` without memory), so a group is flushed as soon as its last member arrives; no time window is
 needed. A fallback timer flushes a partial group if members never arrive (for example when a
 caller limits ``max_concurrency`` below the superstep width), so batching can only ever delay a
 request by ``fallback_s``, never deadlock it.

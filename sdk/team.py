@@ -3,7 +3,8 @@
 One environment step is one invocation of a compiled LangGraph ``StateGraph`` whose nodes are
 ``agent{i}_round{j}`` plus ``vote``. Node (i, j) waits for its DAG predecessors in round j and
 for (i, j-1), so it runs in superstep ``depth(i) + j`` and a step takes ``L + m - 1`` supersteps
-(L = nodes on the DAG's longest path). Nodes of one superstep run concurrently and their
+(L = nodes on the DAG's longest path). Without memory (i, j) does not read (i, j-1): it runs in
+superstep ``depth(i)`` and a step takes L. Nodes of one superstep run concurrently and their
 generation requests are sent to the model as one batch.
 """
 
@@ -254,8 +255,12 @@ class CollabAgentTeam:
     def _set_topology(self, topology) -> None:
         self._topology = topology
         m = self.config.rounds
+        # Without memory a round reads nothing of the one before it, so every round's node (i, j)
+        # runs at its DAG depth alone: all rounds of a level share one batch (the paper's
+        # memory keeps them in order).
+        lag = 1 if self.config.memory else 0
         self._superstep = {
-            (i, j): topology.depth(i) + j for i in range(self.config.n_agents) for j in range(m)
+            (i, j): topology.depth(i) + lag * j for i in range(self.config.n_agents) for j in range(m)
         }
         self._width: dict[int, int] = {}
         for level in self._superstep.values():
@@ -280,7 +285,7 @@ class CollabAgentTeam:
         for j in range(m):
             for i in range(n):
                 sources = [self.node_name(k, j) for k in self._topology.predecessors(i)]
-                if j > 0:
+                if j > 0 and self.config.memory:
                     sources.append(self.node_name(i, j - 1))
                 target = self.node_name(i, j)
                 if not sources:
@@ -556,7 +561,7 @@ class CollabAgentTeam:
 
     @property
     def supersteps(self) -> int:
-        """Supersteps per team step: L + m - 1."""
+        """Supersteps per team step: L + m - 1 (L without memory)."""
         return len(self._width)
 
     # -- episodes ----------------------------------------------------------------------------

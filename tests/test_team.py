@@ -52,21 +52,20 @@ def _markers(text):
 @pytest.mark.parametrize("topology", ["random", "chain", "star", "complete", "independent", "edges:0-2,1-2,2-3"])
 def test_each_node_sees_exactly_its_predecessors_and_own_previous_round(topology, memory):
     team, model = _team(topology, memory=memory)
-    team.step("Click Submit.", OBS)
+    step = team.step("Click Submit.", OBS)
     assert len(model.requests) == N * M
-    seen = {}
-    for req in model.requests:
-        i = int(req.adapter[1:])
-        j = sum(1 for k in seen if k[0] == i)
-        seen[(i, j)] = req
-    for (i, j), req in seen.items():
-        user = req.messages[-1]["content"]
-        expected = {f"X{k}{j}" for k in team.topology.predecessors(i)}
-        if j > 0 and memory:  # without memory a round reads its predecessors only
-            expected.add(f"X{i}{j - 1}")
-        assert _markers(user) == expected, (i, j, user)
-        assert "Task: Click Submit." in user and "<button[B]| Submit>" in user
-        assert req.temperature == team.config.agent_temperature(i)
+    # Read from the matrix (each entry keeps the messages it was asked with): without memory an
+    # agent's rounds run at once, so the order of its calls no longer says the round.
+    props = step.proposals
+    for i in range(N):
+        for j in range(M):
+            user = props[i][j].messages[-1]["content"]
+            expected = set().union(*(_markers(props[k][j].raw) for k in team.topology.predecessors(i)))
+            if j > 0 and memory:  # without memory a round reads its predecessors only
+                expected |= _markers(props[i][j - 1].raw)
+            assert _markers(user) == expected, (i, j, user)
+            assert "Task: Click Submit." in user and "<button[B]| Submit>" in user
+            assert props[i][j].temperature == team.config.agent_temperature(i)
 
 
 def test_peer_block_labels_agents_and_warns():
@@ -101,6 +100,25 @@ def test_nodes_of_one_layer_share_a_superstep_and_one_batch(topology):
             widths[s] = widths.get(s, 0) + 1
     # One generate call per superstep, of exactly the superstep's width.
     assert sorted(model.batch_sizes) == sorted(widths.values())
+
+
+@pytest.mark.parametrize("topology", ["independent", "chain", "random"])
+def test_without_memory_every_round_of_a_layer_shares_its_superstep(topology):
+    """No round reads the one before it, so node (i, j) runs at depth(i): L supersteps a step
+    and one batch per DAG layer holding all its agents' rounds."""
+    team, model = _team(topology, memory=False)
+    steps = _superstep_of_nodes(team)
+    topo = team.topology
+    for j in range(M):
+        for i in range(N):
+            assert steps[team.node_name(i, j)] == steps[team.node_name(0, 0)] - topo.depth(0) + topo.depth(i)
+    assert team.supersteps == topo.longest_path_nodes
+    layers = {}
+    for i in range(N):
+        layers[topo.depth(i)] = layers.get(topo.depth(i), 0) + M
+    assert sorted(model.batch_sizes) == sorted(layers.values())
+    step = team.step("Click Submit.", OBS)  # and a whole step still fills the matrix
+    assert [len(row) for row in step.proposals] == [M] * N and step.vote.total == N * M
 
 
 def test_step_vote_and_matrix():
