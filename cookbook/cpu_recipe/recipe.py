@@ -8,8 +8,10 @@ Stages (see README.md next to this file for what each one measured):
 
 1. ``demo/``: search verified trajectories on the training tasks (the environment's reward
    keeps only what works; element order and ids shuffled by the device), ``--demo-minutes``.
-2. ``sft/``: LoRA SFT (all linear layers, rank 32, completion-only loss) of SmolLM2 on those
-   steps in the ``trained`` prompt style, merged into ``sft/merged/`` (the trained model).
+2. ``sft/``: SFT of every SmolLM2 weight (completion-only loss) on those steps in the
+   ``terse`` prompt style; ``extract/``: its weight change as a 32.5 MB low-rank LoRA adapter,
+   which ``bundle/`` merges at load (``--no-full-finetune``: a LoRA adapter, rank 32 on every
+   linear layer, instead).
 3. ``eval/<system>/``: every system on the held-out tasks with shuffled pages and fixed seeds:
    random and lexical baselines, the base model and the trained model as single agents (and
    the team rows when ``--team`` is given).

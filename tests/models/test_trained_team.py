@@ -61,3 +61,18 @@ def test_the_shipped_team_completes_enter_text(trained):
         first = r.executed_actions[0].to_dict()
         typed += first["action"] == "type_string" and f'"{first["content"]}"' in r.steps[0].observation.task
     assert typed >= 4 and wins >= 4, [[a.to_call() for a in r.executed_actions] for r in results]
+
+
+def test_the_shipped_adapters_fit_the_package_budget():
+    """The issue's limit: every shipped adapter together <= 40 MB, stored in fp16."""
+    from pathlib import Path
+
+    import torch
+    from safetensors.torch import load_file
+
+    import collabui
+
+    files = list((Path(collabui.__file__).parent / "trained").rglob("*.safetensors"))
+    assert files and sum(f.stat().st_size for f in files) <= 40_000_000
+    for path in files:
+        assert {t.dtype for t in load_file(str(path)).values()} == {torch.float16}, path
