@@ -37,24 +37,20 @@ def _weights(folder: Path, merge: list[Path] | None = None) -> dict:
 
 
 def test_full_rank_extract_merges_back_to_the_tuned_linears_and_tied_embedding(tiny_model_dir, tuned_dir, tmp_path):
+    import torch
+
     report = extract_adapter(tiny_model_dir, tuned_dir, tmp_path / "ad", rank=64, embedding_rank=32)
     merged, tuned, base = _weights(tiny_model_dir, [tmp_path / "ad"]), _weights(tuned_dir), _weights(tiny_model_dir)
     for name, w in tuned.items():
         if name.endswith("proj.weight") or "embed_tokens" in name:
             assert (merged[name] - w).abs().max() < 2e-3, name  # fp16 factors
         else:  # the norms' gains are not carried: they keep the base's values
-            assert torch_equal(merged[name], base[name]), name
+            assert torch.equal(merged[name], base[name]), name
     assert set(report.energy) == {"embed_tokens", "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                   "up_proj", "down_proj"}
     assert all(v == pytest.approx(1.0) for v in report.energy.values())
     assert set(report.not_carried) == {"input_layernorm", "post_attention_layernorm", "norm"}
     assert json.loads((tmp_path / "ad" / "extract.json").read_text())["rank"] == 64
-
-
-def torch_equal(a, b) -> bool:
-    import torch
-
-    return bool(torch.equal(a, b))
 
 
 def test_truncated_extract_is_the_best_rank_r_change_and_leaves_the_embedding_when_asked(
@@ -69,7 +65,7 @@ def test_truncated_extract_is_the_best_rank_r_change_and_leaves_the_embedding_wh
     best = base[name] + (u[:, :2] * s[:2]) @ vh[:2]
     assert (merged[name] - best).abs().max() < 1e-3
     assert (merged[name] - tuned[name]).abs().max() > 10 * (merged[name] - best).abs().max()
-    assert torch_equal(merged["model.embed_tokens.weight"], base["model.embed_tokens.weight"])
+    assert torch.equal(merged["model.embed_tokens.weight"], base["model.embed_tokens.weight"])
     assert 0.0 < report.energy["down_proj"] < 1.0 and "embed_tokens" not in report.energy
     assert "embed_tokens" in report.not_carried
     stored = load_file(str(tmp_path / "ad" / "adapter_model.safetensors"))
