@@ -41,6 +41,8 @@ __all__ = [
     "render",
     "render_html",
     "render_text_first",
+    "element_ordinals",
+    "is_text_first",
     "reorder",
     "element_line",
     "element_name",
@@ -57,21 +59,27 @@ __all__ = [
 
 #: The attribute the DOM walk writes on every interactive element it lists.
 ID_ATTRIBUTE = "data-collabui-id"
-#: Observation text formats: ``html`` (``<button[B]| Ok>``) and ``text-first`` (``button "Ok" [B]``).
-ELEMENT_FORMATS = ("html", "text-first")
+#: Observation text formats: ``html`` (``<button[B]| Ok>``), ``text-first`` (``button "Ok" [B]``)
+#: and ``text-first-ordinal``: text-first, each form field that shares its kind with others on the
+#: page also reading its place among them on the screen (``input "" 2nd [X]``, see
+#: :func:`element_ordinals`).
+ELEMENT_FORMATS = ("html", "text-first", "text-first-ordinal")
 #: A walk node: ``{"tag": str, "id": str | None, "parts": list[str | Node]}``. ``tag`` is the
 #: lower-case tag name ('' for an anonymous group of siblings), ``id`` is set exactly on
 #: interactive elements, ``parts`` are text runs and child nodes in document order. Interactive
 #: nodes also carry ``dom`` (see :func:`flat_elements`) and ``box`` (``[x, y, width, height]``,
 #: CSS pixels relative to the viewport, rounded; the trace viewer outlines the executed element
-#: with it); no rendering reads either, so the observation text never depends on them.
+#: with it). Only ``text-first-ordinal`` reads ``box`` (the screen order of like fields); no
+#: rendering reads ``dom``.
 Node = dict[str, Any]
 
 _OPEN = re.compile(r"<([a-z0-9-]*)(?:\[([A-Z]+)\])?\| ?|< ")
 # An html-format element opening, and a text-first element line (label in JSON quotes).
 _HTML_ELEMENT = re.compile(r"<[a-z0-9-]*\[[A-Z]+\]\| ")
 # ``tag "text" [ID]``, a form field with its label between: ``input "" (Username) [C]``.
-_TEXT_FIRST_ELEMENT = re.compile(r'([a-z0-9-]+) ("(?:[^"\\]|\\.)*")(?: \((.*)\))? \[([A-Z]+)\]')
+# ``text-first-ordinal`` adds the field's place among like fields: ``input "" 2nd [D]``.
+_TEXT_FIRST_ELEMENT = re.compile(
+    r'([a-z0-9-]+) ("(?:[^"\\]|\\.)*")(?: \((.*)\))?(?: (\d+(?:st|nd|rd|th)))? \[([A-Z]+)\]')
 #: Longest field label a text-first line repeats (a paragraph before a field can be its label).
 FIELD_LABEL_CHARS = 60
 
@@ -145,11 +153,17 @@ def check_element_format(element_format: object) -> str:
     return str(element_format)
 
 
+def is_text_first(element_format: str) -> bool:
+    """Whether ``element_format`` writes one line per element (``text-first`` and its ordinal
+    variant), so element lines, names and history entries read as in ``text-first``."""
+    return element_format.startswith("text-first")
+
+
 def render(tree: Node | None, element_format: str = "html") -> str:
     """``tree`` as text in ``element_format`` (one of :data:`ELEMENT_FORMATS`)."""
     if check_element_format(element_format) == "html":
         return render_html(tree)
-    return render_text_first(tree)
+    return render_text_first(tree, ordinals=element_format == "text-first-ordinal")
 
 
 def reorder(tree: Node | None, seed: int) -> Node | None:
@@ -212,7 +226,7 @@ def _html(node: Node | str) -> str:
     return f"{head}| {body}{tail}"
 
 
-def render_text_first(tree: Node | None) -> str:
+def render_text_first(tree: Node | None, *, ordinals: bool = False) -> str:
     """One line per item in document order, without wrapper tags or groups.
 
     Shorter than :func:`render_html` by what layout markup costs: a quarter to half the tokens
@@ -226,31 +240,107 @@ def render_text_first(tree: Node | None) -> str:
     the id, ``input "" (Username) [C]``: a field's own text is its state, so every empty field
     would otherwise read ``input ""``, and a model that names the element before its id (the
     ``grounded`` answer) could not tell which one it means. Any other text run is a line of its own.
+
+    ``ordinals=True`` (the ``text-first-ordinal`` format) also writes, before the id, the place of
+    a field among the fields of its kind on the screen (:func:`element_ordinals`): ``input "" 2nd
+    [X]``. A task may name a field by its place ("the 2nd textbox"), which a page listed in
+    shuffled order no longer shows.
     """
     if tree is None:
         return ""
-    return "\n".join(_text_lines(tree, field_labels(tree_elements(tree))))
+    places = element_ordinals(tree) if ordinals else {}
+    return "\n".join(_text_lines(tree, field_labels(tree_elements(tree)), places))
 
 
-def _text_lines(node: Node | str, labels: dict[str, str]) -> Iterator[str]:
+def _text_lines(node: Node | str, labels: dict[str, str], places: dict[str, str]) -> Iterator[str]:
     if isinstance(node, str):
         yield node
         return
     if not node["id"]:
         for part in node["parts"]:
-            yield from _text_lines(part, labels)
+            yield from _text_lines(part, labels, places)
         return
-    yield _text_first_line(node, labels.get(node["id"], ""))
+    yield _text_first_line(node, labels.get(node["id"], ""), places.get(node["id"], ""))
     for inner in _nested_interactive(node):
-        yield from _text_lines(inner, labels)
+        yield from _text_lines(inner, labels, places)
 
 
-def _text_first_line(node: Node, field_label: str) -> str:
+def _text_first_line(node: Node, field_label: str, place: str = "") -> str:
     line = element_name(node["tag"], _join(_label_runs(node)), "text-first")
     if field_label:
         cut = field_label if len(field_label) <= FIELD_LABEL_CHARS else field_label[:FIELD_LABEL_CHARS - 1] + "…"
         line += f" ({cut})"
+    if place:
+        line += f" {place}"
     return f"{line} [{node['id']}]"
+
+
+#: ``input`` types that read as a text box (a task's "textbox" or "text field").
+_TEXTBOX_TYPES = frozenset({"text", "password", "email", "number", "tel", "url", "search"})
+#: ``input`` types the walk writes first in a field's text (``checkbox; true``); text is the default.
+_INPUT_TYPES = _TEXTBOX_TYPES | {"checkbox", "radio", "date", "time", "datetime-local", "month",
+                                 "week", "color", "range", "file", "submit", "button", "reset", "image"}
+
+
+def _field_kind(node: Node) -> str | None:
+    """What a person would call a form field, for counting like fields: ``textbox`` (text
+    inputs of any text-like type, and text areas), ``checkbox``, ``radio``, ``select``, or the
+    input's type; None for an element that is not a form field."""
+    if node["tag"] not in FIELD_TAGS:
+        return None
+    if node["tag"] != "input":
+        return "textbox" if node["tag"] == "textarea" else node["tag"]
+    first = _join(_label_runs(node)).split("; ")[0]
+    kind = first if first in _INPUT_TYPES else "text"
+    return "textbox" if kind in _TEXTBOX_TYPES else kind
+
+
+def _ordinal(k: int) -> str:
+    suffix = "th" if 10 <= k % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(k % 10, "th")
+    return f"{k}{suffix}"
+
+
+def element_ordinals(tree: Node | None) -> dict[str, str]:
+    """The place (``"1st"``, ``"2nd"``, ...) of each form field among the fields of its kind
+    (:func:`_field_kind`), keyed by element id, in reading order on the screen: rows top to
+    bottom (fields whose vertical centres are closer than half the lower one's height share a
+    row), left to right within a row. Only kinds with two or more fields on the page are
+    numbered, and only fields with a ``box``: the order comes from the layout, so it is the same
+    in every rendering of the page, shuffled or not."""
+    groups: dict[str, list[Node]] = {}
+    for node in _interactive(tree):
+        kind = _field_kind(node)
+        if kind is not None and node.get("box"):
+            groups.setdefault(kind, []).append(node)
+    out: dict[str, str] = {}
+    for fields in groups.values():
+        if len(fields) > 1:
+            for k, node in enumerate(_reading_order(fields), start=1):
+                out[node["id"]] = _ordinal(k)
+    return out
+
+
+def _reading_order(nodes: list[Node]) -> list[Node]:
+    rows: list[list[Node]] = []
+    for node in sorted(nodes, key=lambda n: n["box"][1] + n["box"][3] / 2):
+        x, y, _, h = node["box"]
+        if rows:
+            last = rows[-1][-1]["box"]
+            if abs((y + h / 2) - (last[1] + last[3] / 2)) < max(h, last[3]) / 2:
+                rows[-1].append(node)
+                continue
+        rows.append([node])
+    return [node for row in rows for node in sorted(row, key=lambda n: n["box"][0])]
+
+
+def _interactive(node: Node | str | None) -> Iterator[Node]:
+    """Every interactive node of ``node``, nested ones included."""
+    if node is None or isinstance(node, str):
+        return
+    if node["id"]:
+        yield node
+    for part in node["parts"]:
+        yield from _interactive(part)
 
 
 def element_line(tree: Node | None, element_id: str, element_format: str = "text-first", *,
@@ -271,23 +361,27 @@ def element_line(tree: Node | None, element_id: str, element_format: str = "text
     text = _join(_label_runs(node))
     if not with_id:
         return element_name(node["tag"], text, element_format)
-    if element_format == "text-first":
-        return _text_first_line(node, field_label(tree, element_id))
+    if is_text_first(element_format):
+        place = element_ordinals(tree).get(element_id, "") if element_format == "text-first-ordinal" else ""
+        return _text_first_line(node, field_label(tree, element_id), place)
     return f"<{node['tag']}[{node['id']}]| {text}>"
 
 
 def element_name(tag: str, text: str, element_format: str = "text-first") -> str:
     """An element's screen line without its id: ``<button| Ok>`` (html), ``button "Ok"``."""
-    if element_format == "text-first":
+    if is_text_first(element_format):
         return f"{tag} {json.dumps(text, ensure_ascii=False)}"
     return f"<{tag}| {text}>"
 
 
 def observation_format(text: str) -> str:
     """Which of :data:`ELEMENT_FORMATS` an observation text is written in (html unless it has
-    text-first element lines and no html element)."""
+    text-first element lines and no html element; ``text-first-ordinal`` when a line has a
+    place; a page without like fields reads the same in both text-first formats)."""
     if _HTML_ELEMENT.search(text) or not _TEXT_FIRST_ELEMENT.search(text):
         return "html"
+    if any(match.group(4) for match in _TEXT_FIRST_ELEMENT.finditer(text)):
+        return "text-first-ordinal"
     return "text-first"
 
 
@@ -504,7 +598,7 @@ def _parse_text_first(text: str) -> list[Element]:
         if label is None:
             out.append(Element("", None, line, line, 0))
         else:
-            out.append(Element(match.group(1), match.group(4), label, label, 0))
+            out.append(Element(match.group(1), match.group(5), label, label, 0))
     return out
 
 

@@ -29,8 +29,9 @@ MODEL_HELP = ("model spec: smollm2 | smollm2-trained | trained:FOLDER | hf:PATH 
               "random[:SEED] | lexical")
 GUIDED_HELP = ("constrain answers to the action space's JSON schema (vLLM structured outputs on "
                "openai: servers, llguidance for local models); baselines ignore it")
-ELEMENT_FORMAT_HELP = ("page text: html (<button[B]| Ok>) or text-first (one line per item, "
-                       'button "Ok" [B]; fewer tokens); default auto: what a trained model '
+ELEMENT_FORMAT_HELP = ("page text: html (<button[B]| Ok>), text-first (one line per item, "
+                       'button "Ok" [B]; fewer tokens) or text-first-ordinal (like fields also read their '
+                       'place on the screen, input "" 2nd [X]); default auto: what a trained model '
                        "(smollm2-trained, trained:FOLDER) learned, else html")
 #: ``--screenshots/--no-screenshots`` of ``collabui run`` and ``eval``, where they are on by default.
 SCREENSHOTS_HELP = ("save a small screenshot per step beside the trace, for collabui view "

@@ -181,7 +181,7 @@ def history_in_format(entry: str, element_format: str) -> str:
     call form, a phone's action) come back unchanged."""
     simplify.check_element_format(element_format)
     html = _HTML_NAMED.match(entry)
-    if html and element_format == "text-first":
+    if html and simplify.is_text_first(element_format):
         name = simplify.element_name(html["tag"], html["text"], "text-first")
         return f"{html['verb']}({name}{html['rest']}"
     text_first = _TEXT_FIRST_NAMED.match(entry)

@@ -35,6 +35,7 @@ from typing import Any
 
 from collabui.cli.flags import add_config_flags, config_from_args, flag_of
 from collabui.config import TeamConfig
+from collabui.devices.simplify import ELEMENT_FORMATS
 from collabui.errors import ConfigError
 from collabui.evaluation.miniwob import MiniWoBEvalConfig
 from collabui.training.demonstrate import DemoConfig
@@ -154,7 +155,7 @@ class RecipeConfig:
         "is 32.5 MB in fp16); 0: the whole model (~540 MB; no --publish, no MARL)"})
     extract_embedding_rank: int = field(default=32, metadata={
         "metavar": "R", "help": "the extract's rank on the tied token embedding (0: left out)"})
-    element_format: str = field(default="text-first", metadata={"choices": ("html", "text-first"),
+    element_format: str = field(default="text-first", metadata={"choices": ELEMENT_FORMATS,
                                                           "help": "page format taught (and read by trained models)"})
     style: str = field(default="terse", metadata={
         "choices": ("trained", "grounded", "terse", "named"),
