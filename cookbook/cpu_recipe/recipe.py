@@ -212,9 +212,9 @@ class RecipeConfig:
         if self.extract_rank < 0 or self.extract_embedding_rank < 0:
             raise ConfigError(f"--extract-rank and --extract-embedding-rank must be >= 0, got {self.extract_rank} "
                               f"and {self.extract_embedding_rank}")
-        if self.sft.full_finetune and self.onpolicy_episodes:
-            raise ConfigError("the on-policy round (--onpolicy-episodes) continues a LoRA adapter; full fine-tuning "
-                              "makes none: add --no-full-finetune --lr 3e-4 or drop --onpolicy-episodes")
+        if self.sft.full_finetune and not self.extract_rank and self.onpolicy_episodes:
+            raise ConfigError("the on-policy round (--onpolicy-episodes) puts its DPO adapter on an extract; "
+                              "--extract-rank 0 makes none: give a rank, or --no-full-finetune --lr 3e-4")
         if self.sft.full_finetune and not self.extract_rank and (self.publish or self.marl_iterations):
             raise ConfigError("--extract-rank 0 bundles the whole model (~540 MB): it is not shipped (--publish) "
                               "and takes no MARL (--marl-iterations); give a rank or drop those")
@@ -356,8 +356,10 @@ def _sft_config(config: RecipeConfig, out: Path) -> AgentSFTConfig:
 
 def onpolicy_round(config: RecipeConfig, trained: Path, demo: Path, sft_dir: Path, out: Path) -> Path:
     """Roll the SFT model out on new seeds of the training tasks (shuffled pages, as evaluated),
-    label every step with the verified critic, and continue training the SFT adapter on the
-    visited states with verified-right answers plus demonstration rows SFT did not see."""
+    label every step with the verified critic, and continue training the SFT model on the
+    visited states with verified-right answers plus demonstration rows SFT did not see: the SFT
+    adapter, or with full fine-tuning the whole model ``sft_dir`` (the round's model then ships
+    as its extract, ``out/extract``, which is what this returns)."""
     from datasets import Dataset
 
     from collabui.evaluation.miniwob import evaluate_miniwob
@@ -382,6 +384,9 @@ def onpolicy_round(config: RecipeConfig, trained: Path, demo: Path, sft_dir: Pat
     print(f"[recipe] on-policy round: {len(visited)} visited-state rows {sources}, {len(fresh)} new "
           "demonstration rows", file=sys.stderr)
     data = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in [*visited, *fresh]])
+    if config.sft.full_finetune:
+        train_sft(data.shuffle(seed=0), base_model=sft_dir, out_dir=out / "sft", config=_sft_config(config, out / "sft"))
+        return extract(config, out / "sft", out / "extract")
     train_sft(data.shuffle(seed=0), base_model=embedded_model_dir(), out_dir=out / "sft",
               config=_sft_config(config, out / "sft"), init_adapter=sft_dir, merge=False)
     return out / "sft"
@@ -684,15 +689,17 @@ def train(config: RecipeConfig, out: Path, clock: _Clock) -> Path:
     model's bundle."""
     if not (out / "demo" / "demo_stats.json").is_file():
         clock.run("1 demonstrations", lambda: demonstrate(config, out / "demo"))
-    sft_dir = clock.run("2 sft", lambda: sft(config, out / "demo", out / "sft"), once=True)
+    sft_dir = model_dir = clock.run("2 sft", lambda: sft(config, out / "demo", out / "sft"), once=True)
     if config.sft.full_finetune and config.extract_rank:  # the shipped form of the whole model's change
-        sft_dir = clock.run("2 extract", lambda: extract(config, sft_dir, out / "extract"))
+        sft_dir = clock.run("2 extract", lambda: extract(config, model_dir, out / "extract"))
     if not config.onpolicy_episodes:
         return bundle(config, sft_dir, out / "bundle")
-    # With an on-policy round the SFT model is only the round's starting point (bundle-sft/).
+    # With an on-policy round the SFT model is only the round's starting point (bundle-sft/); a
+    # fully fine-tuned one continues from its whole weights, not from its extract.
     start = bundle(config, sft_dir, out / "bundle-sft")
+    init = model_dir if config.sft.full_finetune else sft_dir
     sft_dir = clock.run("2b on-policy round",
-                        lambda: onpolicy_round(config, start, out / "demo", sft_dir, out / "onpolicy"), once=True)
+                        lambda: onpolicy_round(config, start, out / "demo", init, out / "onpolicy"), once=True)
     dpo_dir = (clock.run("2c on-policy DPO", lambda: onpolicy_dpo(config, sft_dir, out / "onpolicy"), once=True)
                if config.onpolicy_dpo else None)
     return bundle(config, sft_dir, out / "bundle", dpo_dir)

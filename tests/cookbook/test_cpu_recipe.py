@@ -230,9 +230,10 @@ def test_a_whole_model_bundle_is_never_published_and_an_extract_is(tmp_path, cap
         recipe._args(["--extract-rank", "0", "--publish"])
     assert "--extract-rank 0 bundles the whole model" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        recipe._args(["--onpolicy-episodes", "2"])
-    assert "add --no-full-finetune --lr 3e-4" in capsys.readouterr().err
+        recipe._args(["--extract-rank", "0", "--onpolicy-episodes", "2"])
+    assert "--extract-rank 0 makes none" in capsys.readouterr().err
     assert recipe._args(["--publish"]).publish and recipe._args(["--no-full-finetune", "--onpolicy-episodes", "2"])
+    assert recipe._args(["--onpolicy-episodes", "2"]).sft.full_finetune
     config = recipe._args(["--extract-rank", "0"])
     assert config.sft.full_finetune and "--full-finetune" in recipe.made_by_command(config).split()
     model = tmp_path / "sft"
@@ -466,3 +467,42 @@ def test_full_finetune_ships_an_extract_made_once_per_model_and_ranks(tmp_path, 
     manifest = json.loads((bundle / "team.json").read_text())
     assert (manifest["base"], manifest["merge"]) == ("smollm2", ["stage1"])
     assert (bundle / "stage1" / "adapter_model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_a_fully_fine_tuned_round_continues_the_whole_model_and_ships_its_extract(tmp_path, monkeypatch,
+                                                                                 tiny_model_dir):
+    """Stage 2b with full fine-tuning (real SFT steps and a real extract on a tiny model; the
+    rollouts and labels stubbed): training starts from stage 2's whole weights, not from its
+    extract, changes them, and the round returns its own extract for 2c and the bundle."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    import collabui.evaluation.miniwob as miniwob
+    import collabui.models.embedded as embedded
+    import collabui.training.critic as critic
+    import collabui.training.labels as labels
+    import collabui.training.mistake_pairs as mistake_pairs
+
+    recipe = _recipe()
+    monkeypatch.setattr(embedded, "embedded_model_dir", lambda *a: tiny_model_dir)
+    monkeypatch.setattr(miniwob, "evaluate_miniwob", lambda *a, **k: None)
+    monkeypatch.setattr(critic, "make_critic", lambda name: type("C", (), {"close": lambda self: None})())
+    monkeypatch.setattr(labels, "label_traces", lambda *a, **k: None)
+    visited = [{**_pair(k, agent=0), "completion": _pair(k, agent=0)["chosen"], "source": "verified"}
+               for k in range(4)]
+    monkeypatch.setattr(mistake_pairs, "verified_sft_rows", lambda *a, **k: visited)
+    monkeypatch.setattr(recipe, "_demo_rows", lambda *a: [])
+    model = tmp_path / "sft"
+    shutil.copytree(tiny_model_dir, model)
+    config = recipe._args(["--onpolicy-episodes", "1", "--extract-rank", "4", "--extract-embedding-rank", "2",
+                           "--batch", "2", "--lr", "1e-3", "--round2-demo-rows", "0"])
+    (tmp_path / "onpolicy").mkdir()  # the rollouts' folder, made by the evaluation this test stubs
+    out = recipe.onpolicy_round(config, tmp_path / "bundle-sft", tmp_path / "demo", model, tmp_path / "onpolicy")
+    assert out == tmp_path / "onpolicy" / "extract"
+    assert json.loads((out / "adapter_config.json").read_text())["r"] == 4
+    start = load_file(str(model / "model.safetensors"))
+    after = load_file(str(tmp_path / "onpolicy" / "sft" / "model.safetensors"))
+    assert any(not after[k].equal(v) for k, v in start.items())  # the whole model trained on
+    assert json.loads((tmp_path / "onpolicy" / "round.json").read_text())["visited_rows"] == 4
