@@ -135,6 +135,20 @@ def test_html_structure_snapshot(tmp_path):
                             "nav.step-nav", *STEP0, *STEP1]
 
 
+@pytest.mark.parametrize(("memory", "supersteps"), [(True, 3), (False, 2)])
+def test_the_dag_note_counts_the_supersteps_the_step_recorded(tmp_path, memory, supersteps):
+    """A chain of 2 agents x 2 rounds: with one-round memory agent 0's round 1 waits for its round
+    0 (L + m - 1 = 3 supersteps); without it both rounds of a layer run together (L = 2)."""
+    path = synthetic_run(tmp_path)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for rec in records[1:-1]:
+        for row in rec["proposals"]:
+            for p in row:
+                p["superstep"] = p["agent"] + (p["round"] if memory else 0)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), "utf-8")
+    assert f"; {supersteps} supersteps (L=2, m=2)" in render_view(path)
+
+
 def test_synthetic_step_content(tmp_path):
     html = render_view(synthetic_run(tmp_path))
     # the executed element (index 1, bounds [20,60][120,100]) outlined in screenshot pixels

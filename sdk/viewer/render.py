@@ -151,10 +151,14 @@ def _dag(step: Mapping[str, Any], n: int, m: int, colours: dict[int, str]) -> st
     order, depth = topological_order(n, edges)
     longest = max(depth.values(), default=0) + 1
     edge_text = ", ".join(f"{a}&rarr;{b}" for a, b in edges) or "none (agents read only themselves)"
+    # What the step recorded: a team without memory runs all rounds of a DAG layer at once (L
+    # supersteps, not L + m - 1); traces from before proposals carried it get the formula.
+    recorded = {p["superstep"] for row in step.get("proposals") or [] for p in row if p.get("superstep") is not None}
+    supersteps = f"{len(recorded)} supersteps" if recorded else f"{longest + m - 1} supersteps per step"
     return (f'<section class="dag"><h4>Message DAG ({_e((step.get("topology") or {}).get("kind"))})</h4>'
             f"{dag_svg(n, edges, colours=colours)}"
             f'<p class="order">topological order: {" &rarr; ".join(f"a{i}" for i in order)}; '
-            f"edges: {edge_text}; {longest + m - 1} supersteps per step (L={longest}, m={m})</p></section>")
+            f"edges: {edge_text}; {supersteps} (L={longest}, m={m})</p></section>")
 
 
 def _screen(ep: Episode, step: Mapping[str, Any]) -> str:
