@@ -303,8 +303,8 @@ def _ordinal(k: int) -> str:
 def element_ordinals(tree: Node | None) -> dict[str, str]:
     """The place (``"1st"``, ``"2nd"``, ...) of each form field among the fields of its kind
     (:func:`_field_kind`), keyed by element id, in reading order on the screen: rows top to
-    bottom (fields whose vertical centres are closer than half the lower one's height share a
-    row), left to right within a row. Only kinds with two or more fields on the page are
+    bottom (a field whose vertical centre is within half the taller one's height of the previous
+    field's shares its row), left to right within a row. Only kinds with two or more fields on the page are
     numbered, and only fields with a ``box``: the order comes from the layout, so it is the same
     in every rendering of the page, shuffled or not."""
     groups: dict[str, list[Node]] = {}
