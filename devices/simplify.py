@@ -28,6 +28,7 @@ from typing import Any
 __all__ = [
     "ID_ATTRIBUTE",
     "ELEMENT_FORMATS",
+    "TYPED_FIELDS",
     "check_element_format",
     "Node",
     "Element",
@@ -60,10 +61,17 @@ __all__ = [
 #: The attribute the DOM walk writes on every interactive element it lists.
 ID_ATTRIBUTE = "data-collabui-id"
 #: Observation text formats: ``html`` (``<button[B]| Ok>``), ``text-first`` (``button "Ok" [B]``)
-#: and ``text-first-ordinal``: text-first, each form field that shares its kind with others on the
+#: ``text-first-ordinal``: text-first, each form field that shares its kind with others on the
 #: page also reading its place among them on the screen (``input "" 2nd [X]``, see
-#: :func:`element_ordinals`).
-ELEMENT_FORMATS = ("html", "text-first", "text-first-ordinal")
+#: :func:`element_ordinals`), and ``text-first-typed``: text-first, a text box of a type other
+#: than text reading its type where the others read ``input`` (``password "" (Password) [I]``,
+#: see :data:`TYPED_FIELDS`).
+ELEMENT_FORMATS = ("html", "text-first", "text-first-ordinal", "text-first-typed")
+#: ``input`` types ``text-first-typed`` writes as the line's tag, out of the quoted text: in
+#: ``text-first`` an empty password field reads ``input "password"``, which a model takes for a
+#: field that holds the word (it submitted a login form after the username alone); typed, the
+#: field reads ``password ""`` until something is typed (``password "****"``).
+TYPED_FIELDS = frozenset({"password", "email", "number", "tel", "url", "search"})
 #: A walk node: ``{"tag": str, "id": str | None, "parts": list[str | Node]}``. ``tag`` is the
 #: lower-case tag name ('' for an anonymous group of siblings), ``id`` is set exactly on
 #: interactive elements, ``parts`` are text runs and child nodes in document order. Interactive
@@ -163,7 +171,8 @@ def render(tree: Node | None, element_format: str = "html") -> str:
     """``tree`` as text in ``element_format`` (one of :data:`ELEMENT_FORMATS`)."""
     if check_element_format(element_format) == "html":
         return render_html(tree)
-    return render_text_first(tree, ordinals=element_format == "text-first-ordinal")
+    return render_text_first(tree, ordinals=element_format == "text-first-ordinal",
+                             typed=element_format == "text-first-typed")
 
 
 def reorder(tree: Node | None, seed: int) -> Node | None:
@@ -226,7 +235,7 @@ def _html(node: Node | str) -> str:
     return f"{head}| {body}{tail}"
 
 
-def render_text_first(tree: Node | None, *, ordinals: bool = False) -> str:
+def render_text_first(tree: Node | None, *, ordinals: bool = False, typed: bool = False) -> str:
     """One line per item in document order, without wrapper tags or groups.
 
     Shorter than :func:`render_html` by what layout markup costs: a quarter to half the tokens
@@ -245,28 +254,33 @@ def render_text_first(tree: Node | None, *, ordinals: bool = False) -> str:
     a field among the fields of its kind on the screen (:func:`element_ordinals`): ``input "" 2nd
     [X]``. A task may name a field by its place ("the 2nd textbox"), which a page listed in
     shuffled order no longer shows.
+
+    ``typed=True`` (the ``text-first-typed`` format) writes a text box of one of the
+    :data:`TYPED_FIELDS` types with its type as the tag and only its value quoted:
+    ``password "" (Password) [I]``, not ``input "password" (Password) [I]``.
     """
     if tree is None:
         return ""
     places = element_ordinals(tree) if ordinals else {}
-    return "\n".join(_text_lines(tree, field_labels(tree_elements(tree)), places))
+    fmt = "text-first-typed" if typed else "text-first"
+    return "\n".join(_text_lines(tree, field_labels(tree_elements(tree)), places, fmt))
 
 
-def _text_lines(node: Node | str, labels: dict[str, str], places: dict[str, str]) -> Iterator[str]:
+def _text_lines(node: Node | str, labels: dict[str, str], places: dict[str, str], fmt: str) -> Iterator[str]:
     if isinstance(node, str):
         yield node
         return
     if not node["id"]:
         for part in node["parts"]:
-            yield from _text_lines(part, labels, places)
+            yield from _text_lines(part, labels, places, fmt)
         return
-    yield _text_first_line(node, labels.get(node["id"], ""), places.get(node["id"], ""))
+    yield _text_first_line(node, labels.get(node["id"], ""), places.get(node["id"], ""), fmt)
     for inner in _nested_interactive(node):
-        yield from _text_lines(inner, labels, places)
+        yield from _text_lines(inner, labels, places, fmt)
 
 
-def _text_first_line(node: Node, field_label: str, place: str = "") -> str:
-    line = element_name(node["tag"], _join(_label_runs(node)), "text-first")
+def _text_first_line(node: Node, field_label: str, place: str = "", fmt: str = "text-first") -> str:
+    line = element_name(node["tag"], _join(_label_runs(node)), fmt)
     if field_label:
         cut = field_label if len(field_label) <= FIELD_LABEL_CHARS else field_label[:FIELD_LABEL_CHARS - 1] + "…"
         line += f" ({cut})"
@@ -363,25 +377,49 @@ def element_line(tree: Node | None, element_id: str, element_format: str = "text
         return element_name(node["tag"], text, element_format)
     if is_text_first(element_format):
         place = element_ordinals(tree).get(element_id, "") if element_format == "text-first-ordinal" else ""
-        return _text_first_line(node, field_label(tree, element_id), place)
+        return _text_first_line(node, field_label(tree, element_id), place, element_format)
     return f"<{node['tag']}[{node['id']}]| {text}>"
 
 
 def element_name(tag: str, text: str, element_format: str = "text-first") -> str:
-    """An element's screen line without its id: ``<button| Ok>`` (html), ``button "Ok"``."""
+    """An element's screen line without its id: ``<button| Ok>`` (html), ``button "Ok"``; in
+    ``text-first-typed`` a typed text box by its type, ``password ""`` (:func:`typed_name`)."""
+    if element_format == "text-first-typed":
+        tag, text = typed_name(tag, text)
     if is_text_first(element_format):
         return f"{tag} {json.dumps(text, ensure_ascii=False)}"
     return f"<{tag}| {text}>"
 
 
+def typed_name(tag: str, text: str) -> tuple[str, str]:
+    """``(tag, text)`` of a field as ``text-first-typed`` writes it: an ``input`` whose text starts
+    with one of :data:`TYPED_FIELDS` (the walk writes a non-text type first: ``password; ****``)
+    gets that type as its tag and keeps the rest as its text; anything else is unchanged."""
+    kind, _, rest = text.partition("; ")
+    if tag == "input" and kind in TYPED_FIELDS:
+        return kind, rest
+    return tag, text
+
+
+def untyped_name(tag: str, text: str) -> tuple[str, str]:
+    """:func:`typed_name` undone: ``("password", "****")`` -> ``("input", "password; ****")``."""
+    if tag in TYPED_FIELDS:
+        return "input", f"{tag}; {text}" if text else tag
+    return tag, text
+
+
 def observation_format(text: str) -> str:
     """Which of :data:`ELEMENT_FORMATS` an observation text is written in (html unless it has
     text-first element lines and no html element; ``text-first-ordinal`` when a line has a
-    place; a page without like fields reads the same in both text-first formats)."""
+    place, ``text-first-typed`` when a line's tag is a field type; a page without like or typed
+    fields reads the same in all text-first formats)."""
     if _HTML_ELEMENT.search(text) or not _TEXT_FIRST_ELEMENT.search(text):
         return "html"
-    if any(match.group(4) for match in _TEXT_FIRST_ELEMENT.finditer(text)):
+    lines = list(_TEXT_FIRST_ELEMENT.finditer(text))
+    if any(match.group(4) for match in lines):
         return "text-first-ordinal"
+    if any(match.group(1) in TYPED_FIELDS for match in lines):
+        return "text-first-typed"
     return "text-first"
 
 
@@ -597,8 +635,9 @@ def _parse_text_first(text: str) -> list[Element]:
             label = None
         if label is None:
             out.append(Element("", None, line, line, 0))
-        else:
-            out.append(Element(match.group(1), match.group(5), label, label, 0))
+        else:  # a typed field (text-first-typed) reads back as the input the walk saw
+            tag, label = untyped_name(match.group(1), label)
+            out.append(Element(tag, match.group(5), label, label, 0))
     return out
 
 

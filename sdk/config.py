@@ -31,7 +31,8 @@ GUIDED_HELP = ("constrain answers to the action space's JSON schema (vLLM struct
                "openai: servers, llguidance for local models); baselines ignore it")
 ELEMENT_FORMAT_HELP = ("page text: html (<button[B]| Ok>), text-first (one line per item, "
                        'button "Ok" [B]; fewer tokens) or text-first-ordinal (like fields also read their '
-                       'place on the screen, input "" 2nd [X]); default auto: what a trained model '
+                       'place on the screen, input "" 2nd [X]) or text-first-typed (a password, email or number box '
+                       'reads its type as its tag, password ""); default auto: what a trained model '
                        "(smollm2-trained, trained:FOLDER) learned, else html")
 #: ``--screenshots/--no-screenshots`` of ``collabui run`` and ``eval``, where they are on by default.
 SCREENSHOTS_HELP = ("save a small screenshot per step beside the trace, for collabui view "

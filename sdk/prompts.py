@@ -182,11 +182,12 @@ def history_in_format(entry: str, element_format: str) -> str:
     simplify.check_element_format(element_format)
     html = _HTML_NAMED.match(entry)
     if html and simplify.is_text_first(element_format):
-        name = simplify.element_name(html["tag"], html["text"], "text-first")
+        name = simplify.element_name(html["tag"], html["text"], element_format)
         return f"{html['verb']}({name}{html['rest']}"
     text_first = _TEXT_FIRST_NAMED.match(entry)
-    if text_first and element_format == "html":
-        name = simplify.element_name(text_first["tag"], json.loads(text_first["text"]), "html")
+    if text_first:  # a typed field's entry reads as the input it is in the other formats
+        tag, text = simplify.untyped_name(text_first["tag"], json.loads(text_first["text"]))
+        name = simplify.element_name(tag, text, element_format)
         return f"{text_first['verb']}({name}{text_first['rest']}"
     return entry
 

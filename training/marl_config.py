@@ -90,7 +90,7 @@ class MARLConfig:
         "choices": OBJECTIVES, "help": "per-agent update: dpo (the paper) | rft (SFT on the chosen answers only, the PO -> RFT "
                 "ablation; it uses the --dpo options SFT shares: learning rate, steps, batch, LoRA)"})
     element_format: str = field(default="auto", metadata={
-        "choices": ("auto", *ELEMENT_FORMATS), "help": "page text the agents read (miniwob): html, text-first or text-first-ordinal; default auto: the format a "
+        "choices": ("auto", *ELEMENT_FORMATS), "help": "page text the agents read (miniwob): html or a text-first format; default auto: the format a "
                 "trained bundle learned, else html"})
     shuffle_elements: bool = field(default=False, metadata={"help": "(miniwob) " + SHUFFLE_HELP})
     edge_update: bool = field(default=True, metadata={"help": "resample the DAG every iteration "

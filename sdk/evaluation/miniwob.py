@@ -175,7 +175,7 @@ class MiniWoBEvalConfig:
     (an integer); ``team.action_space`` follows ``mobile``; ``team.screenshots`` reaches the
     devices. ``guided_json`` constrains every answer to the action space's JSON answer schema
     (vLLM structured outputs on ``openai:`` servers, llguidance locally). ``element_format``
-    (``html`` | ``text-first`` | ``text-first-ordinal`` | ``auto``: the one a trained bundle learned, else ``html``;
+    (one of ``ELEMENT_FORMATS`` or ``auto``: the one a trained bundle learned, else ``html``;
     resolved on construction) and ``shuffle_elements`` set how the web pages are shown (see
     :class:`~collabui.devices.browser.BrowserConfig`); the mobile tasks have their own list.
     """

@@ -180,7 +180,8 @@ def _used_web_refs(view: PromptView) -> set[str | int]:
     used: set[str | int] = set(_HISTORY_ID.findall(view.history))
     for el in _web_elements(view):
         if el.id and any(element_name(el.tag, text, fmt) in view.history
-                         for text in {el.text, el.full_text} for fmt in ("html", "text-first")):
+                         for text in {el.text, el.full_text}
+                         for fmt in ("html", "text-first", "text-first-typed")):
             used.add(el.id)
     return used
 

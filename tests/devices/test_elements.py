@@ -92,7 +92,7 @@ def test_render_text_first_is_one_line_per_item():
     assert render_text_first(TREE) == TREE_TEXT_FIRST
     assert render(TREE, "text-first") == TREE_TEXT_FIRST
     assert len(TREE_TEXT_FIRST) < len(TREE_HTML)
-    with pytest.raises(ValueError, match=r"\['html', 'text-first', 'text-first-ordinal'\]"):
+    with pytest.raises(ValueError, match=r"\['html', 'text-first', 'text-first-ordinal', 'text-first-typed'\]"):
         render(TREE, "xml")
 
 
@@ -156,8 +156,8 @@ def test_parse_elements_reads_text_first_screens_too():
 
 
 def test_browser_config_validates_page_options():
-    assert ELEMENT_FORMATS == ("html", "text-first", "text-first-ordinal")
-    with pytest.raises(ConfigError, match=r"element_format must be one of \['html', 'text-first', 'text-first-ordinal'\]"):
+    assert ELEMENT_FORMATS == ("html", "text-first", "text-first-ordinal", "text-first-typed")
+    with pytest.raises(ConfigError, match=r"element_format must be one of \['html', 'text-first', 'text-first-ordinal', 'text-first-typed'\]"):
         BrowserConfig(element_format="markdown")
     with pytest.raises(ConfigError, match="shuffle_elements"):
         BrowserConfig(shuffle_elements="yes")

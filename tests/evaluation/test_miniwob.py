@@ -494,7 +494,7 @@ def test_a_folder_from_before_stored_configs_still_loads(tmp_path):
 
 
 @pytest.mark.parametrize(("options", "match"), [
-    ({"element_format": "xml"}, r"element_format must be one of \['html', 'text-first', 'text-first-ordinal'\]"),
+    ({"element_format": "xml"}, r"element_format must be one of \['html', 'text-first', 'text-first-ordinal', 'text-first-typed'\]"),
     ({"shuffle_elements": 1}, "shuffle_elements must be True or False"),
     ({"mobile": True, "shuffle_elements": True}, "apply to web pages"),
     ({"mobile": True, "element_format": "text-first"}, "apply to web pages"),
