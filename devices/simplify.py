@@ -68,9 +68,9 @@ ID_ATTRIBUTE = "data-collabui-id"
 #: see :data:`TYPED_FIELDS`).
 ELEMENT_FORMATS = ("html", "text-first", "text-first-ordinal", "text-first-typed")
 #: ``input`` types ``text-first-typed`` writes as the line's tag, out of the quoted text: in
-#: ``text-first`` an empty password field reads ``input "password"``, which a model takes for a
-#: field that holds the word (it submitted a login form after the username alone); typed, the
-#: field reads ``password ""`` until something is typed (``password "****"``).
+#: ``text-first`` an empty password field reads ``input "password"``, the place where every other
+#: field shows its value, so it reads as holding the word; typed, the field reads ``password ""``
+#: until something is typed (``password "****"``).
 TYPED_FIELDS = frozenset({"password", "email", "number", "tel", "url", "search"})
 #: A walk node: ``{"tag": str, "id": str | None, "parts": list[str | Node]}``. ``tag`` is the
 #: lower-case tag name ('' for an anonymous group of siblings), ``id`` is set exactly on

@@ -30,7 +30,7 @@ MODEL_HELP = ("model spec: smollm2 | smollm2-trained | trained:FOLDER | hf:PATH 
 GUIDED_HELP = ("constrain answers to the action space's JSON schema (vLLM structured outputs on "
                "openai: servers, llguidance for local models); baselines ignore it")
 ELEMENT_FORMAT_HELP = ("page text: html (<button[B]| Ok>), text-first (one line per item, "
-                       'button "Ok" [B]; fewer tokens) or text-first-ordinal (like fields also read their '
+                       'button "Ok" [B]; fewer tokens), text-first-ordinal (like fields also read their '
                        'place on the screen, input "" 2nd [X]) or text-first-typed (a password, email or number box '
                        'reads its type as its tag, password ""); default auto: what a trained model '
                        "(smollm2-trained, trained:FOLDER) learned, else html")
