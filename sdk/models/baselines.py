@@ -175,13 +175,12 @@ def _web_targets(view: PromptView) -> list[Target]:
 def _used_web_refs(view: PromptView) -> set[str | int]:
     """Ids of the screen's elements the history already acted on: named by id (``click('B')``)
     or, as the runtime writes it, by their id-free screen line (``click(<button| Ok>)``)."""
-    from collabui.devices.simplify import element_name
+    from collabui.devices.simplify import ELEMENT_FORMATS, element_name
 
     used: set[str | int] = set(_HISTORY_ID.findall(view.history))
-    for el in _web_elements(view):
+    for el in _web_elements(view):  # every format's name: a format added later needs no change here
         if el.id and any(element_name(el.tag, text, fmt) in view.history
-                         for text in {el.text, el.full_text}
-                         for fmt in ("html", "text-first", "text-first-typed")):
+                         for text in {el.text, el.full_text} for fmt in ELEMENT_FORMATS):
             used.add(el.id)
     return used
 
