@@ -36,6 +36,7 @@ from collabui.errors import ConfigError, ModelError
 from collabui.training._peft import (
     LoraConfigMixin,
     adapter_name,
+    bf16_on_cpu,
     common_prefix,
     default_bf16,
     fingerprint,
@@ -88,8 +89,8 @@ class AgentDPOConfig(LoraConfigMixin, DPOConfig):
 
     The paper trains Qwen2-7B with LoRA, lr 5e-6, bf16, 3 epochs. For SmolLM2-135M on a CPU with
     a few dozen pairs per agent, 5e-5 moves the policy within a few steps (5e-6 barely does);
-    use 5e-6 for 7B models. ``bf16`` defaults to True only when CUDA is available, so one config
-    runs unchanged on CPU (fp32) and GPU. ``output_dir`` is required: TRL's scratch folder
+    use 5e-6 for 7B models. ``bf16`` defaults to True where the hardware computes it (CUDA, or a
+    CPU with AVX512-BF16/AMX), float32 elsewhere, so one config runs unchanged on every machine. ``output_dir`` is required: TRL's scratch folder
     (checkpoints only if ``save_strategy`` is set); adapters go to ``train_agents_dpo(out_dir)``.
     """
 
@@ -129,7 +130,7 @@ class AgentDPOConfig(LoraConfigMixin, DPOConfig):
     )
     bf16: bool | None = field(
         default=None,
-        metadata={"help": "bf16 mixed precision; default: True only when CUDA is available."},
+        metadata={"help": "bf16 mixed precision; default: True on CUDA and on CPUs with native bf16 (AVX512-BF16/AMX)."},
     )
     lora_r: int = field(default=8, metadata={"help": "LoRA rank."})
     lora_alpha: int = field(default=16, metadata={"help": "LoRA scaling alpha."})
@@ -156,6 +157,7 @@ class AgentDPOConfig(LoraConfigMixin, DPOConfig):
             )
         if self.bf16 is None:
             self.bf16 = default_bf16(self.fp16)
+        bf16_on_cpu(self)
         self.check_lora_fields(example_rank=8)
         super().__post_init__()
 

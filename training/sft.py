@@ -41,6 +41,7 @@ from collabui.errors import ConfigError, ModelError, ModelLoadError
 from collabui.training._peft import (
     LoraConfigMixin,
     adapter_name,
+    bf16_on_cpu,
     common_prefix,
     default_bf16,
     fingerprint,
@@ -71,8 +72,9 @@ MERGED_DIR = "merged"
 class AgentSFTConfig(LoraConfigMixin, SFTConfig):
     """``SFTConfig`` with LoRA fields and CPU-friendly defaults for stage-1 SFT.
 
-    The paper's SFT uses lr 1e-4, 3 epochs, bf16 (Qwen2-7B). ``bf16`` defaults to True only with
-    CUDA. ``completion_only_loss`` is forced to True (the prompt repeats the page; training on it
+    The paper's SFT uses lr 1e-4, 3 epochs, bf16 (Qwen2-7B). ``bf16`` defaults to True where the
+    hardware computes it (CUDA, or a CPU with AVX512-BF16/AMX: ``default_bf16``).
+    ``completion_only_loss`` is forced to True (the prompt repeats the page; training on it
     teaches nothing about acting). Gradient checkpointing is off by default: SmolLM2 fits in
     memory and checkpointing costs ~30% more time per step on a CPU; turn it on for 7B models.
     """
@@ -92,7 +94,7 @@ class AgentSFTConfig(LoraConfigMixin, SFTConfig):
         default=False, metadata={"help": "Trade time for memory (on for large models on a GPU)."})
     gradient_checkpointing: bool | None = field(
         default=None, metadata={"help": "Deprecated alias of activation_checkpointing."})
-    bf16: bool | None = field(default=None, metadata={"help": "bf16; default: True only with CUDA."})
+    bf16: bool | None = field(default=None, metadata={"help": "bf16 mixed precision; default: True on CUDA and on CPUs with native bf16 (AVX512-BF16/AMX)."})
     completion_only_loss: bool | None = field(
         default=True, metadata={"help": "Loss on completion tokens only (always True here)."})
     length_window: int = field(
@@ -120,6 +122,7 @@ class AgentSFTConfig(LoraConfigMixin, SFTConfig):
             raise ConfigError("AgentSFTConfig needs output_dir; pass output_dir='<folder for TRL logs>'")
         if self.bf16 is None:
             self.bf16 = default_bf16(self.fp16)
+        bf16_on_cpu(self)
         if self.completion_only_loss is False:
             raise ConfigError("completion_only_loss=False would train on the prompts; leave it True")
         self.completion_only_loss = True

@@ -2,6 +2,7 @@
 
 Run:  ./.venv/bin/python cookbook/cpu_recipe/sft_speed.py --demo runs/recipe/demo --steps 6 --repeats 2
       ./.venv/bin/python cookbook/cpu_recipe/sft_speed.py --demo runs/recipe/demo --trainer dpo
+      ./.venv/bin/python cookbook/cpu_recipe/sft_speed.py --demo runs/recipe/demo --compare precision --full-finetune
 
 On the recipe's own rows (the first ``--steps`` x batch rows the recipe trains on, from a
 demonstration folder) and its SFT settings (LoRA r=32 on every linear layer, batch 8), it times
@@ -13,11 +14,17 @@ times MARL's update instead: DPO with the SFT term (TRL ``loss_type=["sigmoid", 
 r=8 on every linear layer, 2 pairs a step, each pair a recipe row's answer against the next
 row's (another action, as an agent's wrong proposal would be). Not a test: timings depend on
 the machine.
+
+``--compare precision`` times float32 against bf16 mixed precision instead (both with the
+answer-only head): bf16 is the trainers' default where the CPU computes it natively
+(AVX512-BF16/AMX, :func:`collabui.training._peft.default_bf16`). ``--full-finetune`` trains
+every weight, as the recipe does since v35, instead of the LoRA adapter.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import statistics
 import sys
@@ -55,7 +62,13 @@ def _sft_config(work: Path, steps: int) -> object:
                                warmup_steps=0, disable_tqdm=True)
 
 
-def _time(compact: bool, rows: object, steps: int, work: Path, dpo: bool) -> tuple[float, float]:
+#: The two arms of each comparison: (name, answer-only head, bf16).
+ARMS = {"head": (("trl", False, False), ("compact", True, False)),
+        "precision": (("fp32", True, False), ("bf16", True, True))}
+
+
+def _time(compact: bool, rows: object, steps: int, work: Path, dpo: bool, *, bf16: bool = False,
+          full: bool = False) -> tuple[float, float]:
     """Seconds per step (the first step excluded: allocation) and the last logged loss."""
     from transformers import TrainerCallback
     from trl import DPOTrainer, SFTTrainer
@@ -66,6 +79,7 @@ def _time(compact: bool, rows: object, steps: int, work: Path, dpo: bool) -> tup
 
     tokenizer, model = load_base(Path(embedded_model_dir()))
     config = _dpo_config(work, steps) if dpo else _sft_config(work, steps)
+    config = dataclasses.replace(config, bf16=bf16)  # its __post_init__ lets bf16 run on the CPU
     stamps: list[float] = []
 
     class _Stamp(TrainerCallback):
@@ -73,12 +87,14 @@ def _time(compact: bool, rows: object, steps: int, work: Path, dpo: bool) -> tup
             stamps.append(time.perf_counter())
 
     kind = DPOTrainer if dpo else SFTTrainer
-    trainer = kind(model=model, args=config, train_dataset=rows, processing_class=tokenizer,
-                   peft_config=config.lora_config(), callbacks=[_Stamp()])
+    lora = None if full and not dpo else config.lora_config()
+    trainer = kind(model=copy.deepcopy(model) if lora is None else model, args=config, train_dataset=rows,
+                   processing_class=tokenizer, peft_config=lora, callbacks=[_Stamp()])
     if compact:
         compact_lm_head(trainer)
     trainer.train()
-    restore_base(trainer.accelerator.unwrap_model(trainer.model), model)
+    if lora is not None:
+        restore_base(trainer.accelerator.unwrap_model(trainer.model), model)
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
     return (stamps[-1] - stamps[0]) / (len(stamps) - 1), losses[-1]
 
@@ -89,6 +105,9 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=6, help="optimizer steps per timing (the first is not counted)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--trainer", choices=("sft", "dpo"), default="sft", help="the recipe's SFT or MARL's DPO")
+    ap.add_argument("--compare", choices=tuple(ARMS), default="head",
+                    help="TRL's LM head against the answer-only one, or float32 against bf16 mixed precision")
+    ap.add_argument("--full-finetune", action="store_true", help="SFT trains every weight (the recipe since v35)")
     args = ap.parse_args()
     if not (args.demo / "steps.jsonl").is_file():
         print(f"error: no steps.jsonl in {args.demo}; pass the demo folder of a recipe run", file=sys.stderr)
@@ -98,20 +117,23 @@ def main() -> int:
         return 2
     dpo = args.trainer == "dpo"
     rows = _rows(args.demo, (2 if dpo else 8) * args.steps, dpo)
-    times: dict[str, list[float]] = {"trl": [], "compact": []}
-    losses: dict[str, list[float]] = {"trl": [], "compact": []}
+    arms = ARMS[args.compare]
+    times: dict[str, list[float]] = {name: [] for name, _, _ in arms}
     with tempfile.TemporaryDirectory() as work:
         for r in range(args.repeats):
-            for name in ("trl", "compact"):
-                seconds, loss = _time(name == "compact", rows, args.steps, Path(work) / f"{name}{r}", dpo)
+            for name, compact, bf16 in arms:
+                seconds, loss = _time(compact, rows, args.steps, Path(work) / f"{name}{r}", dpo, bf16=bf16,
+                                      full=args.full_finetune)
                 times[name].append(seconds)
-                losses[name].append(loss)
                 print(f"repeat {r}: {name:8s} {seconds:.2f} s/step, last loss {loss:.4f}", flush=True)
-    ratio = statistics.median(t / c for t, c in zip(times["trl"], times["compact"], strict=True))
-    print(f"TRL's LM head {statistics.median(times['trl']):.2f} s/step, answer-only "
-          f"{statistics.median(times['compact']):.2f} s/step: {ratio:.2f}x faster (median of {args.repeats} "
+    (slow, _, _), (fast, _, _) = arms
+    ratio = statistics.median(t / c for t, c in zip(times[slow], times[fast], strict=True))
+    what = {"trl": "TRL's LM head", "compact": "answer-only", "fp32": "float32", "bf16": "bf16 mixed precision"}
+    print(f"{what[slow]} {statistics.median(times[slow]):.2f} s/step, {what[fast]} "
+          f"{statistics.median(times[fast]):.2f} s/step: {ratio:.2f}x faster (median of {args.repeats} "
           f"interleaved repeats, {args.steps - 1} timed {args.trainer.upper()} steps of "
-          f"{2 if dpo else 8} {'pairs' if dpo else 'rows'} each)")
+          f"{2 if dpo else 8} {'pairs' if dpo else 'rows'} each"
+          f"{', every weight trained' if args.full_finetune and not dpo else ''})")
     return 0
 
 

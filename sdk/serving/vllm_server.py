@@ -45,6 +45,7 @@ from typing import Any, NoReturn
 import psutil
 from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
+from collabui._hardware import cpu_has_native_bf16
 from collabui._processes import descendants, kill_all
 from collabui.errors import ConfigError, ModelLoadError
 from collabui.serving.setup import default_flavor, vllm_python
@@ -88,15 +89,6 @@ def _default_kv_cache_gib() -> int:
     except (ValueError, OSError):
         return 1
     return max(1, min(8, int(available / 2**30) // 8))
-
-
-def _cpu_has_native_bf16(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> bool:
-    """True when the CPU computes bf16 natively (AVX512-BF16 or AMX-BF16 flags)."""
-    try:
-        flags = Path(cpuinfo).read_text(encoding="utf-8", errors="replace").split()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def _parent_death_hook() -> Any:
@@ -366,7 +358,7 @@ class VLLMServer:
         """``dtype``, with ``"auto"`` resolved for this machine (see the class docstring)."""
         if self.dtype != "auto":
             return self.dtype
-        if default_flavor() == "gpu" or _cpu_has_native_bf16():
+        if default_flavor() == "gpu" or cpu_has_native_bf16():
             return "bfloat16"
         return "float32"
 

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from collabui.devices.miniwob import miniwob_tasks
+from collabui.training._peft import default_bf16
 from collabui.training.task_lists import HELDOUT_TASKS, TRAIN_TASKS
 from tests.cookbook.scripts import CPU_RECIPE, load_script
 
@@ -158,11 +159,13 @@ DEFAULT_ARGS = {"out": "runs/recipe", "demo_minutes": 10.0, "demo_workers": 4, "
                 "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "critic_episodes": 6, "team": False,
                 "serve": False, "serve_dtype": "auto", "serve_agents": "lora", "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
                 "dpo_lr": 5e-5, "marl_iterations": 0, "marl_episodes": 2, "marl_pairs": 0, "marl_right_pairs": False,
+                # bf16 mixed precision where this machine computes it natively (AVX512-BF16/AMX, CUDA)
+                "bf16": default_bf16(),
                 "ablations": False, "validate": 0,
                 "publish": False, "table": False}
 
 
-def test_flags_and_defaults_are_the_recipes_and_land_in_the_composed_configs():
+def test_flags_and_defaults_are_the_recipes_and_land_in_the_composed_configs(tmp_path):
     recipe = _recipe()
     assert recipe._args([]) == recipe.RecipeConfig()
     assert recipe.flag_values(recipe._args([])) == DEFAULT_ARGS
@@ -183,6 +186,12 @@ def test_flags_and_defaults_are_the_recipes_and_land_in_the_composed_configs():
     seeded = recipe._args(["--sft-seed", "1", "--eval-seed", "3"])
     assert (seeded.sft.seed, seeded.evaluation.team.seed) == (1, 3)
     assert {k: recipe.flag_values(seeded)[k] for k in ("sft_seed", "eval_seed")} == {"sft_seed": 1, "eval_seed": 3}
+    # bf16 follows the machine by default; --bf16 asks for it, and SFT then trains it on the CPU.
+    assert recipe._args([]).sft.bf16 is default_bf16()
+    forced = recipe._sft_config(recipe._args(["--bf16"]), tmp_path / "sft")
+    assert forced.bf16 is True and forced.use_cpu is True  # no CUDA here
+    if default_bf16():  # the switch is --bf16/--no-bf16 where it is on by default
+        assert recipe._sft_config(recipe._args(["--no-bf16"]), tmp_path / "sft").bf16 is False
 
 
 def test_stage_configs_are_the_ones_the_recipe_always_built(tmp_path, monkeypatch):
@@ -214,7 +223,8 @@ def test_stage_configs_are_the_ones_the_recipe_always_built(tmp_path, monkeypatc
     recipe.bundle(config, tmp_path / "extract", tmp_path / "bundle")
     assert seen["bundle"]["merge"] == {"stage1": tmp_path / "extract"} and seen["bundle"]["base"] == "smollm2"
     assert seen["bundle"]["made_by"] == (
-        "cookbook/cpu_recipe/recipe.py --balance-steps --batch 8 --demo-minutes 10.0 --dpo-lr 5e-05 "
+        "cookbook/cpu_recipe/recipe.py --balance-steps --batch 8" + (" --bf16" if default_bf16() else "")
+        + " --demo-minutes 10.0 --dpo-lr 5e-05 "
         "--element-format text-first --extract-embedding-rank 32 --extract-rank 48 --full-finetune --hindsight 0 "
         "--length-window 32 --lora-dropout 0.0 --lora-from-layer 0 "
         "--lora-r 32 --lr 0.0001 --onpolicy-dpo --onpolicy-episodes 0 --round2-demo-rows 400 --sft-epochs 1.0 "

@@ -21,3 +21,9 @@ def test_fewer_than_two_steps_is_refused(tmp_path):
     (tmp_path / "steps.jsonl").write_text("")
     done = _run("--demo", str(tmp_path), "--steps", "1")
     assert done.returncode == 2 and "--steps must be >= 2" in done.stderr
+
+
+def test_an_unknown_comparison_is_refused_naming_the_choices(tmp_path):
+    (tmp_path / "steps.jsonl").write_text("")
+    done = _run("--demo", str(tmp_path), "--compare", "speed")
+    assert done.returncode == 2 and "'head', 'precision'" in done.stderr

@@ -61,22 +61,23 @@ def test_defaults_without_adapters(fake_model: Path, monkeypatch: pytest.MonkeyP
 
 def test_auto_dtype_is_float32_on_cpus_without_native_bf16(fake_model: Path, monkeypatch: pytest.MonkeyPatch,
                                                            tmp_path: Path) -> None:
+    from collabui._hardware import cpu_has_native_bf16
     from collabui.serving import vllm_server
 
     plain, bf16 = tmp_path / "plain", tmp_path / "bf16"
     plain.write_text("flags\t\t: fpu avx2 avx512f avx512_vnni\n")
     bf16.write_text("flags\t\t: fpu avx2 avx512f avx512_bf16\n")
-    assert not vllm_server._cpu_has_native_bf16(plain) and vllm_server._cpu_has_native_bf16(bf16)
-    assert not vllm_server._cpu_has_native_bf16(tmp_path / "missing")
+    assert not cpu_has_native_bf16(plain) and cpu_has_native_bf16(bf16)
+    assert not cpu_has_native_bf16(tmp_path / "missing")
     server = VLLMServer(str(fake_model), port=1)
     monkeypatch.setattr(vllm_server, "default_flavor", lambda: "cpu")
-    monkeypatch.setattr(vllm_server, "_cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(vllm_server, "cpu_has_native_bf16", lambda: False)
     cmd = server.command()
     assert cmd[cmd.index("--dtype") + 1] == "float32"
-    monkeypatch.setattr(vllm_server, "_cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(vllm_server, "cpu_has_native_bf16", lambda: True)
     assert server.resolved_dtype() == "bfloat16"
     monkeypatch.setattr(vllm_server, "default_flavor", lambda: "gpu")
-    monkeypatch.setattr(vllm_server, "_cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(vllm_server, "cpu_has_native_bf16", lambda: False)
     assert server.resolved_dtype() == "bfloat16"
     assert VLLMServer(str(fake_model), port=1, dtype="float16").resolved_dtype() == "float16"
 

@@ -107,20 +107,30 @@ def test_config_defaults_and_required_output_dir(tmp_path: Path) -> None:
     assert (
         config.learning_rate == 5e-5 and config.max_length == 1024 and config.num_train_epochs == 3
     )
-    assert config.bf16 is False  # this machine has no CUDA
+    assert config.bf16 is dpo.default_bf16()  # bf16 where this machine computes it natively
     assert config.lora_config().target_modules == {"q_proj", "v_proj"}
     with pytest.raises(ConfigError, match="output_dir"):
         AgentDPOConfig()
 
 
-def test_bf16_default_follows_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bf16_default_follows_native_bf16(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import torch
 
+    from collabui import _hardware
+
+    monkeypatch.setattr(_hardware, "cpu_has_native_bf16", lambda: False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert dpo.default_bf16() is True
     assert dpo.default_bf16(fp16=True) is False
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert dpo.default_bf16() is False
+    assert AgentDPOConfig(output_dir=str(tmp_path)).bf16 is False
+    monkeypatch.setattr(_hardware, "cpu_has_native_bf16", lambda: True)  # AVX512-BF16 / AMX
+    assert dpo.default_bf16() is True and dpo.default_bf16(fp16=True) is False
+    # transformers trains bf16 on a CPU only with use_cpu; the config sets it.
+    config = AgentDPOConfig(output_dir=str(tmp_path))
+    assert config.bf16 is True and config.use_cpu is True
+    assert AgentDPOConfig(output_dir=str(tmp_path), bf16=False).use_cpu is False
 
 
 def test_adapters_saved_trained_and_distinct(trained) -> None:
