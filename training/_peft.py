@@ -19,7 +19,6 @@ from collabui.errors import ConfigError, ModelError, ModelLoadError
 __all__ = [
     "LoraConfigMixin",
     "adapter_name",
-    "bf16_on_cpu",
     "common_prefix",
     "default_bf16",
     "fingerprint",
@@ -31,6 +30,7 @@ __all__ = [
     "load_init_weights",
     "publish",
     "restore_base",
+    "settle_bf16",
     "tokens",
     "trainer_args",
 ]
@@ -54,13 +54,15 @@ def default_bf16(fp16: bool = False) -> bool:
     return not fp16 and (bool(torch.cuda.is_available()) or cpu_has_native_bf16())
 
 
-def bf16_on_cpu(config: Any) -> None:
-    """Let a trainer config that asks for bf16 train it on a machine without CUDA:
-    transformers refuses bf16 there ("Your setup doesn't support bf16/gpu") unless
-    ``use_cpu`` is set, and then autocasts the forward pass to bf16 on the CPU (the weights
-    and optimizer stay float32)."""
+def settle_bf16(config: Any) -> None:
+    """Resolve a trainer config's ``bf16=None`` to :func:`default_bf16`, and let bf16 train on a
+    machine without CUDA: transformers refuses it there ("Your setup doesn't support bf16/gpu")
+    unless ``use_cpu`` is set, and then autocasts the forward pass to bf16 on the CPU (the
+    weights and optimizer stay float32)."""
     import torch
 
+    if config.bf16 is None:
+        config.bf16 = default_bf16(config.fp16)
     if config.bf16 and not torch.cuda.is_available():
         config.use_cpu = True
 

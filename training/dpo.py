@@ -36,7 +36,6 @@ from collabui.errors import ConfigError, ModelError
 from collabui.training._peft import (
     LoraConfigMixin,
     adapter_name,
-    bf16_on_cpu,
     common_prefix,
     default_bf16,
     fingerprint,
@@ -46,6 +45,7 @@ from collabui.training._peft import (
     load_base,
     publish,
     restore_base,
+    settle_bf16,
     tokens,
     trainer_args,
 )
@@ -155,9 +155,7 @@ class AgentDPOConfig(LoraConfigMixin, DPOConfig):
             raise ConfigError(
                 "AgentDPOConfig needs output_dir; pass output_dir='<folder for TRL logs>'"
             )
-        if self.bf16 is None:
-            self.bf16 = default_bf16(self.fp16)
-        bf16_on_cpu(self)
+        settle_bf16(self)
         self.check_lora_fields(example_rank=8)
         super().__post_init__()
 

@@ -41,9 +41,7 @@ from collabui.errors import ConfigError, ModelError, ModelLoadError
 from collabui.training._peft import (
     LoraConfigMixin,
     adapter_name,
-    bf16_on_cpu,
     common_prefix,
-    default_bf16,
     fingerprint,
     fit_lora,
     fresh_tmp,
@@ -51,6 +49,7 @@ from collabui.training._peft import (
     load_base,
     publish,
     restore_base,
+    settle_bf16,
     tokens,
     trainer_args,
 )
@@ -120,9 +119,7 @@ class AgentSFTConfig(LoraConfigMixin, SFTConfig):
     def __post_init__(self) -> None:
         if not self.output_dir:
             raise ConfigError("AgentSFTConfig needs output_dir; pass output_dir='<folder for TRL logs>'")
-        if self.bf16 is None:
-            self.bf16 = default_bf16(self.fp16)
-        bf16_on_cpu(self)
+        settle_bf16(self)
         if self.completion_only_loss is False:
             raise ConfigError("completion_only_loss=False would train on the prompts; leave it True")
         self.completion_only_loss = True
