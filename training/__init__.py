@@ -26,6 +26,7 @@ _EXPORTS = {
     "synthesize": "synth", "SynthStats": "synth", "load_sft_dataset": "synth",
     "AgentSFTConfig": "sft", "SFTReport": "sft", "train_sft": "sft", "train_agents_sft": "sft",
     "rft_dataset_from_pairs": "sft", "ExtractReport": "extract", "extract_adapter": "extract",
+    "SoupReport": "soup", "average_models": "soup",
     "MARLConfig": "marl", "run_marl": "marl", "MARLReport": "marl_report",
     "ORACLE_TASKS": "oracles", "miniwob_gold_action": "oracles",
 }
@@ -38,7 +39,8 @@ __all__ = [
     "save_pairs", "load_pairs", "AgentDPOConfig", "DPOReport", "AgentDPOStats", "train_agents_dpo",
     "load_team_model", "team_adapters", "check_lengths", "plot_dpo_report", "synthesize",
     "SynthStats", "load_sft_dataset", "AgentSFTConfig", "SFTReport", "train_sft",
-    "train_agents_sft", "rft_dataset_from_pairs", "ExtractReport", "extract_adapter", "MARLConfig", "run_marl", "MARLReport",
+    "train_agents_sft", "rft_dataset_from_pairs", "ExtractReport", "extract_adapter", "SoupReport",
+    "average_models", "MARLConfig", "run_marl", "MARLReport",
     "ORACLE_TASKS", "miniwob_gold_action",
 ]
 

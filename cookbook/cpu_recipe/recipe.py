@@ -51,14 +51,14 @@ SHIPPED = HERE.parents[1] / "sdk" / "trained" / "smollm2"
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 #: The fields of the composed configs that have recipe flags; the recipe sets the others.
-_DEMO_FLAGS = ("minutes", "workers")
+_DEMO_FLAGS = ("minutes", "workers", "seeds")
 _SFT_FLAGS = ("num_train_epochs", "learning_rate", "per_device_train_batch_size", "lora_r", "lora_dropout",
               "lora_from_layer", "length_window", "full_finetune", "seed", "bf16")
 _EVAL_FLAGS = ("episodes", "serve", "serve_dtype", "serve_agents")
 #: Fields of the evaluation's team with flags (added apart: flags reach one level of nesting).
 _EVAL_TEAM_FLAGS = ("seed", "max_steps")
 #: Flags spelled otherwise than their fields: the recipe's flags from before the config existed.
-_RENAME = {"minutes": "demo_minutes", "workers": "demo_workers", "num_train_epochs": "sft_epochs",
+_RENAME = {"minutes": "demo_minutes", "workers": "demo_workers", "seeds": "demo_seeds", "num_train_epochs": "sft_epochs",
            "learning_rate": "lr", "per_device_train_batch_size": "batch", "seed": "sft_seed", "teams": "team"}
 #: The evaluation team's flags: its ``seed`` is the held-out rows' (dests prefixed: SFT has a seed too).
 _EVAL_TEAM_RENAME = {**_RENAME, "seed": "eval_seed"}
@@ -67,6 +67,9 @@ _EVAL_TEAM_DEST = "eval_team_"
 _HELPS = {
     "demo.minutes": "search time budget",
     "demo.workers": "browsers searching at once",
+    "demo.seeds": "seeds searched per training task, round-robin over the tasks 8 seeds at a time; the search "
+                  "stops at whichever of this and --demo-minutes comes first (a count that ends first makes "
+                  "the data the same on a faster or slower machine)",
     "sft.num_train_epochs": "SFT epochs",
     "sft.learning_rate": "SFT learning rate (cosine schedule, 10 warm-up steps)",
     "sft.per_device_train_batch_size": "SFT rows per step",
@@ -151,6 +154,9 @@ class RecipeConfig:
         "same page, the instruction quoting another element's text: collabui.training.hindsight) before drawing"})
     sft: AgentSFTConfig = field(default_factory=_sft_template, metadata={
         "help": "stage 2", "skip_flags": _skip_all_but(AgentSFTConfig, _SFT_FLAGS)})
+    sft_draws: int = field(default=1, metadata={
+        "metavar": "K", "help": "with full fine-tuning: train SFT K times (seeds --sft-seed, +1, ...) and average the "
+        "K models into one (a uniform soup, collabui.training.soup); K times the SFT time (default 1: one draw)"})
     extract_rank: int = field(default=48, metadata={
         "metavar": "R", "help": "with full fine-tuning: the bundle carries the weight change as a rank-R LoRA "
         "adapter (truncated SVD per linear layer, collabui.training.extract; 48 + --extract-embedding-rank 32 "
@@ -209,6 +215,11 @@ class RecipeConfig:
                 raise ConfigError(f"{flag_of(name)} must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.team_share <= 1.0:
             raise ConfigError(f"--team-share must be between 0 and 1, got {self.team_share}")
+        if self.sft_draws < 1:
+            raise ConfigError(f"--sft-draws must be >= 1, got {self.sft_draws}")
+        if self.sft_draws > 1 and not self.sft.full_finetune:
+            raise ConfigError("--sft-draws averages fully fine-tuned models; the mean of LoRA adapters' factors is not "
+                              "the mean of their changes: drop --no-full-finetune or --sft-draws")
         if self.marl_episodes < 1:
             raise ConfigError(f"--marl-episodes must be >= 1, got {self.marl_episodes}")
         if self.extract_rank < 0 or self.extract_embedding_rank < 0:
@@ -260,10 +271,10 @@ def flag_values(config: RecipeConfig) -> dict[str, Any]:
 
 
 #: The settings that shape the trained model, written into the bundle's ``made_by`` command.
-_TAUGHT = ("balance_steps", "batch", "bf16", "demo_minutes", "dpo_lr", "element_format", "extract_embedding_rank",
+_TAUGHT = ("balance_steps", "batch", "bf16", "demo_minutes", "demo_seeds", "dpo_lr", "element_format", "extract_embedding_rank",
            "extract_rank", "full_finetune", "hindsight",
            "length_window", "lora_dropout", "lora_from_layer", "lora_r", "lr", "onpolicy_dpo", "onpolicy_episodes", "round2_demo_rows",
-           "sft_epochs", "sft_examples", "sft_seed", "style", "synthetic_pages", "team_share")
+           "sft_draws", "sft_epochs", "sft_examples", "sft_seed", "style", "synthetic_pages", "team_share")
 #: MARL's settings, in the MARL team's ``made_by`` (they shape the team, not the SFT model).
 _TAUGHT_MARL = ("marl_episodes", "marl_iterations", "marl_pairs", "marl_right_pairs")
 
@@ -335,6 +346,25 @@ def sft(config: RecipeConfig, demo: Path, out: Path) -> Path:
     data = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
     train_sft(data, base_model=embedded_model_dir(), out_dir=out, config=_sft_config(config, out), merge=False)
     return out
+
+
+def soup(config: RecipeConfig, first: Path, out: Path, clock: _Clock) -> Path:
+    """SFT draws 2..K (``--sft-seed`` + 1, ...; each resumable) beside ``first``, and their
+    uniform average OUT/sft-soup (made again only when a draw is newer than it)."""
+    from collabui.training.soup import average_models
+
+    draws = [first]
+    for k in range(2, config.sft_draws + 1):
+        drawn = dataclasses.replace(config, sft=dataclasses.replace(config.sft, seed=config.sft.seed + k - 1))
+        draws.append(clock.run(f"2 sft draw {k}", lambda c=drawn, k=k: sft(c, out / "demo", out / f"sft-draw{k}"),
+                               once=True))
+    target = out / "sft-soup"
+    report = target / "soup.json"
+    fresh = (report.is_file() and json.loads(report.read_text()).get("sources") == [str(d) for d in draws]
+             and all(report.stat().st_mtime >= (d / "model.safetensors").stat().st_mtime for d in draws))
+    if not fresh:
+        clock.run("2 soup", lambda: average_models(draws, target))
+    return target
 
 
 def _demo_rows(config: RecipeConfig, demo: Path) -> list[dict[str, Any]]:
@@ -692,6 +722,8 @@ def train(config: RecipeConfig, out: Path, clock: _Clock) -> Path:
     if not (out / "demo" / "demo_stats.json").is_file():
         clock.run("1 demonstrations", lambda: demonstrate(config, out / "demo"))
     sft_dir = model_dir = clock.run("2 sft", lambda: sft(config, out / "demo", out / "sft"), once=True)
+    if config.sft_draws > 1:
+        sft_dir = model_dir = soup(config, model_dir, out, clock)
     if config.sft.full_finetune and config.extract_rank:  # the shipped form of the whole model's change
         sft_dir = clock.run("2 extract", lambda: extract(config, model_dir, out / "extract"))
     if not config.onpolicy_episodes:

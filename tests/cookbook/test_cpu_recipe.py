@@ -152,9 +152,9 @@ def test_negative_counts_are_refused_with_the_flag_named(capsys):
 #: recipe.json's "args" at the defaults, as the recipe wrote them before RecipeConfig existed
 #: (its --no-balance flag is now --balance/--no-balance, recorded as balance); since v35 full
 #: fine-tuning at lr 1e-4, shipped as a rank-48 extract.
-DEFAULT_ARGS = {"out": "runs/recipe", "demo_minutes": 10.0, "demo_workers": 4, "sft_examples": 1600,
+DEFAULT_ARGS = {"out": "runs/recipe", "demo_minutes": 10.0, "demo_workers": 4, "demo_seeds": 400, "sft_examples": 1600,
                 "synthetic_pages": False, "team_share": 0.5, "sft_epochs": 1.0, "balance": True, "balance_steps": True, "hindsight": 0, "lr": 1e-4, "lora_r": 32,
-                "batch": 8, "lora_dropout": 0.0, "lora_from_layer": 0, "length_window": 32, "full_finetune": True, "sft_seed": 0,
+                "batch": 8, "lora_dropout": 0.0, "lora_from_layer": 0, "length_window": 32, "full_finetune": True, "sft_seed": 0, "sft_draws": 1,
                 "extract_rank": 48, "extract_embedding_rank": 32, "element_format": "text-first", "style": "terse", "episodes": 13,
                 "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "critic_episodes": 6, "team": False,
                 "serve": False, "serve_dtype": "auto", "serve_agents": "lora", "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
@@ -169,12 +169,12 @@ def test_flags_and_defaults_are_the_recipes_and_land_in_the_composed_configs(tmp
     recipe = _recipe()
     assert recipe._args([]) == recipe.RecipeConfig()
     assert recipe.flag_values(recipe._args([])) == DEFAULT_ARGS
-    config = recipe._args(["--demo-minutes", "1.5", "--demo-workers", "2", "--sft-epochs", "2", "--lr", "1e-4",
+    config = recipe._args(["--demo-minutes", "1.5", "--demo-workers", "2", "--demo-seeds", "24", "--sft-epochs", "2", "--lr", "1e-4",
                            "--batch", "4", "--no-full-finetune", "--lora-r", "8", "--lora-dropout", "0.1", "--lora-from-layer", "3",
                            "--length-window", "0",
                            "--episodes", "5", "--eval-seed", "3", "--max-steps", "4", "--no-balance", "--team",
                            "--no-onpolicy-dpo", "--out", "runs/x"])
-    assert (config.demo.minutes, config.demo.workers, config.demo.seeds) == (1.5, 2, 400)
+    assert (config.demo.minutes, config.demo.workers, config.demo.seeds) == (1.5, 2, 24)
     sft = config.sft
     assert (sft.num_train_epochs, sft.learning_rate, sft.per_device_train_batch_size, sft.lora_r, sft.lora_dropout,
             sft.lora_from_layer, sft.length_window) == (2.0, 1e-4, 4, 8, 0.1, 3, 0)
@@ -224,10 +224,10 @@ def test_stage_configs_are_the_ones_the_recipe_always_built(tmp_path, monkeypatc
     assert seen["bundle"]["merge"] == {"stage1": tmp_path / "extract"} and seen["bundle"]["base"] == "smollm2"
     assert seen["bundle"]["made_by"] == (
         "cookbook/cpu_recipe/recipe.py --balance-steps --batch 8" + (" --bf16" if default_bf16() else "")
-        + " --demo-minutes 10.0 --dpo-lr 5e-05 "
+        + " --demo-minutes 10.0 --demo-seeds 400 --dpo-lr 5e-05 "
         "--element-format text-first --extract-embedding-rank 32 --extract-rank 48 --full-finetune --hindsight 0 "
         "--length-window 32 --lora-dropout 0.0 --lora-from-layer 0 "
-        "--lora-r 32 --lr 0.0001 --onpolicy-dpo --onpolicy-episodes 0 --round2-demo-rows 400 --sft-epochs 1.0 "
+        "--lora-r 32 --lr 0.0001 --onpolicy-dpo --onpolicy-episodes 0 --round2-demo-rows 400 --sft-draws 1 --sft-epochs 1.0 "
         "--sft-examples 1600 --sft-seed 0 --style terse --team-share 0.5")
     clock = recipe._Clock(tmp_path / "recipe.json", config)
     clock.run("x", lambda: None)
@@ -516,3 +516,56 @@ def test_a_fully_fine_tuned_round_continues_the_whole_model_and_ships_its_extrac
     after = load_file(str(tmp_path / "onpolicy" / "sft" / "model.safetensors"))
     assert any(not after[k].equal(v) for k, v in start.items())  # the whole model trained on
     assert json.loads((tmp_path / "onpolicy" / "round.json").read_text())["visited_rows"] == 4
+
+
+def test_sft_draws_average_each_seeds_model_once_and_need_full_finetuning(tmp_path, monkeypatch, tiny_model_dir,
+                                                                         capsys):
+    """--sft-draws K trains K seeds and ships their mean (real averaging of tiny models whose
+    weights each seed moved); a resumed run averages again only when a draw is newer."""
+    import os
+
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    import collabui.training.soup as soup_module
+
+    recipe = _recipe()
+    seeds = []
+
+    def fake_sft(config, demo, out):  # a "trained" model: the tiny one moved by the draw's seed
+        if (out / "model.safetensors").is_file():  # train_sft's resume: a finished model is kept
+            return out
+        seeds.append(config.sft.seed)
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(config.sft.seed)))
+        model.save_pretrained(out)
+        return out
+
+    monkeypatch.setattr(recipe, "sft", fake_sft)
+    made = []
+    real = soup_module.average_models
+    monkeypatch.setattr(soup_module, "average_models", lambda *a, **k: made.append(a) or real(*a, **k))
+    config = recipe._args(["--sft-draws", "3", "--sft-seed", "5"])
+    clock = recipe._Clock(tmp_path / "recipe.json", config)
+    first = fake_sft(config, tmp_path / "demo", tmp_path / "sft")
+    target = recipe.soup(config, first, tmp_path, clock)
+    assert seeds == [5, 6, 7] and len(made) == 1
+    soup, parts = load_file(str(target / "model.safetensors")), [
+        load_file(str(d / "model.safetensors")) for d in (first, tmp_path / "sft-draw2", tmp_path / "sft-draw3")]
+    for key, weight in soup.items():
+        assert torch.allclose(weight, sum(p[key] for p in parts) / 3, atol=1e-6), key
+    recipe.soup(config, first, tmp_path, clock)
+    assert len(made) == 1  # resumed: the draws are finished (clock) and the soup is newer than them
+    later = (target / "soup.json").stat().st_mtime + 5
+    os.utime(tmp_path / "sft-draw2" / "model.safetensors", (later, later))
+    recipe.soup(config, first, tmp_path, clock)
+    assert len(made) == 2
+    assert "--sft-draws 3" in recipe.made_by_command(config)
+    for bad, message in ((["--sft-draws", "0"], "--sft-draws must be >= 1, got 0"),
+                         (["--sft-draws", "2", "--no-full-finetune"], "averages fully fine-tuned models")):
+        with pytest.raises(SystemExit):
+            recipe._args(bad)
+        assert message in capsys.readouterr().err
