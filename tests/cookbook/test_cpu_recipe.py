@@ -526,9 +526,9 @@ def test_sft_draws_average_each_seeds_model_once_and_need_full_finetuning(tmp_pa
 
     import torch
     from safetensors.torch import load_file
-    from transformers import AutoModelForCausalLM
 
     import collabui.training.soup as soup_module
+    from tests.tiny_models import moved_copy
 
     recipe = _recipe()
     seeds = []
@@ -537,12 +537,7 @@ def test_sft_draws_average_each_seeds_model_once_and_need_full_finetuning(tmp_pa
         if (out / "model.safetensors").is_file():  # train_sft's resume: a finished model is kept
             return out
         seeds.append(config.sft.seed)
-        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-        with torch.no_grad():
-            for p in model.parameters():
-                p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(config.sft.seed)))
-        model.save_pretrained(out)
-        return out
+        return moved_copy(tiny_model_dir, out, seed=config.sft.seed)
 
     monkeypatch.setattr(recipe, "sft", fake_sft)
     made = []

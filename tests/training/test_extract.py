@@ -12,23 +12,13 @@ import pytest
 from collabui.errors import ConfigError
 from collabui.models.local import LocalModel
 from collabui.training.extract import extract_adapter
+from tests.tiny_models import moved_copy
 
 
 @pytest.fixture(scope="module")
 def tuned_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model with every parameter moved (as a full fine-tune moves them)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.05 * torch.randn(p.shape, generator=generator))
-    folder = tmp_path_factory.mktemp("tuned")
-    model.save_pretrained(folder)
-    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(folder)
-    return folder
+    return moved_copy(tiny_model_dir, tmp_path_factory.mktemp("tuned"), seed=1)
 
 
 def _weights(folder: Path, merge: list[Path] | None = None) -> dict:

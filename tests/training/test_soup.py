@@ -11,20 +11,7 @@ import pytest
 
 from collabui.errors import ConfigError, ModelLoadError
 from collabui.training.soup import average_models
-
-
-def _moved(tiny_model_dir: Path, folder: Path, seed: int, scale: float = 0.05) -> Path:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(scale * torch.randn(p.shape, generator=generator))
-    model.save_pretrained(folder)
-    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(folder)
-    return folder
+from tests.tiny_models import moved_copy
 
 
 def _params(folder: Path) -> dict:
@@ -36,7 +23,7 @@ def _params(folder: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def three(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    return [_moved(tiny_model_dir, tmp_path_factory.mktemp(f"draw{k}"), seed=k) for k in range(3)]
+    return [moved_copy(tiny_model_dir, tmp_path_factory.mktemp(f"draw{k}"), seed=k) for k in range(3)]
 
 
 def test_the_soup_is_the_mean_of_every_weight_and_loads_as_a_model(three, tmp_path):
