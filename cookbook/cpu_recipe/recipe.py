@@ -54,7 +54,7 @@ ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "d
 _DEMO_FLAGS = ("minutes", "workers", "seeds")
 _SFT_FLAGS = ("num_train_epochs", "learning_rate", "per_device_train_batch_size", "lora_r", "lora_dropout",
               "lora_from_layer", "length_window", "full_finetune", "seed", "bf16")
-_EVAL_FLAGS = ("episodes", "serve", "serve_dtype", "serve_agents")
+_EVAL_FLAGS = ("episodes", "serve", "serve_dtype", "serve_agents", "serve_backend")
 #: Fields of the evaluation's team with flags (added apart: flags reach one level of nesting).
 _EVAL_TEAM_FLAGS = ("seed", "max_steps")
 #: Flags spelled otherwise than their fields: the recipe's flags from before the config existed.
@@ -649,11 +649,11 @@ def eval_config(config: RecipeConfig, fields: dict[str, Any]) -> MiniWoBEvalConf
     fields = dict(fields)
     base = config.evaluation
     team = default_team(fields["model"], seed=base.team.seed, max_steps=base.team.max_steps, **fields.pop("team", {}))
-    row = dataclasses.replace(base, serve=False, serve_dtype="auto", serve_agents="lora",
+    row = dataclasses.replace(base, serve=False, serve_dtype="auto", serve_agents="lora", serve_backend="vllm",
                               element_format=_format(config, fields["model"]), team=team, **fields)
     if base.serve and not row.is_baseline:  # a server batches more episodes at once; baselines load no model
         row = dataclasses.replace(row, serve=True, serve_dtype=base.serve_dtype, serve_agents=base.serve_agents,
-                                  concurrency=4)
+                                  serve_backend=base.serve_backend, concurrency=4)
     return row
 
 
@@ -672,7 +672,8 @@ def validation_config(config: RecipeConfig, trained: Path, *, team: bool = False
     if not config.evaluation.serve:
         return rollouts
     return dataclasses.replace(rollouts, serve=True, serve_dtype=config.evaluation.serve_dtype,
-                               serve_agents=config.evaluation.serve_agents, concurrency=4)
+                               serve_agents=config.evaluation.serve_agents,
+                               serve_backend=config.evaluation.serve_backend, concurrency=4)
 
 
 def _on_training_tasks(config: RecipeConfig, trained: Path, *, seed: int, episodes: int,

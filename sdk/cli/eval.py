@@ -62,10 +62,12 @@ def add_commands(sub: Any) -> None:
     from collabui.evaluation.miniwob import (
         AGENT_SERVING,
         SERVE_AGENTS_HELP,
+        SERVE_BACKEND_HELP,
         SERVE_DTYPE_HELP,
         SERVE_DTYPES,
         MiniWoBEvalConfig,
     )
+    from collabui.serving.managed import SERVE_BACKENDS
 
     ev = sub.add_parser("eval", help="evaluate a team or a baseline; compare results")
     esub = ev.add_subparsers(dest="eval_command", required=True)
@@ -118,6 +120,7 @@ def add_commands(sub: Any) -> None:
                    "name; needs `collabui serve --setup`): the agents of a round are answered in one batch")
     a.add_argument("--serve-dtype", default="auto", choices=SERVE_DTYPES, help=SERVE_DTYPE_HELP)
     a.add_argument("--serve-agents", default="lora", choices=AGENT_SERVING, help=SERVE_AGENTS_HELP)
+    a.add_argument("--serve-backend", default="vllm", choices=SERVE_BACKENDS, help=SERVE_BACKEND_HELP)
 
     from collabui.evaluation.throughput import ThroughputConfig
 
@@ -271,6 +274,8 @@ def _autowebbench_command(args: argparse.Namespace, config: TeamConfig) -> str:
         parts += ["--serve-dtype", args.serve_dtype]
     if args.serve_agents != "lora":
         parts += ["--serve-agents", args.serve_agents]
+    if args.serve_backend != "vllm":
+        parts += ["--serve-backend", args.serve_backend]
     if args.element_format != "auto":
         parts += ["--element-format", args.element_format]
     return shlex.join(parts + [flag for flag, on in (("--guided-json", args.guided_json), ("--serve", args.serve)) if on])
@@ -286,7 +291,7 @@ def _autowebbench_model(args: argparse.Namespace) -> Any:
     from collabui.serving.managed import ServedModel
 
     return ServedModel.of_spec(args.model, args.adapters, client=client, agents=args.serve_agents,
-                               dtype=args.serve_dtype)
+                               backend=args.serve_backend, dtype=args.serve_dtype)
 
 
 def _autowebbench(args: argparse.Namespace) -> int:
@@ -297,7 +302,7 @@ def _autowebbench(args: argparse.Namespace) -> int:
     from collabui.team import CollabAgentTeam, _resolve_topology
 
     refuse_ignored_model_flags(args.model, guided_json=args.guided_json, adapters=args.adapters)
-    check_serve(args.model, args.serve, args.serve_dtype, args.serve_agents)  # before the records and the model load
+    check_serve(args.model, args.serve, args.serve_dtype, args.serve_agents, args.serve_backend)  # before the records and the model load
 
     baseline = is_baseline(args.model)
     n = args.n_agents or (1 if baseline else 4)
@@ -330,6 +335,8 @@ def _autowebbench(args: argparse.Namespace) -> int:
             system["serve_dtype"] = args.serve_dtype
         if args.serve_agents != "lora":
             system["serve_agents"] = args.serve_agents
+        if args.serve_backend != "vllm":
+            system["serve_backend"] = args.serve_backend
         evaluate_autowebbench(args.data, team, args.out, start=args.start, limit=args.limit,
                               system=system, command=_autowebbench_command(args, config),
                               progress=not args.quiet, element_format=element_format)

@@ -60,7 +60,7 @@ from collabui.evaluation.stats import rate_entry
 from collabui.models.base import ChatModel
 from collabui.models.spec import is_baseline, load_model, team_adapter_names
 from collabui.redaction import redact_url
-from collabui.serving.managed import AGENT_SERVING
+from collabui.serving.managed import AGENT_SERVING, SERVE_BACKENDS, check_backend
 
 __all__ = ["EASY_TASKS", "SUITES", "MiniWoBEvalConfig", "default_team", "load_run_config", "resolve_tasks",
            "evaluate_miniwob", "system_label"]
@@ -137,14 +137,23 @@ SERVE_AGENTS_HELP = ("(--serve) a trained bundle's per-agent adapters: lora (one
                      "cores of its own: for CPUs with cores to spare; on 2 cores half as fast as lora)")
 
 
-def check_serve(model: str, serve: bool, serve_dtype: str, serve_agents: str = "lora") -> None:
-    """ConfigError when the serving options cannot apply: an unknown dtype or agent serving, either
-    without ``serve``, or ``serve`` for a model no server is started for (baselines run here,
-    ``openai:`` specs are already served)."""
+SERVE_BACKEND_HELP = ("(--serve) the server: vllm (LoRA adapters by name; the faster one for a single model, and on "
+                      "GPUs) or llamacpp (llama.cpp, needs the llamacpp extra: each agent's whole model on a server of "
+                      "its own, starts in seconds; on 2 cores 2x vLLM's speed for a team of per-agent models)")
+
+
+def check_serve(model: str, serve: bool, serve_dtype: str, serve_agents: str = "lora",
+                serve_backend: str = "vllm") -> None:
+    """ConfigError when the serving options cannot apply: an unknown dtype, backend or agent
+    serving, any of them without ``serve``, or ``serve`` for a model no server is started for
+    (baselines run here, ``openai:`` specs are already served)."""
     if serve_dtype not in SERVE_DTYPES:
         raise ConfigError(f"unknown serve_dtype {serve_dtype!r}; use one of {', '.join(SERVE_DTYPES)}")
     if serve_agents not in AGENT_SERVING:
         raise ConfigError(f"unknown serve_agents {serve_agents!r}; use one of {', '.join(AGENT_SERVING)}")
+    check_backend(serve_backend, serve_agents)
+    if serve_backend != "vllm" and not serve:
+        raise ConfigError("serve_backend would be ignored without serve; add --serve or drop --serve-backend")
     if serve_dtype != "auto" and not serve:
         raise ConfigError("serve_dtype would be ignored without serve (a local model runs in float32); "
                           "add --serve or drop --serve-dtype")
@@ -208,11 +217,12 @@ class MiniWoBEvalConfig:
                 "--concurrency"})
     serve_dtype: str = field(default="auto", metadata={"choices": SERVE_DTYPES, "help": SERVE_DTYPE_HELP})
     serve_agents: str = field(default="lora", metadata={"choices": AGENT_SERVING, "help": SERVE_AGENTS_HELP})
+    serve_backend: str = field(default="vllm", metadata={"choices": SERVE_BACKENDS, "help": SERVE_BACKEND_HELP})
 
     def __post_init__(self) -> None:
         self._check_team()
         self._check_page_options()
-        check_serve(self.model, self.serve, self.serve_dtype, self.serve_agents)
+        check_serve(self.model, self.serve, self.serve_dtype, self.serve_agents, self.serve_backend)
         if self.serve and self.uses_workers:
             raise ConfigError("serve and workers/ray do not combine: the server batches the requests of "
                               "--concurrency K episodes in this process; use --concurrency")
@@ -420,7 +430,7 @@ def _served(config: MiniWoBEvalConfig, model: ChatModel | None,
 
     client = {"guided_json": config.action_space} if config.guided_json else {}
     with serve_model(config.model, config.adapters, client=client, agents=config.serve_agents,
-                     **{"dtype": config.serve_dtype, **server_options}) as served:
+                     backend=config.serve_backend, **{"dtype": config.serve_dtype, **server_options}) as served:
         yield served
 
 

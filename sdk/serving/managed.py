@@ -1,4 +1,4 @@
-"""Any local model spec on a vLLM server: what ``collabui serve`` and ``eval --serve`` start.
+"""Any local model spec on a server: what ``collabui serve`` and ``eval --serve`` start.
 
 A local spec (``smollm2``, ``hf:PATH``, ``smollm2-trained``, ``trained:FOLDER``) and an optional
 adapter folder become one :class:`VLLMServer`: a trained team bundle is served as its shared
@@ -18,6 +18,12 @@ on 2 cores (9 episodes of a four-adapter MARL team): 0.76 requests/s with each s
 one core, 0.51 unbound, against 1.53 on one LoRA server: four engines on two cores lose more than
 compilation gains. It is for machines with cores to spare per agent; on a GPU the LoRA kernels
 are native and one server with adapters is the cheaper way.
+
+With ``backend="llamacpp"`` the servers are llama.cpp's (:class:`LlamaCppServer`): the shared
+model alone on one, or each agent's merged model on a small server of its own (the cores shared
+out, threads sleeping when idle) behind the same router. A plain model starts in seconds there,
+and a team of per-agent models runs without vLLM-CPU's uncompiled LoRA path
+(``cookbook/cpu_recipe/serving_speed.py`` measures both backends on a team's recorded requests).
 """
 
 from __future__ import annotations
@@ -36,14 +42,30 @@ from typing import Any
 from collabui.errors import ConfigError
 from collabui.models.base import ChatModel, ChatRequest, ChatResult
 
-__all__ = ["ServedSpec", "ServedModel", "AgentRouter", "AGENT_SERVING", "served_spec", "serve_model",
-           "vllm_model_factory"]
+__all__ = ["ServedSpec", "ServedModel", "AgentRouter", "AGENT_SERVING", "SERVE_BACKENDS", "check_backend",
+           "served_spec", "serve_model", "vllm_model_factory"]
 
 log = logging.getLogger(__name__)
 
 #: How a bundle's per-agent adapters are served: ``lora`` (one server, each adapter by name) or
 #: ``merged`` (each agent's adapter folded into its own model, one server per agent).
 AGENT_SERVING = ("lora", "merged")
+#: The servers a local model can be started on: ``vllm`` (GPUs, LoRA adapters by name) or
+#: ``llamacpp`` (llama.cpp: fast on a CPU; each agent's whole model on a small server of its own).
+SERVE_BACKENDS = ("vllm", "llamacpp")
+#: ``--serve-dtype`` values as llama.cpp's GGUF weight types (``auto``: see :func:`gguf_dtype`).
+_GGUF_DTYPE = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
+
+
+def gguf_dtype(serve_dtype: str) -> str:
+    """The GGUF weight type of a ``--serve-dtype``; ``auto`` is bfloat16 where the CPU computes it
+    natively (AVX512-BF16/AMX: measured 2.70 against 2.33 requests/s in float16 on such a 2-core
+    CPU), else float16, as vLLM's ``auto`` picks bf16 only where it is native."""
+    if serve_dtype == "auto":
+        from collabui._hardware import cpu_has_native_bf16
+
+        return "bf16" if cpu_has_native_bf16() else "f16"
+    return _GGUF_DTYPE.get(serve_dtype, serve_dtype)
 
 
 @dataclass(frozen=True)
@@ -112,26 +134,30 @@ class ServedModel(ChatModel):
             raise
         self.name = self.client.name
         self.team_defaults = dict(team_defaults or {})
-        log.info("vLLM is serving %s at %s (log %s)", server.name, server.base_url, server.log_path)
+        log.info("%s is serving %s at %s (log %s)", server.label, server.name, server.base_url, server.log_path)
 
     @classmethod
     def of_spec(cls, spec: str, adapters: str | Path | None = None, *, client: Mapping[str, Any] | None = None,
-                agents: str = "lora", **server_fields: Any) -> ChatModel:
+                agents: str = "lora", backend: str = "vllm", **server_fields: Any) -> ChatModel:
         """A server of the local spec ``spec`` (see :func:`served_spec`) and its client;
-        ``server_fields`` are :class:`VLLMServer` fields (``enforce_eager``, ``kv_cache_gib``...).
-        ``agents="merged"``: a bundle's agents each on a server of their own merged model, behind
-        an :class:`AgentRouter` (see the module docstring).
+        ``server_fields`` are the server class's fields (:class:`VLLMServer`: ``enforce_eager``,
+        ``kv_cache_gib``...; :class:`LlamaCppServer`: ``parallel``, ``threads``...; ``dtype`` is
+        a ``--serve-dtype`` value for either). ``agents="merged"``: a bundle's agents each on a
+        vLLM server of their own merged model, behind an :class:`AgentRouter` (see the module
+        docstring). ``backend="llamacpp"``: llama.cpp servers, one per distinct agent model (the
+        bundle's shared model, or each agent's merged one), behind a router when there are several.
 
         Raises:
-            ConfigError: ``agents`` is not one of :data:`AGENT_SERVING`, or ``merged`` for
-                adapters that come without a bundle (nothing says which agent each one is).
+            ConfigError: ``agents`` or ``backend`` unknown, ``merged`` (or llama.cpp) for adapters
+                that come without a bundle (nothing says which agent each one is), or
+                ``merged`` with llama.cpp (it always serves each agent's model whole).
         """
         from collabui.serving.vllm_server import VLLMServer
 
-        if agents not in AGENT_SERVING:
-            raise ConfigError(f"agents={agents!r} is not a way to serve agent adapters; use one of "
-                              f"{', '.join(AGENT_SERVING)}")
+        check_backend(backend, agents)
         served = served_spec(spec, adapters)
+        if backend == "llamacpp":
+            return _llamacpp_agents(served, client, server_fields)
         if agents == "merged" and served.adapters:
             if served.bundle is None:
                 raise ConfigError("serving agents merged needs a trained bundle (trained:FOLDER or "
@@ -154,6 +180,18 @@ class ServedModel(ChatModel):
             self.client.close()
         finally:
             self.server.stop()
+
+
+def check_backend(backend: str, agents: str = "lora") -> None:
+    """ConfigError when ``backend`` or ``agents`` is not a way to serve, or the two do not combine."""
+    if agents not in AGENT_SERVING:
+        raise ConfigError(f"agents={agents!r} is not a way to serve agent adapters; use one of "
+                          f"{', '.join(AGENT_SERVING)}")
+    if backend not in SERVE_BACKENDS:
+        raise ConfigError(f"unknown serving backend {backend!r}; use one of {', '.join(SERVE_BACKENDS)}")
+    if backend == "llamacpp" and agents != "lora":
+        raise ConfigError("--serve-agents chooses how vLLM serves adapters; llama.cpp always serves each "
+                          "agent's model whole: drop --serve-agents")
 
 
 class AgentRouter(ChatModel):
@@ -215,36 +253,81 @@ class AgentRouter(ChatModel):
             raise errors[0]
 
 
-def _merged_agents(served: ServedSpec, client: Mapping[str, Any] | None,
-                   server_fields: Mapping[str, Any]) -> AgentRouter:
-    """One server per agent adapter of ``served``'s bundle (that agent's merged model) and one
-    for the shared model when a slot has no adapter, started one after another, behind a router."""
+def _agent_folders(served: ServedSpec) -> dict[str | None, str]:
+    """The model folder of each distinct agent of ``served``'s bundle: each agent adapter's merged
+    model, and the shared model when a slot has no adapter."""
     from collabui.models.bundle import merged_model_dir
-    from collabui.serving.vllm_server import VLLMServer
 
     assert served.bundle is not None
     slots = list(served.team_defaults.get("adapters", ()))
-    base_name = served.served_name or "trained"
     folders: dict[str | None, str] = {a: str(merged_model_dir(served.bundle, agent=a)) for a in served.adapters}
     if None in slots:
         folders[None] = served.model
-    log.info("serving %d agent models on vLLM, one server each (30-120 s to start on a CPU) ...", len(folders))
-    cores = _core_slices(len(folders))
-    servers = {key: VLLMServer(model=folder, served_name=f"{base_name}-{key or 'shared'}",
-                               **_with_env(server_fields, cores[k] if cores else {}))
-               for k, (key, folder) in enumerate(folders.items())}
+    return folders
+
+
+def _router(servers: Mapping[str | None, Any], client: Mapping[str, Any] | None, served: ServedSpec) -> AgentRouter:
+    """The servers started one after another (all stopped if one fails), behind a router."""
     routes: dict[str | None, ChatModel] = {}
     try:
-        # One after another: a plain model's server compiles it at start-up, and four compiling
-        # at once on 2 cores did not finish in 5 minutes (one alone: ~40 s; later ones reuse
-        # vLLM's compile cache).
         for key, server in servers.items():
             routes[key] = ServedModel(server, client=client)
     except BaseException:
         for server in servers.values():
             server.stop()
         raise
-    return AgentRouter(routes, name=base_name, team_defaults=served.team_defaults)
+    return AgentRouter(routes, name=served.served_name or "trained", team_defaults=served.team_defaults)
+
+
+def _merged_agents(served: ServedSpec, client: Mapping[str, Any] | None,
+                   server_fields: Mapping[str, Any]) -> AgentRouter:
+    """One server per agent adapter of ``served``'s bundle (that agent's merged model) and one
+    for the shared model when a slot has no adapter, started one after another, behind a router.
+    One after another: a plain model's server compiles it at start-up, and four compiling at once
+    on 2 cores did not finish in 5 minutes (one alone: ~40 s; later ones reuse vLLM's compile cache)."""
+    from collabui.serving.vllm_server import VLLMServer
+
+    folders = _agent_folders(served)
+    base_name = served.served_name or "trained"
+    log.info("serving %d agent models on vLLM, one server each (30-120 s to start on a CPU) ...", len(folders))
+    cores = _core_slices(len(folders))
+    servers = {key: VLLMServer(model=folder, served_name=f"{base_name}-{key or 'shared'}",
+                               **_with_env(server_fields, cores[k] if cores else {}))
+               for k, (key, folder) in enumerate(folders.items())}
+    return _router(servers, client, served)
+
+
+def _llamacpp_agents(served: ServedSpec, client: Mapping[str, Any] | None,
+                     server_fields: Mapping[str, Any]) -> ChatModel:
+    """llama.cpp servers for ``served``: one of the shared model, or (a bundle with agent
+    adapters) one per agent of its merged model, behind an :class:`AgentRouter`. Several servers
+    share the cores: each gets its share of threads, which sleep instead of spinning for work."""
+    from collabui.serving.llamacpp_server import LlamaCppServer
+
+    fields = dict(server_fields)
+    fields["dtype"] = gguf_dtype(fields.pop("dtype", "auto"))
+    base_name = served.served_name or "trained"
+    if not served.adapters:
+        log.info("serving %s on llama.cpp ...", served.model)
+        server = LlamaCppServer(model=served.model, served_name=served.served_name, **fields)
+        return ServedModel(server, client=client, team_defaults=served.team_defaults)
+    if served.bundle is None:
+        raise ConfigError("llama.cpp serves a team's agents as whole models, which needs a trained bundle "
+                          "(trained:FOLDER or smollm2-trained), not an --adapters folder: use --serve-backend vllm")
+    folders = _agent_folders(served)
+    log.info("serving %d agent models on llama.cpp, one server each ...", len(folders))
+    # The servers share the cores: each its share of them, and no thread spinning while idle.
+    fields.setdefault("threads", max(1, _usable_cores() // len(folders)))
+    fields.setdefault("poll", 0)
+    servers = {key: LlamaCppServer(model=folder, served_name=f"{base_name}-{key or 'shared'}", **fields)
+               for key, folder in folders.items()}
+    return _router(servers, client, served)
+
+
+def _usable_cores() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _core_slices(n: int) -> list[dict[str, str]]:
@@ -277,11 +360,11 @@ def _with_env(server_fields: Mapping[str, Any], extra: Mapping[str, str]) -> dic
 
 @contextlib.contextmanager
 def serve_model(spec: str, adapters: str | Path | None = None, *, client: Mapping[str, Any] | None = None,
-                agents: str = "lora", **server_fields: Any) -> Iterator[ChatModel]:
-    """Start a vLLM server for ``spec`` and yield its :class:`ServedModel` (a team built on it
-    runs as on the local backend; ``agents="merged"``: an :class:`AgentRouter` of one server
-    per agent); the servers stop on exit, also on errors and Ctrl-C."""
-    model = ServedModel.of_spec(spec, adapters, client=client, agents=agents, **server_fields)
+                agents: str = "lora", backend: str = "vllm", **server_fields: Any) -> Iterator[ChatModel]:
+    """Start a server for ``spec`` (vLLM, or llama.cpp with ``backend="llamacpp"``) and yield its
+    :class:`ServedModel` (a team built on it runs as on the local backend; per-agent models: an
+    :class:`AgentRouter` of one server per agent); the servers stop on exit, also on errors and Ctrl-C."""
+    model = ServedModel.of_spec(spec, adapters, client=client, agents=agents, backend=backend, **server_fields)
     try:
         yield model
     finally:

@@ -86,6 +86,11 @@ def test_serve_puts_the_model_rows_on_vllm_and_keeps_the_baselines_here(tmp_path
     rows = {name: recipe.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "m").items()}
     assert {n for n, c in rows.items() if c.serve_agents == "merged"} == set(rows) - {"random", "lexical"}
     assert recipe.validation_config(args, tmp_path / "b", team=True).serve_agents == "merged"
+    # --serve-backend llamacpp: the same rows and validations on llama.cpp's servers.
+    args = recipe._args(["--team", "--serve", "--serve-backend", "llamacpp", "--validate", "5"])
+    rows = {name: recipe.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "m").items()}
+    assert {n for n, c in rows.items() if c.serve_backend == "llamacpp"} == set(rows) - {"random", "lexical"}
+    assert recipe.validation_config(args, tmp_path / "b", team=True).serve_backend == "llamacpp"
 
 
 def test_table_is_generated_from_results(tmp_path):
@@ -157,7 +162,7 @@ DEFAULT_ARGS = {"out": "runs/recipe", "demo_minutes": 10.0, "demo_workers": 4, "
                 "batch": 8, "lora_dropout": 0.0, "lora_from_layer": 0, "length_window": 32, "full_finetune": True, "sft_seed": 0, "sft_draws": 1,
                 "extract_rank": 48, "extract_embedding_rank": 32, "element_format": "text-first", "style": "terse", "episodes": 13,
                 "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "critic_episodes": 6, "team": False,
-                "serve": False, "serve_dtype": "auto", "serve_agents": "lora", "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
+                "serve": False, "serve_dtype": "auto", "serve_agents": "lora", "serve_backend": "vllm", "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
                 "dpo_lr": 5e-5, "marl_iterations": 0, "marl_episodes": 2, "marl_pairs": 0, "marl_right_pairs": False,
                 # bf16 mixed precision where this machine computes it natively (AVX512-BF16/AMX, CUDA)
                 "bf16": default_bf16(),

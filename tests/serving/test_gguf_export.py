@@ -85,3 +85,15 @@ def test_refuses_other_models_and_dtypes(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no readable config.json"):
         write_gguf(tmp_path / "missing", tmp_path / "x.gguf")
     assert not list(tmp_path.glob("*.gguf")) and not list(tmp_path.glob(".x.gguf*"))
+
+
+def test_q8_export_is_close(moved_smollm2: Path, tmp_path: Path) -> None:
+    got = _read_back(write_gguf(moved_smollm2, tmp_path / "model.gguf", dtype="q8_0"))
+    want = _source(moved_smollm2)
+    for name, tensor in want.items():
+        if tensor.ndim == 1:
+            assert torch.equal(got[name], tensor), name
+        else:  # 8 bits per weight, one float16 scale per 32: within one step of each block
+            step = tensor.abs().reshape(tensor.shape[0], -1, 32).amax(-1, keepdim=True) / 127
+            error = (got[name] - tensor).abs().reshape(step.shape[0], -1, 32)
+            assert bool((error <= step * 1.01 + 1e-6).all()), name

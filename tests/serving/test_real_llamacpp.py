@@ -1,0 +1,93 @@
+"""A trained team on llama.cpp: each agent's whole model on a real llama-server of its own, the
+same greedy answers as the bundle on transformers, and ``eval miniwob --serve --serve-backend
+llamacpp`` on a real MiniWoB++ page. Needs llama.cpp's server (the ``llamacpp`` extra)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from collabui.config import TeamConfig
+from collabui.errors import ConfigError
+from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
+from collabui.models.base import ChatRequest
+from collabui.models.bundle import write_bundle
+from collabui.models.spec import load_model
+from collabui.serving.managed import AgentRouter, ServedModel, check_backend
+from collabui.trace import read_trace
+
+from .conftest import make_peft_adapters
+
+pytestmark = [pytest.mark.slow, pytest.mark.model]
+
+_ASK = ({"role": "user", "content": "Click the OK button."},)
+
+
+@pytest.fixture(scope="module")
+def bundle(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SmolLM2 + a random shared adapter merged in; agent 0 has an adapter of its own, agent 1
+    runs on the merged model alone."""
+    root = tmp_path_factory.mktemp("llamacpp-bundle")
+    made = make_peft_adapters(smollm2_dir, root / "adapters", 2)
+    return write_bundle(root / "team", base="smollm2", merge={"stage1": made["agent1"]},
+                        agents={"agent0": made["agent0"]}, slots=["agent0", None], dtype="float32",
+                        team={"prompt_style": "trained", "max_new_tokens": 12})
+
+
+def test_each_agent_is_served_its_own_model(bundle: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("COLLABUI_CACHE", str(tmp_path / "cache"))
+    requests = [ChatRequest(_ASK, max_new_tokens=10, adapter=a) for a in ("agent0", None)]
+    local = load_model(f"trained:{bundle}")
+    try:
+        want = [r.text for r in local.generate(requests)]
+    finally:
+        local.close()
+    assert want[0] != want[1]  # the agent adapter really changes the answer
+    served = ServedModel.of_spec(f"trained:{bundle}", backend="llamacpp", dtype="float32", parallel=2,
+                                 context=1024)
+    try:
+        assert isinstance(served, AgentRouter)
+        assert served.team_defaults["adapters"] == ("agent0", None)
+        assert [r.text for r in served.generate(requests)] == want
+        servers = [route.server for route in served.routes.values()]
+        assert sorted(s.name for s in servers) == ["trained-team-agent0", "trained-team-shared"]
+    finally:
+        served.close()
+    assert not any(s.running for s in servers)
+
+
+def test_backend_choices_are_checked() -> None:
+    with pytest.raises(ConfigError, match="unknown serving backend 'tgi'"):
+        check_backend("tgi")
+    with pytest.raises(ConfigError, match="llama.cpp always serves each agent's model whole"):
+        check_backend("llamacpp", "merged")
+    with pytest.raises(ConfigError, match="serve_backend would be ignored without serve"):
+        MiniWoBEvalConfig(tasks="click-test", model="smollm2", serve_backend="llamacpp")
+
+
+def test_an_adapters_folder_needs_vllm(smollm2_dir: Path, tmp_path: Path) -> None:
+    folder = make_peft_adapters(smollm2_dir, tmp_path / "adapters", 1)
+    with pytest.raises(ConfigError, match="needs a trained bundle .* use --serve-backend vllm"):
+        ServedModel.of_spec("smollm2", Path(folder["agent0"]).parent, backend="llamacpp")
+
+
+@pytest.mark.browser
+def test_eval_serve_llamacpp_runs_the_bundle_team(bundle: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("COLLABUI_CACHE", str(tmp_path / "cache"))
+    config = MiniWoBEvalConfig(tasks="click-test", episodes=1, model=f"trained:{bundle}", serve=True,
+                               serve_backend="llamacpp", serve_dtype="float16",
+                               team=TeamConfig(n_agents=2, rounds=2, topology="chain", max_steps=1))
+    results = evaluate_miniwob(config, tmp_path / "run", progress=False)
+    assert results["overall"]["success_rate"]["n"] == 1
+    [trace] = (tmp_path / "run" / "traces").glob("*.jsonl")
+    step = read_trace(trace).steps[0]
+    assert step["error"] is None
+    assert [[p["adapter"] for p in row] for row in step["proposals"]] == [["agent0", "agent0"], [None, None]]
+    assert all(p["completion_tokens"] for row in step["proposals"] for p in row)
+    # Two llama.cpp servers (agent 0's model, the shared one) from f16 GGUFs, and no vLLM.
+    logs = sorted((tmp_path / "cache" / "logs").glob("*.log"))
+    assert [p.name.split("-")[0] for p in logs] == ["llamacpp", "llamacpp"]
+    assert len(list((tmp_path / "cache" / "gguf").glob("*-f16.gguf"))) == 2
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["overall"]["success_rate"]["n"] == 1
