@@ -236,6 +236,8 @@ class BrowserDevice(Device):
         #: Navigations blocked since the last observation (reported in ``StepOutcome.info``).
         self._blocked: list[BlockedNavigation] = []
         self._navigations_seen = 0
+        #: Pages the context announced (its "page" events), and how many the last settle saw.
+        self._pages_announced = self._pages_seen = self._new_pages_seen = 0
         #: Refused frames being undone (see ``_on_frame``).
         self._undoing: dict[Any, asyncio.Future[None]] = {}
         self._page_globals: dict[str, Any] = {}
@@ -422,7 +424,7 @@ class BrowserDevice(Device):
         await self._context.route("**/*", self._route)
         # A page opened by the site (target=_blank, window.open) becomes the current tab, as in
         # a real browser.
-        self._context.on("page", self._adopt_page)
+        self._context.on("page", self._announced_page)
         self._page = await self._context.new_page()
         self._adopt_page(self._page)
 
@@ -436,6 +438,10 @@ class BrowserDevice(Device):
             await route.fulfill(status=204)
             return
         await self._guard.route(route, timeout_s=self.config.navigation_timeout_s)
+
+    def _announced_page(self, page: Any) -> None:
+        self._pages_announced += 1
+        self._adopt_page(page)
 
     def _adopt_page(self, page: Any) -> None:
         self._page = page
@@ -520,6 +526,7 @@ class BrowserDevice(Device):
         if self._browser is None:
             await self._launch()
         self._guard, self._navigations_seen = guard, 0
+        self._pages_announced = self._pages_seen = self._new_pages_seen = 0
         await self._new_context()
         self._observations = 0
         self._task = options.get("task", self.config.task)
@@ -688,9 +695,15 @@ class BrowserDevice(Device):
         while (guard.busy or self._undoing) and loop.time() < deadline:
             await asyncio.sleep(0.02)
         if guard.navigations != seen:
-            # A popup's "page" event comes a moment after its first response is handed over.
+            # A popup's "page" event comes a moment after its first response is handed over:
+            # wait for as many pages as navigations opened one (a loaded machine takes longer
+            # than the 0.1 s that are always given).
             await asyncio.sleep(0.1)
+            while (self._pages_announced - self._pages_seen < guard.new_pages - self._new_pages_seen
+                   and loop.time() < deadline):
+                await asyncio.sleep(0.02)
         self._navigations_seen = guard.navigations
+        self._new_pages_seen, self._pages_seen = guard.new_pages, self._pages_announced
 
 
 def _mix_seed(*parts: Any) -> int:

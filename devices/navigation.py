@@ -104,6 +104,8 @@ class NavigationGuard:
         self.blocked: list[BlockedNavigation] = []
         #: Navigation requests checked so far (allowed or not).
         self.navigations = 0
+        #: Of the allowed ones, those that open a page not made yet (a popup: window.open, target=_blank).
+        self.new_pages = 0
         self._in_flight = 0
 
     def describe(self) -> str:
@@ -165,11 +167,11 @@ class NavigationGuard:
         self._in_flight += 1
         self.navigations += 1
         try:
-            await self._navigate(route, request.url, timeout_s)
+            await self._navigate(route, request.url, timeout_s, opens_page=_opens_a_page(request))
         finally:
             self._in_flight -= 1
 
-    async def _navigate(self, route: Any, url: str, timeout_s: float) -> None:
+    async def _navigate(self, route: Any, url: str, timeout_s: float, *, opens_page: bool = False) -> None:
         from playwright.async_api import Error as PlaywrightError
 
         reason = self.refusal(url)
@@ -191,4 +193,18 @@ class NavigationGuard:
                 self._block(target, reason, f"redirect from {url}")
                 await route.fulfill(status=204)
                 return
+        # Only a page that gets content is announced soon after (a refused popup stays blank).
+        self.new_pages += opens_page
         await route.fulfill(response=response)
+
+
+def _opens_a_page(request: Any) -> bool:
+    """True for a navigation whose frame does not exist yet: a popup's first page, whose
+    ``page`` event comes only after this request is answered (Playwright raises on its frame)."""
+    from playwright.async_api import Error as PlaywrightError
+
+    try:
+        request.frame  # noqa: B018 - the attribute raises for a page not made yet
+    except PlaywrightError:
+        return True
+    return False
