@@ -171,16 +171,13 @@ def merged_model_dir(folder: str | Path, cache_dir: str | Path | None = None, *,
     folder when nothing is merged, else a merged copy made once under the collabui cache
     (``merged-models/<hash of the base and the merged weights>``) and reused. ``agent``: the
     agent adapter of that name merged on top too (a server of that agent alone)."""
-    import hashlib
 
     root = Path(folder).expanduser()
     base = base_model_dir(root)
     merged = _merged_folders(root, agent)
     if not merged:
         return base
-    digest = hashlib.sha256(str(base.resolve()).encode())
-    for path in sorted(base.glob("*.safetensors")):  # a base inside the bundle may be retrained
-        digest.update(f"{path.name}:{path.stat().st_size}:{path.stat().st_mtime_ns}".encode())
+    digest = weights_digest(base)  # a base inside the bundle may be retrained
     for adapter in merged:
         for path in sorted(adapter.glob("*")):
             digest.update(path.name.encode())
@@ -194,6 +191,17 @@ def merged_model_dir(folder: str | Path, cache_dir: str | Path | None = None, *,
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     return write_merged_model(root, target, agent=agent)
+
+
+def weights_digest(folder: Path) -> Any:
+    """A sha256 of a model folder's place and its safetensors files' names, sizes and mtimes: the
+    key of what is made from it once and cached (merged models, GGUF files)."""
+    import hashlib
+
+    digest = hashlib.sha256(str(folder.resolve()).encode())
+    for path in sorted(folder.glob("*.safetensors")):
+        digest.update(f"{path.name}:{path.stat().st_size}:{path.stat().st_mtime_ns}".encode())
+    return digest
 
 
 def _merged_folders(root: Path, agent: str | None) -> list[Path]:

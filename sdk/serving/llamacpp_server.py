@@ -24,7 +24,6 @@ off, as vLLM and ``LocalModel`` sample), seeded per request.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from collections.abc import Mapping, Sequence
@@ -80,9 +79,9 @@ def gguf_for(model: str | os.PathLike[str], dtype: str = "f16", cache_dir: str |
         return path
     if not (path / "config.json").is_file():
         raise ConfigError(f"{path} is neither a .gguf file nor a model folder with config.json; pass one, or 'smollm2'")
-    digest = hashlib.sha256(str(path.resolve()).encode())
-    for weights in sorted(path.glob("*.safetensors")):
-        digest.update(f"{weights.name}:{weights.stat().st_size}:{weights.stat().st_mtime_ns}".encode())
+    from collabui.models.bundle import weights_digest
+
+    digest = weights_digest(path)
     folder = Path(cache_dir) if cache_dir is not None else cache_root() / "gguf"
     target = folder / f"{digest.hexdigest()[:16]}-{dtype}.gguf"
     if target.is_file():
@@ -172,7 +171,9 @@ class LlamaCppServer(ServerProcess):
     def thread_count(self) -> int:
         if self.threads is not None:
             return self.threads
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        from collabui._hardware import usable_cores
+
+        return len(usable_cores())
 
     def command(self) -> list[str]:
         """The server's command line (the port must be set).

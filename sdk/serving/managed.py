@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from collabui._hardware import usable_cores
 from collabui.errors import ConfigError
 from collabui.models.base import ChatModel, ChatRequest, ChatResult
 
@@ -317,17 +318,11 @@ def _llamacpp_agents(served: ServedSpec, client: Mapping[str, Any] | None,
     folders = _agent_folders(served)
     log.info("serving %d agent models on llama.cpp, one server each ...", len(folders))
     # The servers share the cores: each its share of them, and no thread spinning while idle.
-    fields.setdefault("threads", max(1, _usable_cores() // len(folders)))
+    fields.setdefault("threads", max(1, len(usable_cores()) // len(folders)))
     fields.setdefault("poll", 0)
     servers = {key: LlamaCppServer(model=folder, served_name=f"{base_name}-{key or 'shared'}", **fields)
                for key, folder in folders.items()}
     return _router(servers, client, served)
-
-
-def _usable_cores() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _core_slices(n: int) -> list[dict[str, str]]:
@@ -335,13 +330,12 @@ def _core_slices(n: int) -> list[dict[str, str]]:
     when there are fewer cores than servers) and sleeping when idle: unbound, every engine's
     threads spin on every core and the four agents' servers of a 2-core machine generated ~9
     tokens/s each. Empty on a GPU machine (vLLM places those itself)."""
-    import os
 
     from collabui.serving.setup import default_flavor
 
     if default_flavor() == "gpu":
         return []
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    cores = usable_cores()
     if len(cores) >= n:
         per = len(cores) // n
         parts = [cores[k * per:(k + 1) * per] for k in range(n)]
