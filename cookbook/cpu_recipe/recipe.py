@@ -36,7 +36,7 @@ from typing import Any
 from collabui.cli.flags import add_config_flags, config_from_args, flag_of
 from collabui.config import TeamConfig
 from collabui.devices.simplify import ELEMENT_FORMATS
-from collabui.errors import ConfigError
+from collabui.errors import ConfigError, ModelLoadError
 from collabui.evaluation.miniwob import MiniWoBEvalConfig
 from collabui.training.demonstrate import DemoConfig
 from collabui.training.sft import AgentSFTConfig
@@ -136,6 +136,10 @@ class RecipeConfig:
     """
 
     out_dir: str = field(default="runs/recipe", metadata={"help": "run folder (resumable)"})
+    from_bundle: str | None = field(default=None, metadata={
+        "metavar": "SPEC", "help": "skip stages 1-2: start from this trained bundle (smollm2-trained, the shipped "
+        "model, or trained:FOLDER), copied to OUT/bundle; with --marl-iterations MARL (and --ablations) "
+        "trains on it, so a fresh machine measures the MARL rows without retraining the SFT model"})
     demo: DemoConfig = field(default_factory=_demo_template, metadata={
         "help": "stage 1", "skip_flags": _skip_all_but(DemoConfig, _DEMO_FLAGS)})
     synthetic_pages: bool = field(default=False, metadata={
@@ -231,6 +235,9 @@ class RecipeConfig:
         if self.sft.full_finetune and not self.extract_rank and (self.publish or self.marl_iterations):
             raise ConfigError("--extract-rank 0 bundles the whole model (~540 MB): it is not shipped (--publish) "
                               "and takes no MARL (--marl-iterations); give a rank or drop those")
+        if self.from_bundle is not None and (self.onpolicy_episodes or self.sft_draws > 1):
+            raise ConfigError("--from-bundle starts from a trained model and skips stages 1-2; the on-policy round "
+                              "(--onpolicy-episodes) and --sft-draws belong to them: drop one or the other")
         if self.ablations and not (self.marl_iterations and self.teams):
             raise ConfigError("--ablations compares MARL teams: give --marl-iterations N and --team with it")
 
@@ -285,7 +292,11 @@ def made_by_command(config: RecipeConfig, *, marl: bool = False) -> str:
     it is on by default, else left out: the parser has no ``--no-x`` then)."""
     values, defaults = flag_values(config), flag_values(_args([]))
     words = ["cookbook/cpu_recipe/recipe.py"]
-    for name in sorted(_TAUGHT + (_TAUGHT_MARL if marl else ())):
+    names = _TAUGHT + (_TAUGHT_MARL if marl else ())
+    if config.from_bundle is not None:  # the start's own made_by says how it was trained
+        words += ["--from-bundle", config.from_bundle]
+        names = ("dpo_lr", *_TAUGHT_MARL) if marl else ()
+    for name in sorted(names):
         flag, value = "--" + name.replace("_", "-"), values[name]
         if isinstance(value, bool):
             if value or defaults[name]:
@@ -582,6 +593,32 @@ def _stamp(bundle_dir: Path, made_by: str) -> None:
     path.write_text(json.dumps(manifest, indent=1) + "\n")
 
 
+def start_bundle(config: RecipeConfig, out: Path) -> Path:
+    """``--from-bundle``: the bundle copied to ``out`` (a folder of the run, so ``--publish``
+    never copies the shipped bundle onto itself); the copy is refreshed on every run.
+
+    Raises:
+        ModelLoadError: the spec names no bundle.
+        ConfigError: the bundle has per-agent adapters already (MARL starts from one shared model).
+    """
+    from collabui.models.bundle import SHIPPED_BUNDLES, read_bundle
+    from collabui.training.marl_bundle import bundle_folder, check_bundle_start
+
+    spec = str(config.from_bundle)
+    if spec not in SHIPPED_BUNDLES and not spec.startswith("trained:"):
+        spec = f"trained:{spec}"
+    source = bundle_folder(spec)
+    read_bundle(source)  # a folder without a bundle fails here, before any work
+    if config.marl_iterations:
+        check_bundle_start(spec)
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(source, tmp, ignore=shutil.ignore_patterns("__pycache__", ".*"))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
+
+
 def critic_check(config: RecipeConfig, out: Path) -> dict[str, Any]:
     """The verified critic's coverage and its agreement with the rule oracle, on random-policy
     rollouts (2 agents: right and wrong entries) of the oracle's tasks, all training tasks."""
@@ -767,6 +804,8 @@ def checks(config: RecipeConfig, trained: Path, out: Path, clock: _Clock,
 
 def run_facts(config: RecipeConfig, out: Path, clock: _Clock) -> dict[str, Any]:
     """What results.json says about the run beside its rows: tasks, format, data, minutes."""
+    if config.from_bundle is not None:
+        return _bundle_facts(config, out, clock)
     demo = {k: v for k, v in json.loads((out / "demo" / "demo_stats.json").read_text()).items() if k != "per_task"}
     facts = {"train_tasks": list(TRAIN_TASKS), "heldout_tasks": list(HELDOUT_TASKS), "shuffled": True,
              "element_format": config.element_format, "max_steps": config.evaluation.team.max_steps, "demo": demo,
@@ -777,6 +816,22 @@ def run_facts(config: RecipeConfig, out: Path, clock: _Clock) -> dict[str, Any]:
                          ("trained_team", *(ABLATIONS if config.ablations else ()))}
     if config.onpolicy_episodes:
         facts["onpolicy_round"] = json.loads((out / "onpolicy" / "round.json").read_text())
+    return facts
+
+
+def _bundle_facts(config: RecipeConfig, out: Path, clock: _Clock) -> dict[str, Any]:
+    """run_facts of a run from a trained bundle: the start and its ``made_by``, MARL's minutes."""
+    from collabui.models.bundle import read_bundle
+
+    manifest = read_bundle(out / "bundle")
+    facts = {"train_tasks": list(TRAIN_TASKS), "heldout_tasks": list(HELDOUT_TASKS), "shuffled": True,
+             "element_format": manifest.get("team", {}).get("element_format", config.element_format),
+             "max_steps": config.evaluation.team.max_steps,
+             "start": {"bundle": config.from_bundle, "made_by": manifest.get("made_by")},
+             "minutes": clock.minutes("6 marl trained_team")}
+    if config.marl_iterations:
+        facts["marl"] = {row: _marl_facts(out / "marl" / row) for row in
+                         ("trained_team", *(ABLATIONS if config.ablations else ()))}
     return facts
 
 
@@ -829,7 +884,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     clock = _Clock(out / "recipe.json", config)
-    trained = train(config, out, clock)
+    try:
+        trained = start_bundle(config, out / "bundle") if config.from_bundle is not None else train(config, out, clock)
+    except (ConfigError, ModelLoadError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     teams = marl(config, trained, out / "marl", clock) if config.marl_iterations else {}
     rows = systems(config, trained, out / "marl")
     found = checks(config, trained, out, clock, teams)

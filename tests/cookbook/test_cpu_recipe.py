@@ -569,3 +569,68 @@ def test_sft_draws_average_each_seeds_model_once_and_need_full_finetuning(tmp_pa
         with pytest.raises(SystemExit):
             recipe._args(bad)
         assert message in capsys.readouterr().err
+
+
+def _team_bundle(folder, base, *, agents=None, made_by="recipe.py --sft-seed 3"):
+    from collabui.models.bundle import write_bundle
+
+    return write_bundle(folder, base=f"hf:{base}", merge={}, agents=agents or {}, made_by=made_by,
+                        team={"prompt_style": "terse", "max_new_tokens": 8, "element_format": "text-first"})
+
+
+def test_from_bundle_trains_marl_on_a_copy_of_the_bundle_and_no_sft(tmp_path, monkeypatch, tiny_model_dir, capsys):
+    """--from-bundle: stages 1-2 never run; MARL starts from OUT/bundle, a copy of the given
+    bundle (the source is never the run's folder), and results.json names the start and its
+    made_by; the MARL team's made_by is a command the recipe accepts."""
+    from collabui.models.bundle import read_bundle
+
+    recipe = _recipe()
+    source = _team_bundle(tmp_path / "shipped", tiny_model_dir)
+    out = tmp_path / "run"
+    started = []
+
+    def fake_marl(config, start, where, clock):
+        started.append(start)
+        team = _team_bundle(where / "trained_team" / "bundle", tiny_model_dir, made_by="x")
+        (where / "trained_team" / "marl_report.json").write_text(json.dumps({"seconds": {"total": 90.0},
+                                                                             "iterations": []}))
+        recipe._stamp(team, recipe.made_by_command(config, marl=True))
+        return {"trained_team": team}
+
+    monkeypatch.setattr(recipe, "train", lambda *a: pytest.fail("--from-bundle trained an SFT model"))
+    monkeypatch.setattr(recipe, "marl", fake_marl)
+    monkeypatch.setattr(recipe, "checks", lambda *a: {})
+    evaluated = []
+    monkeypatch.setattr(recipe, "evaluate", lambda config, name, fields, where: (
+        evaluated.append(fields["model"]) or _fake_results(4)))
+    monkeypatch.setattr(recipe, "team_figures", lambda folder: {})
+    argv = ["--out", str(out), "--from-bundle", str(source), "--team", "--marl-iterations", "1",
+            "--systems", "trained_team"]
+    assert recipe.main(argv) == 0
+    assert started == [out / "bundle"] and read_bundle(out / "bundle")["made_by"] == "recipe.py --sft-seed 3"
+    assert (out / "bundle" / "team.json").read_text() == (source / "team.json").read_text()
+    assert evaluated == [f"trained:{out / 'marl' / 'trained_team' / 'bundle'}"]
+    results = json.loads((out / "results.json").read_text())
+    assert results["start"] == {"bundle": str(source), "made_by": "recipe.py --sft-seed 3"}
+    assert results["element_format"] == "text-first" and results["systems"]["trained_team"]["successes"] == 4
+    assert "demo" not in results and results["marl"]["trained_team"]["minutes"] == 1.5
+    made_by = read_bundle(out / "marl" / "trained_team" / "bundle")["made_by"].split()
+    assert made_by[1:3] == ["--from-bundle", str(source)] and "--marl-iterations" in made_by
+    assert "--sft-examples" not in made_by  # the SFT settings were the start's, not this run's
+    assert recipe._args(made_by[1:]).from_bundle == str(source)
+
+
+def test_from_bundle_refuses_what_it_cannot_start_from(tmp_path, tiny_model_dir, adapter_dirs, capsys):
+    """A folder without a bundle, MARL from a bundle whose agents have adapters already, and
+    stage-2 settings beside --from-bundle: refused with the problem named, nothing trained."""
+    recipe = _recipe()
+    assert recipe.main(["--out", str(tmp_path / "a"), "--from-bundle", str(tmp_path), "--systems", "none"]) == 2
+    assert "error:" in capsys.readouterr().err and not (tmp_path / "a" / "bundle").exists()
+    team = _team_bundle(tmp_path / "agents", tiny_model_dir, agents={"agent0": adapter_dirs["a1"]})
+    argv = ["--out", str(tmp_path / "b"), "--from-bundle", f"trained:{team}", "--marl-iterations", "1",
+            "--systems", "none"]
+    assert recipe.main(argv) == 2
+    assert "per-agent adapters" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        recipe._args(["--from-bundle", "smollm2-trained", "--onpolicy-episodes", "2"])
+    assert "--from-bundle starts from a trained model" in capsys.readouterr().err
