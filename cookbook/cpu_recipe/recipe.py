@@ -206,7 +206,7 @@ class RecipeConfig:
     ablations: bool = field(default=False, metadata={
         "help": "with --marl-iterations and --team: also train the paper's ablations from the same SFT model at "
         "the same compute (ablation_no_cr: outcome critic; ablation_no_edge_update; ablation_rft: SFT on "
-        "chosen) and evaluate them as rows"})
+        "chosen) and evaluate them as rows (only those --systems names, when it names any)"})
     validate: int = field(default=0, metadata={
         "metavar": "N", "help": "also evaluate the trained model on N new seeds per training task (the set to "
         "tune on; held-out tasks never are)"})
@@ -546,7 +546,7 @@ def marl(config: RecipeConfig, start: Path, out: Path, clock: "_Clock") -> dict[
     """Stage 6: MARL from the SFT bundle ``start`` (and the ablations): ``{row: team bundle}``."""
     from collabui.training.marl import run_marl
 
-    runs = {"trained_team": {}, **(ABLATIONS if config.ablations else {})}
+    runs = {"trained_team": {}, **trained_ablations(config)}
     found = {}
     for row, change in runs.items():
         if row != "trained_team":
@@ -557,6 +557,15 @@ def marl(config: RecipeConfig, start: Path, out: Path, clock: "_Clock") -> dict[
         found[row] = out / row / "bundle"
     _stamp(found["trained_team"], made_by_command(config, marl=True))
     return found
+
+
+def trained_ablations(config: RecipeConfig) -> dict[str, dict[str, Any]]:
+    """The ablations ``--ablations`` trains: those ``--systems`` names, or all when it names none
+    (an ablation row costs ~25 min of MARL here, so a session can add one row at a time)."""
+    if not config.ablations:
+        return {}
+    asked = {w.strip() for w in (config.systems or "").split(",")} & set(ABLATIONS)
+    return {name: change for name, change in ABLATIONS.items() if not asked or name in asked}
 
 
 def same_pairs_as(full: Path, change: dict[str, Any], config: RecipeConfig) -> dict[str, Any]:
@@ -812,8 +821,7 @@ def run_facts(config: RecipeConfig, out: Path, clock: _Clock) -> dict[str, Any]:
              # Training time: the search's own clock (kept across resumes) plus SFT.
              "minutes": round(demo["seconds"] / 60 + clock.minutes("2 ", "2b ", "2c ", "6 marl trained_team"), 1)}
     if config.marl_iterations:
-        facts["marl"] = {row: _marl_facts(out / "marl" / row) for row in
-                         ("trained_team", *(ABLATIONS if config.ablations else ()))}
+        facts["marl"] = _marl_runs(out / "marl")
     if config.onpolicy_episodes:
         facts["onpolicy_round"] = json.loads((out / "onpolicy" / "round.json").read_text())
     return facts
@@ -830,9 +838,14 @@ def _bundle_facts(config: RecipeConfig, out: Path, clock: _Clock) -> dict[str, A
              "start": {"bundle": config.from_bundle, "made_by": manifest.get("made_by")},
              "minutes": clock.minutes("6 marl trained_team")}
     if config.marl_iterations:
-        facts["marl"] = {row: _marl_facts(out / "marl" / row) for row in
-                         ("trained_team", *(ABLATIONS if config.ablations else ()))}
+        facts["marl"] = _marl_runs(out / "marl")
     return facts
+
+
+def _marl_runs(folder: Path) -> dict[str, Any]:
+    """``_marl_facts`` of every MARL run in the folder (the team's and the ablations trained so far)."""
+    return {row: _marl_facts(folder / row) for row in ("trained_team", *ABLATIONS)
+            if (folder / row / "marl_report.json").is_file()}
 
 
 def _marl_facts(folder: Path) -> dict[str, Any]:

@@ -157,7 +157,7 @@ def test_negative_counts_are_refused_with_the_flag_named(capsys):
 #: recipe.json's "args" at the defaults, as the recipe wrote them before RecipeConfig existed
 #: (its --no-balance flag is now --balance/--no-balance, recorded as balance); since v35 full
 #: fine-tuning at lr 1e-4, shipped as a rank-48 extract.
-DEFAULT_ARGS = {"out": "runs/recipe", "demo_minutes": 10.0, "demo_workers": 4, "demo_seeds": 400, "sft_examples": 1600,
+DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0, "demo_workers": 4, "demo_seeds": 400, "sft_examples": 1600,
                 "synthetic_pages": False, "team_share": 0.5, "sft_epochs": 1.0, "balance": True, "balance_steps": True, "hindsight": 0, "lr": 1e-4, "lora_r": 32,
                 "batch": 8, "lora_dropout": 0.0, "lora_from_layer": 0, "length_window": 32, "full_finetune": True, "sft_seed": 0, "sft_draws": 1,
                 "extract_rank": 48, "extract_embedding_rank": 32, "element_format": "text-first", "style": "terse", "episodes": 13,
@@ -634,3 +634,18 @@ def test_from_bundle_refuses_what_it_cannot_start_from(tmp_path, tiny_model_dir,
     with pytest.raises(SystemExit):
         recipe._args(["--from-bundle", "smollm2-trained", "--onpolicy-episodes", "2"])
     assert "--from-bundle starts from a trained model" in capsys.readouterr().err
+
+
+def test_ablations_train_the_rows_systems_asks_for(tmp_path):
+    """--ablations with --systems naming ablation rows trains those alone (a session can add one
+    row at a time); naming none trains every ablation; the facts list the runs made so far."""
+    recipe = _recipe()
+    picked = recipe._args(["--team", "--marl-iterations", "1", "--ablations", "--systems", "trained_team,ablation_rft"])
+    assert list(recipe.trained_ablations(picked)) == ["ablation_rft"]
+    every = recipe._args(["--team", "--marl-iterations", "1", "--ablations", "--systems", "trained_team"])
+    assert list(recipe.trained_ablations(every)) == list(recipe.ABLATIONS)
+    assert recipe.trained_ablations(recipe._args(["--team", "--marl-iterations", "1"])) == {}
+    for row in ("trained_team", "ablation_no_cr"):
+        (tmp_path / row).mkdir()
+        (tmp_path / row / "marl_report.json").write_text(json.dumps({"seconds": {"total": 60.0}, "iterations": []}))
+    assert list(recipe._marl_runs(tmp_path)) == ["trained_team", "ablation_no_cr"]

@@ -97,6 +97,11 @@ def test_ignored_flags_in_eval_and_url_runs(tmp_path, capsys):
     (["serve", "--setup", "--model", "hf:x", "--enforce-eager", "--log-file", "l"],
      "--model and --log-file and --enforce-eager would be ignored with --setup"),
     (["serve", "--flavor", "cpu"], "--flavor would be ignored without --setup"),
+    (["serve", "--backend", "llamacpp", "--enforce-eager", "--venv", "v"],
+     "--venv and --enforce-eager would be ignored with --backend llamacpp (they are vLLM's)"),
+    (["serve", "--threads", "2"], "--threads would be ignored with vLLM (they are llama.cpp's)"),
+    (["serve", "--setup", "--backend", "llamacpp"], "--backend would be ignored with --setup"),
+    (["serve", "--backend", "llamacpp", "--adapters", "a0=x"], "--adapters are served by name on vLLM"),
     (["bench", "--backend", "local", "--episodes", "2", "--enforce-eager"],
      "--episodes and --enforce-eager would be ignored with --backend local"),
     (["bench", "--episodes", "0", "--browsers", "3"], "--browsers would be ignored with --episodes 0"),
@@ -114,6 +119,7 @@ def test_train_serve_bench_flags_that_would_be_ignored_are_errors(tmp_path, caps
 
 
 @pytest.mark.parametrize("argv", [["serve", "--setup", "--flavor", "cpu", "--venv", "v"], ["serve", "--port", "8001"],
+                                  ["serve", "--backend", "llamacpp", "--threads", "1", "--parallel", "2"],
                                   ["bench", "--backend", "vllm", "--episodes", "2", "--browsers", "3"],
                                   ["bench", "--backend", "local", "--agents", "2"]])
 def test_flags_that_are_used_pass_the_checks(argv):

@@ -5,6 +5,10 @@ llamacpp`` on a real MiniWoB++ page. Needs llama.cpp's server (the ``llamacpp`` 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -91,3 +95,36 @@ def test_eval_serve_llamacpp_runs_the_bundle_team(bundle: Path, tmp_path: Path, 
     assert [p.name.split("-")[0] for p in logs] == ["llamacpp", "llamacpp"]
     assert len(list((tmp_path / "cache" / "gguf").glob("*-f16.gguf"))) == 2
     assert json.loads((tmp_path / "run" / "results.json").read_text())["overall"]["success_rate"]["n"] == 1
+
+
+def test_collabui_serve_llamacpp_serves_a_bundle_until_ctrl_c(bundle: Path, tmp_path: Path) -> None:
+    """``collabui serve --backend llamacpp``: the bundle's shared model (merged, exported to
+    GGUF) answers at the printed spec; SIGINT stops it with exit 0. A bundle whose agents have
+    adapters is refused with one line (llama.cpp serves one whole model)."""
+    shared = write_bundle(tmp_path / "shared", base="smollm2", merge={"stage1": bundle / "stage1"}, agents={},
+                          dtype="float32", team={"prompt_style": "trained", "element_format": "text-first"})
+    env = {**os.environ, "COLLABUI_CACHE": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "collabui.cli", "serve", "--backend", "llamacpp", "--model", f"trained:{shared}",
+           "--dtype", "float32", "--parallel", "1", "--context", "1024", "--log-file", str(tmp_path / "log")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        lines = [proc.stdout.readline(), proc.stdout.readline()]
+        assert lines[0].startswith("serving trained-shared at http://127.0.0.1:"), (lines, proc.stderr)
+        spec = lines[1].split("--model ")[1].split()[0]
+        assert lines[1].strip().endswith("--prompt-style trained --element-format text-first")
+        served = load_model(spec)
+        local = load_model(f"trained:{shared}")
+        try:
+            request = [ChatRequest(_ASK, max_new_tokens=8)]
+            assert served.generate(request)[0].text == local.generate(request)[0].text
+        finally:
+            served.close()
+            local.close()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "stopping llama.cpp" in proc.stderr.read()
+    done = subprocess.run([*cmd[:6], f"trained:{bundle}"], capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 2 and "has per-agent adapters, and llama.cpp serves one whole model" in done.stderr
