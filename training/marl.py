@@ -488,7 +488,8 @@ def run_marl(config: MARLConfig, *, progress: bool = True, env_factory: EnvFacto
             default: one MiniWoB++ browser for every task.
         model_factory: builds the rollout chat model from ``(base_dir, {"agent{i}": folder})``;
             default: with ``config.serve`` a vLLM server per adapter set
-            (:func:`collabui.serving.managed.vllm_model_factory`), else a ``LocalModel`` loaded
+            (:func:`collabui.serving.managed.vllm_model_factory`; ``serve_backend="llamacpp"``:
+            llama.cpp servers of the agents' merged models, ``llamacpp_model_factory``), else a ``LocalModel`` loaded
             once and reloaded only to swap adapter sets.
         critic, adversary: objects replacing ``config.critic`` / ``config.adversary`` (tests);
             the config's specs are still what a rerun is compared against.
@@ -512,9 +513,10 @@ def run_marl(config: MARLConfig, *, progress: bool = True, env_factory: EnvFacto
         base_dir = merged_base(config.model, out)
     run_config = effective_config(config)
     if model_factory is None and config.serve:
-        from collabui.serving.managed import vllm_model_factory
+        from collabui.serving.managed import llamacpp_model_factory, vllm_model_factory
 
-        model_factory = vllm_model_factory(dtype=config.serve_dtype)
+        factory = llamacpp_model_factory if config.serve_backend == "llamacpp" else vllm_model_factory
+        model_factory = factory(dtype=config.serve_dtype)
     run = _Run(run_config, out, base_dir, state, EnvPool(config.env, env_factory, options=_env_options(run_config)),
                TeamModels(base_dir, model_factory), critic or _make_critic(config),
                adversary if adversary is not None else _make_adversary(config), progress, iteration_topologies(config))

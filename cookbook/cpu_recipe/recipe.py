@@ -538,6 +538,7 @@ def marl_config(config: RecipeConfig, start: Path, out: Path, **change: Any) -> 
                          "adversary": "own", "right_pairs": config.marl_right_pairs, "max_pairs": config.marl_pairs,
                          "shuffle_elements": True, "out_dir": str(out),
                          "serve": config.evaluation.serve, "serve_dtype": config.evaluation.serve_dtype,
+                         "serve_backend": config.evaluation.serve_backend,
                          "concurrency": 4 if config.evaluation.serve else 2,
                          "dpo": dpo, **change})
 

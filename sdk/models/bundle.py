@@ -21,12 +21,13 @@ no other flag. The shipped bundles live in the package (``collabui/trained/<name
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from collabui.errors import ConfigError, ModelLoadError
 
-__all__ = ["BUNDLE_FORMAT", "SHIPPED_BUNDLES", "bundle_dir", "bundle_fingerprint", "bundle_team", "read_bundle", "load_bundle", "write_bundle_manifest",
+__all__ = ["BUNDLE_FORMAT", "SHIPPED_BUNDLES", "bundle_dir", "merged_folder", "bundle_fingerprint", "bundle_team", "read_bundle", "load_bundle", "write_bundle_manifest",
            "write_bundle", "base_model_dir", "merged_model_dir", "write_merged_model"]
 
 BUNDLE_FORMAT = "collabui.team-bundle/1"
@@ -149,12 +150,17 @@ def write_merged_model(folder: str | Path, target: str | Path, *, agent: str | N
     folded in (float32 on a CPU, bfloat16 on CUDA, as LocalModel loads it): what a server, or
     training on top of it, loads as a plain model. ``agent``: also fold in that agent adapter
     (the agent's own whole model)."""
-    import shutil
-
     from collabui.models.local import LocalModel
 
-    root, out = Path(folder).expanduser(), Path(target)
-    model = LocalModel(base_model_dir(root), merge=_merged_folders(root, agent), prefix_cache=False)
+    root = Path(folder).expanduser()
+    return _save_whole(LocalModel(base_model_dir(root), merge=_merged_folders(root, agent), prefix_cache=False),
+                       Path(target))
+
+
+def _save_whole(model: Any, out: Path) -> Path:
+    """Save a loaded ``LocalModel``'s weights and tokenizer to ``out`` (whole or not at all) and close it."""
+    import shutil
+
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.model.save_pretrained(str(tmp))
@@ -177,20 +183,45 @@ def merged_model_dir(folder: str | Path, cache_dir: str | Path | None = None, *,
     merged = _merged_folders(root, agent)
     if not merged:
         return base
-    digest = weights_digest(base)  # a base inside the bundle may be retrained
-    for adapter in merged:
+    target = _merge_target(base, merged, cache_dir)
+    if (target / "config.json").is_file():
+        return target
+    return write_merged_model(root, target, agent=agent)
+
+
+def merged_folder(base: str | Path, adapters: Sequence[str | Path], cache_dir: str | Path | None = None) -> Path:
+    """A plain transformers folder of the model folder ``base`` with ``adapters`` folded in, in
+    order (e.g. a MARL agent's model: the run's shared model plus that agent's adapter), made
+    once under the collabui cache as :func:`merged_model_dir` makes a bundle's; ``base`` itself
+    when there is nothing to fold in."""
+    from collabui.models.local import LocalModel
+
+    base = Path(base).expanduser()
+    folders = [Path(a).expanduser() for a in adapters]
+    if not folders:
+        return base
+    target = _merge_target(base, folders, cache_dir)
+    if not (target / "config.json").is_file():
+        _save_whole(LocalModel(str(base), merge=folders, prefix_cache=False), target)
+    return target
+
+
+def _merge_target(base: Path, adapters: Sequence[Path], cache_dir: str | Path | None) -> Path:
+    """Where the merge of ``adapters`` into ``base`` is cached: a hash of the base's weights and
+    the adapters' files (a retrained base or adapter is merged again)."""
+    digest = weights_digest(base)
+    for adapter in adapters:
         for path in sorted(adapter.glob("*")):
-            digest.update(path.name.encode())
-            digest.update(path.read_bytes())
+            if path.is_file():
+                digest.update(path.name.encode())
+                digest.update(path.read_bytes())
     if cache_dir is None:
         from collabui.models.embedded import cache_root
 
         cache_dir = cache_root() / "merged-models"
     target = Path(cache_dir) / digest.hexdigest()[:16]
-    if (target / "config.json").is_file():
-        return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    return write_merged_model(root, target, agent=agent)
+    return target
 
 
 def weights_digest(folder: Path) -> Any:

@@ -44,7 +44,7 @@ from collabui.errors import ConfigError
 from collabui.models.base import ChatModel, ChatRequest, ChatResult
 
 __all__ = ["ServedSpec", "ServedModel", "AgentRouter", "AGENT_SERVING", "SERVE_BACKENDS", "check_backend",
-           "served_spec", "serve_model", "vllm_model_factory"]
+           "served_spec", "serve_model", "vllm_model_factory", "llamacpp_model_factory"]
 
 log = logging.getLogger(__name__)
 
@@ -315,14 +315,21 @@ def _llamacpp_agents(served: ServedSpec, client: Mapping[str, Any] | None,
     if served.bundle is None:
         raise ConfigError("llama.cpp serves a team's agents as whole models, which needs a trained bundle "
                           "(trained:FOLDER or smollm2-trained), not an --adapters folder: use --serve-backend vllm")
-    folders = _agent_folders(served)
+    return _router(_llamacpp_servers(_agent_folders(served), base_name, fields), client, served)
+
+
+def _llamacpp_servers(folders: Mapping[str | None, str], base_name: str,
+                      fields: Mapping[str, Any]) -> dict[str | None, Any]:
+    """One llama.cpp server per agent model folder (``None``: the shared model). The servers
+    share the cores: each its share of them, and no thread spinning while idle."""
+    from collabui.serving.llamacpp_server import LlamaCppServer
+
     log.info("serving %d agent models on llama.cpp, one server each ...", len(folders))
-    # The servers share the cores: each its share of them, and no thread spinning while idle.
+    fields = dict(fields)
     fields.setdefault("threads", max(1, len(usable_cores()) // len(folders)))
     fields.setdefault("poll", 0)
-    servers = {key: LlamaCppServer(model=folder, served_name=f"{base_name}-{key or 'shared'}", **fields)
-               for key, folder in folders.items()}
-    return _router(servers, client, served)
+    return {key: LlamaCppServer(model=folder, served_name=f"{base_name}-{key or 'shared'}", **fields)
+            for key, folder in folders.items()}
 
 
 def _core_slices(n: int) -> list[dict[str, str]]:
@@ -376,3 +383,28 @@ def vllm_model_factory(**server_fields: Any) -> Callable[[Path, Mapping[str, Pat
     ``model_factory``) that serves each set of adapters on a vLLM server of its own; closing the
     model stops it. It pickles (rollout workers build their own)."""
     return functools.partial(_served_folder, dict(server_fields))
+
+
+def _llamacpp_folder(server_fields: Mapping[str, Any], base_dir: Path, adapters: Mapping[str, Path]) -> ChatModel:
+    from collabui.models.bundle import merged_folder
+    from collabui.serving.llamacpp_server import LlamaCppServer
+
+    fields = dict(server_fields)
+    fields["dtype"] = gguf_dtype(fields.pop("dtype", "auto"))
+    name = "".join(c if c.isalnum() or c in "-_." else "-" for c in Path(base_dir).resolve().name)
+    if not adapters:
+        return ServedModel(LlamaCppServer(model=str(base_dir), served_name=name, **fields))
+    # Each agent's adapter folded into its own copy of the model (made once, cached by weights);
+    # the shared model serves the agents without an adapter (a MARL agent that had no pair).
+    folders: dict[str | None, str] = {key: str(merged_folder(base_dir, [folder])) for key, folder in adapters.items()}
+    folders[None] = str(base_dir)
+    return _router(_llamacpp_servers(folders, name, fields), None, ServedSpec(str(base_dir), served_name=name))
+
+
+def llamacpp_model_factory(**server_fields: Any) -> Callable[[Path, Mapping[str, Path]], ChatModel]:
+    """:func:`vllm_model_factory` on llama.cpp: each set of adapters served as whole models,
+    every agent's adapter merged into its own (one :class:`LlamaCppServer` each, plus one of the
+    shared model) behind an :class:`AgentRouter`; without adapters one server of the shared
+    model. ``server_fields`` are :class:`LlamaCppServer`'s (``dtype`` a ``--serve-dtype``
+    value). Closing the model stops its servers. It pickles."""
+    return functools.partial(_llamacpp_folder, dict(server_fields))

@@ -126,5 +126,43 @@ def test_collabui_serve_llamacpp_serves_a_bundle_until_ctrl_c(bundle: Path, tmp_
         proc.kill()
         proc.wait()
     assert "stopping llama.cpp" in proc.stderr.read()
-    done = subprocess.run([*cmd[:6], f"trained:{bundle}"], capture_output=True, text=True, env=env, check=False)
+    done = subprocess.run([*cmd[:7], f"trained:{bundle}"], capture_output=True, text=True, env=env, check=False)
     assert done.returncode == 2 and "has per-agent adapters, and llama.cpp serves one whole model" in done.stderr
+
+
+def test_llamacpp_model_factory_serves_each_agents_merged_model(bundle: Path, smollm2_dir: Path,
+                                                                tmp_path: Path, monkeypatch) -> None:
+    """MARL's rollout factory on llama.cpp: an agent's adapter merged into a model of its own
+    (cached: made once) answers as LocalModel with that adapter does; an agent without one gets
+    the shared model; without adapters one server; closing stops every server."""
+    from collabui.models.bundle import merged_folder
+    from collabui.models.local import LocalModel
+    from collabui.serving.managed import llamacpp_model_factory
+
+    monkeypatch.setenv("COLLABUI_CACHE", str(tmp_path / "cache"))
+    adapter = bundle / "agent0"
+    requests = [ChatRequest(_ASK, max_new_tokens=10, adapter=a) for a in ("agent0", None)]
+    local = LocalModel(str(smollm2_dir), adapters={"agent0": str(adapter)})
+    try:
+        want = [r.text for r in local.generate(requests)]
+    finally:
+        local.close()
+    assert want[0] != want[1]
+    factory = llamacpp_model_factory(dtype="float32", parallel=2, context=1024)
+    served = factory(smollm2_dir, {"agent0": adapter})
+    try:
+        assert isinstance(served, AgentRouter) and set(served.routes) == {"agent0", None}
+        assert [r.text for r in served.generate(requests)] == want
+        servers = [route.server for route in served.routes.values()]
+    finally:
+        served.close()
+    assert not any(s.running for s in servers)
+    merged = merged_folder(smollm2_dir, [adapter])
+    assert merged.parent == tmp_path / "cache" / "merged-models" and merged_folder(smollm2_dir, []) == smollm2_dir
+    made = merged.stat().st_mtime_ns
+    assert merged_folder(smollm2_dir, [adapter]).stat().st_mtime_ns == made  # reused, not merged again
+    plain = factory(smollm2_dir, {})
+    try:
+        assert isinstance(plain, ServedModel) and plain.generate(requests[1:])[0].text == want[1]
+    finally:
+        plain.close()

@@ -99,3 +99,29 @@ def test_serve_rolls_out_on_a_vllm_server_of_the_base_model(base_dir, tmp_path, 
     assert logs and all("dtype=float32" in log.read_text() for log in logs)  # serve_dtype reaches each server
     with pytest.raises(ConfigError, match="serve_dtype would be ignored without serve"):
         _config(base_dir, tmp_path / "x", serve_dtype="float32")
+
+
+def test_serve_backend_llamacpp_rolls_out_on_its_factory(base_dir, tmp_path, stop_after_rollouts, monkeypatch):
+    """``serve_backend="llamacpp"`` takes llama.cpp's rollout factory with the run's dtype (the
+    factory itself is tested on real servers in tests/serving/test_real_llamacpp.py; the tiny
+    random Llama here has no GGUF form); without serve it is refused."""
+    from collabui.models.local import LocalModel
+    from collabui.serving import managed
+
+    built = []
+
+    def factory(**fields):
+        def build(base, adapters):
+            built.append((fields, dict(adapters)))
+            return LocalModel(str(base), adapters=dict(adapters))
+        return build
+
+    monkeypatch.setattr(managed, "llamacpp_model_factory", factory)
+    monkeypatch.setattr(managed, "vllm_model_factory", lambda **f: pytest.fail("vLLM was started"))
+    with pytest.raises(StopAfterRollouts):
+        run_marl(_config(base_dir, tmp_path / "run", serve=True, serve_backend="llamacpp", serve_dtype="float32"),
+                 progress=False, env_factory=fake_env)
+    assert built and all(fields == {"dtype": "float32"} for fields, _ in built)
+    assert len(_episodes(tmp_path / "run")) == 3
+    with pytest.raises(ConfigError, match="serve_backend would be ignored without serve"):
+        _config(base_dir, tmp_path / "x", serve_backend="llamacpp")
