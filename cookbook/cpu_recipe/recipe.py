@@ -617,10 +617,12 @@ def start_bundle(config: RecipeConfig, out: Path) -> Path:
     spec = str(config.from_bundle)
     if spec not in SHIPPED_BUNDLES and not spec.startswith("trained:"):
         spec = f"trained:{spec}"
-    source = bundle_folder(spec)
-    read_bundle(source)  # a folder without a bundle fails here, before any work
+    # A folder without a bundle (or, for MARL, one with agent adapters) fails here, before any work.
     if config.marl_iterations:
         check_bundle_start(spec)
+    else:
+        read_bundle(bundle_folder(spec))
+    source = bundle_folder(spec)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(source, tmp, ignore=shutil.ignore_patterns("__pycache__", ".*"))
@@ -817,8 +819,7 @@ def run_facts(config: RecipeConfig, out: Path, clock: _Clock) -> dict[str, Any]:
     if config.from_bundle is not None:
         return _bundle_facts(config, out, clock)
     demo = {k: v for k, v in json.loads((out / "demo" / "demo_stats.json").read_text()).items() if k != "per_task"}
-    facts = {"train_tasks": list(TRAIN_TASKS), "heldout_tasks": list(HELDOUT_TASKS), "shuffled": True,
-             "element_format": config.element_format, "max_steps": config.evaluation.team.max_steps, "demo": demo,
+    facts = {**_task_facts(config, config.element_format), "demo": demo,
              # Training time: the search's own clock (kept across resumes) plus SFT.
              "minutes": round(demo["seconds"] / 60 + clock.minutes("2 ", "2b ", "2c ", "6 marl trained_team"), 1)}
     if config.marl_iterations:
@@ -828,14 +829,18 @@ def run_facts(config: RecipeConfig, out: Path, clock: _Clock) -> dict[str, Any]:
     return facts
 
 
+def _task_facts(config: RecipeConfig, element_format: str) -> dict[str, Any]:
+    """The facts every results.json states: the task lists, shuffled pages, page format, step cap."""
+    return {"train_tasks": list(TRAIN_TASKS), "heldout_tasks": list(HELDOUT_TASKS), "shuffled": True,
+            "element_format": element_format, "max_steps": config.evaluation.team.max_steps}
+
+
 def _bundle_facts(config: RecipeConfig, out: Path, clock: _Clock) -> dict[str, Any]:
     """run_facts of a run from a trained bundle: the start and its ``made_by``, MARL's minutes."""
     from collabui.models.bundle import read_bundle
 
     manifest = read_bundle(out / "bundle")
-    facts = {"train_tasks": list(TRAIN_TASKS), "heldout_tasks": list(HELDOUT_TASKS), "shuffled": True,
-             "element_format": manifest.get("team", {}).get("element_format", config.element_format),
-             "max_steps": config.evaluation.team.max_steps,
+    facts = {**_task_facts(config, manifest.get("team", {}).get("element_format", config.element_format)),
              "start": {"bundle": config.from_bundle, "made_by": manifest.get("made_by")},
              "minutes": clock.minutes("6 marl trained_team")}
     if config.marl_iterations:

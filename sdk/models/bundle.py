@@ -179,21 +179,14 @@ def merged_model_dir(folder: str | Path, cache_dir: str | Path | None = None, *,
     agent adapter of that name merged on top too (a server of that agent alone)."""
 
     root = Path(folder).expanduser()
-    base = base_model_dir(root)
-    merged = _merged_folders(root, agent)
-    if not merged:
-        return base
-    target = _merge_target(base, merged, cache_dir)
-    if (target / "config.json").is_file():
-        return target
-    return write_merged_model(root, target, agent=agent)
+    return merged_folder(base_model_dir(root), _merged_folders(root, agent), cache_dir)
 
 
 def merged_folder(base: str | Path, adapters: Sequence[str | Path], cache_dir: str | Path | None = None) -> Path:
     """A plain transformers folder of the model folder ``base`` with ``adapters`` folded in, in
-    order (e.g. a MARL agent's model: the run's shared model plus that agent's adapter), made
-    once under the collabui cache as :func:`merged_model_dir` makes a bundle's; ``base`` itself
-    when there is nothing to fold in."""
+    order (a bundle's shared model, or a MARL agent's: the run's shared model plus that agent's
+    adapter), made once under the collabui cache (``merged-models/<hash of the base's and the
+    adapters' weights>``) and reused; ``base`` itself when there is nothing to fold in."""
     from collabui.models.local import LocalModel
 
     base = Path(base).expanduser()

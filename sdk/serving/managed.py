@@ -109,7 +109,11 @@ def served_spec(spec: str, adapters: str | Path | None = None) -> ServedSpec:
 
 def _served_name(spec: str, folder: Path) -> str:
     """A request-safe name for a bundle's shared model (its spec name or folder name)."""
-    raw = spec if not spec.startswith("trained:") else f"trained-{folder.resolve().name}"
+    return _request_safe(spec if not spec.startswith("trained:") else f"trained-{folder.resolve().name}")
+
+
+def _request_safe(raw: str) -> str:
+    """``raw`` with every character a model name in a request cannot hold replaced by ``-``."""
     return "".join(c if c.isalnum() or c in "-_." else "-" for c in raw)
 
 
@@ -391,7 +395,7 @@ def _llamacpp_folder(server_fields: Mapping[str, Any], base_dir: Path, adapters:
 
     fields = dict(server_fields)
     fields["dtype"] = gguf_dtype(fields.pop("dtype", "auto"))
-    name = "".join(c if c.isalnum() or c in "-_." else "-" for c in Path(base_dir).resolve().name)
+    name = _request_safe(Path(base_dir).resolve().name)
     if not adapters:
         return ServedModel(LlamaCppServer(model=str(base_dir), served_name=name, **fields))
     # Each agent's adapter folded into its own copy of the model (made once, cached by weights);
