@@ -203,6 +203,12 @@ class RecipeConfig:
     marl_right_pairs: bool = field(default=False, metadata={
         "help": "MARL: also pair each verified-right proposal with the team's wrong one at that step and with "
         "typing the previous step's text again (the pairs that say when to stop typing)"})
+    marl_epochs: float = field(default=1.0, metadata={
+        "metavar": "E", "help": "MARL: DPO epochs over each agent's pairs per iteration"})
+    marl_rollouts_from: str | None = field(default=None, metadata={
+        "metavar": "RUN", "help": "MARL: take iteration 0's rollouts (and labels) from the recipe run folder RUN, "
+        "which trained MARL from the same bundle with the same team, tasks and episodes: a sweep of the update "
+        "(--dpo-lr, --marl-epochs, ...) on the same episodes, without rolling them out again"})
     ablations: bool = field(default=False, metadata={
         "help": "with --marl-iterations and --team: also train the paper's ablations from the same SFT model at "
         "the same compute (ablation_no_cr: outcome critic; ablation_no_edge_update; ablation_rft: SFT on "
@@ -238,6 +244,10 @@ class RecipeConfig:
         if self.from_bundle is not None and (self.onpolicy_episodes or self.sft_draws > 1):
             raise ConfigError("--from-bundle starts from a trained model and skips stages 1-2; the on-policy round "
                               "(--onpolicy-episodes) and --sft-draws belong to them: drop one or the other")
+        if self.marl_epochs <= 0:
+            raise ConfigError(f"--marl-epochs must be > 0, got {self.marl_epochs}")
+        if self.marl_rollouts_from is not None and not self.marl_iterations:
+            raise ConfigError("--marl-rollouts-from reuses MARL rollouts: give --marl-iterations N with it")
         if self.ablations and not (self.marl_iterations and self.teams):
             raise ConfigError("--ablations compares MARL teams: give --marl-iterations N and --team with it")
 
@@ -283,7 +293,7 @@ _TAUGHT = ("balance_steps", "batch", "bf16", "demo_minutes", "demo_seeds", "dpo_
            "length_window", "lora_dropout", "lora_from_layer", "lora_r", "lr", "onpolicy_dpo", "onpolicy_episodes", "round2_demo_rows",
            "sft_draws", "sft_epochs", "sft_examples", "sft_seed", "style", "synthetic_pages", "team_share")
 #: MARL's settings, in the MARL team's ``made_by`` (they shape the team, not the SFT model).
-_TAUGHT_MARL = ("marl_episodes", "marl_iterations", "marl_pairs", "marl_right_pairs")
+_TAUGHT_MARL = ("marl_episodes", "marl_epochs", "marl_iterations", "marl_pairs", "marl_right_pairs")
 
 
 def made_by_command(config: RecipeConfig, *, marl: bool = False) -> str:
@@ -529,8 +539,8 @@ def marl_config(config: RecipeConfig, start: Path, out: Path, **change: Any) -> 
 
     team = TeamConfig(n_agents=4, rounds=3, max_new_tokens=128, prompt_style="auto",
                       max_steps=config.evaluation.team.max_steps, seed=config.evaluation.team.seed)
-    dpo = {"loss_type": ["sigmoid", "sft"], "beta": 0.1, "learning_rate": config.dpo_lr, "num_train_epochs": 1,
-           "per_device_train_batch_size": 4, "lora_r": 8, "lora_alpha": 16, "lora_target_modules": list(ALL_LINEAR),
+    dpo = {"loss_type": ["sigmoid", "sft"], "beta": 0.1, "learning_rate": config.dpo_lr,
+           "num_train_epochs": config.marl_epochs, "per_device_train_batch_size": 4, "lora_r": 8, "lora_alpha": 16, "lora_target_modules": list(ALL_LINEAR),
            "max_length": 512}
     return MARLConfig(**{"model": f"trained:{start}", "train_tasks": TRAIN_TASKS, "eval_tasks": (),
                          "eval_episodes_per_task": 0, "episodes_per_task": config.marl_episodes,
@@ -549,6 +559,8 @@ def marl(config: RecipeConfig, start: Path, out: Path, clock: "_Clock") -> dict[
 
     runs = {"trained_team": {}, **trained_ablations(config)}
     found = {}
+    if config.marl_rollouts_from is not None:
+        reuse_rollouts(config, Path(config.marl_rollouts_from), start, out / "trained_team")
     for row, change in runs.items():
         if row != "trained_team":
             share_first_rollouts(out / "trained_team", out / row, change)
@@ -593,6 +605,60 @@ def share_first_rollouts(source: Path, target: Path, change: dict[str, Any]) -> 
     if "critic" not in change and (done / "labels.jsonl").is_file():
         shutil.copyfile(done / "labels.jsonl", target / "iter0" / "labels.jsonl")
     shutil.copyfile(done / "rollouts.jsonl", target / "iter0" / "rollouts.jsonl")  # last: it marks them done
+
+
+#: MARL settings that change no rollout of iteration 0: how it is labelled, paired and learnt
+#: from, how many iterations follow, and where the episodes run.
+_UPDATE_ONLY = ("dpo", "objective", "adversary", "right_pairs", "max_pairs", "critic", "iterations", "out_dir",
+                "model", "eval_tasks", "eval_episodes_per_task")
+
+
+def reuse_rollouts(config: RecipeConfig, run: Path, start: Path, target: Path) -> None:
+    """``--marl-rollouts-from RUN``: iteration 0's rollouts of RUN's MARL team copied into
+    ``target`` (labels too when the critic is the same), so a sweep of the update compares
+    updates on the same episodes.
+
+    Raises:
+        ConfigError: RUN has no finished rollouts of iteration 0, started from another bundle or
+            rolled out other episodes (another team, tasks, seeds, page format or DAG).
+    """
+    from collabui.training.marl import RESUMABLE_CHANGES, STATE_FILE
+    from collabui.training.marl_config import flat_fields
+
+    source = run / "marl" / "trained_team"
+    try:
+        theirs = json.loads((source / STATE_FILE).read_text())["config"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ConfigError(f"--marl-rollouts-from {run}: no MARL run in {source}; name a recipe run folder that "
+                          "trained MARL (--marl-iterations)") from None
+    if not (source / "iter0" / "rollouts.jsonl").is_file():
+        raise ConfigError(f"--marl-rollouts-from {run}: its MARL iteration 0 has not rolled out yet; finish that "
+                          "run first")
+    ours = json.loads(json.dumps(marl_config(config, start, target).to_dict()))
+    mine, other = flat_fields(ours), flat_fields(theirs)
+    differ = sorted(k for k in set(mine) | set(other)
+                    if k not in _UPDATE_ONLY + tuple(RESUMABLE_CHANGES) and mine.get(k) != other.get(k))
+    if differ:
+        shown = ", ".join(f"{k}: {other.get(k)!r} there, {mine.get(k)!r} here" for k in differ[:3])
+        raise ConfigError(f"--marl-rollouts-from {run}: its episodes differ ({shown}); use the same team and "
+                          "MARL episode flags, or drop --marl-rollouts-from")
+    if _fingerprint(run / "bundle") != _fingerprint(start):
+        raise ConfigError(f"--marl-rollouts-from {run}: it trained MARL from another bundle than {start}; use the "
+                          "same --from-bundle (or SFT flags), or drop --marl-rollouts-from")
+    share_first_rollouts(source, target, {} if mine["critic"] == other["critic"] else {"critic": mine["critic"]})
+
+
+def _fingerprint(bundle_dir: Path) -> str:
+    """The bundle's weights and manifest without ``made_by`` (a stamp, not the model)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(p for p in bundle_dir.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        if path.relative_to(bundle_dir) == Path("team.json"):
+            data = json.dumps({k: v for k, v in json.loads(data).items() if k != "made_by"}, sort_keys=True).encode()
+        digest.update(str(path.relative_to(bundle_dir)).encode() + b"\0" + data)
+    return digest.hexdigest()
 
 
 def _stamp(bundle_dir: Path, made_by: str) -> None:

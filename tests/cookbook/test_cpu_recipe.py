@@ -2,6 +2,7 @@
 evaluation on shuffled held-out pages, and the README table rendered from results.json."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -164,6 +165,7 @@ DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0,
                 "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "critic_episodes": 6, "team": False,
                 "serve": False, "serve_dtype": "auto", "serve_agents": "lora", "serve_backend": "vllm", "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
                 "dpo_lr": 5e-5, "marl_iterations": 0, "marl_episodes": 2, "marl_pairs": 0, "marl_right_pairs": False,
+                "marl_epochs": 1.0, "marl_rollouts_from": None,
                 # bf16 mixed precision where this machine computes it natively (AVX512-BF16/AMX, CUDA)
                 "bf16": default_bf16(),
                 "ablations": False, "validate": 0,
@@ -649,3 +651,80 @@ def test_ablations_train_the_rows_systems_asks_for(tmp_path):
         (tmp_path / row).mkdir()
         (tmp_path / row / "marl_report.json").write_text(json.dumps({"seconds": {"total": 60.0}, "iterations": []}))
     assert list(recipe._marl_runs(tmp_path)) == ["trained_team", "ablation_no_cr"]
+
+
+def _small_marl_stage(recipe, monkeypatch, logs):
+    """Stage 6 as the recipe configures it, shrunk to one fake one-step task on the tiny model
+    (the reference critic stands in for the verified one); each run's calls go to a new log."""
+    import dataclasses
+
+    import collabui.training.marl as marl
+    from collabui.training.critic import make_critic
+    from tests.training.marl_kit import factories, new_log
+
+    real_config, real_run = recipe.marl_config, marl.run_marl
+
+    def small_config(config, start, out, **change):
+        full = real_config(config, start, out, **change)
+        return dataclasses.replace(full, train_tasks=("task-a",), episodes_per_task=1, concurrency=1,
+                                   team=dataclasses.replace(full.team, max_steps=1, rounds=1, max_new_tokens=4),
+                                   dpo={**full.dpo, "max_steps": 1, "per_device_train_batch_size": 1})
+
+    def small_run(config, **kw):
+        logs.append(new_log())
+        model_factory, env_factory = factories(logs[-1])
+        return real_run(config, progress=False, env_factory=env_factory, model_factory=model_factory,
+                        critic=make_critic("reference"))
+
+    monkeypatch.setattr(recipe, "marl_config", small_config)
+    monkeypatch.setattr(marl, "run_marl", small_run)
+
+
+def test_marl_rollouts_from_another_run_trains_another_update_on_its_episodes(tmp_path, monkeypatch, tiny_model_dir,
+                                                                             adapter_dirs, capsys):
+    """--marl-rollouts-from: a second run (another learning rate and epochs) trains on the first
+    run's iteration-0 episodes and labels, copied, without rolling out again; its made_by names
+    the update. Refused with the reason: no MARL run there, another bundle, other episodes."""
+    from collabui.models.bundle import read_bundle, write_bundle
+
+    recipe, logs = _recipe(), []
+    _small_marl_stage(recipe, monkeypatch, logs)
+
+    def bundle(folder, adapter="a1", made_by="recipe.py"):
+        return write_bundle(folder, base=f"hf:{tiny_model_dir}", merge={"stage1": adapter_dirs[adapter]}, agents={},
+                            team={"prompt_style": "trained", "max_new_tokens": 8, "element_format": "html"},
+                            made_by=made_by)
+
+    def stage(argv, run):
+        config = recipe._args(["--team", "--marl-iterations", "1", *argv])
+        start = bundle(run / "bundle", **({"adapter": "a2"} if run.name == "other" else {}), made_by=run.name)
+        return recipe.marl(config, start, run / "marl", recipe._Clock(run / "recipe.json", config))
+
+    first = tmp_path / "first"
+    stage([], first)
+    assert logs[0]["requests"] > 0
+    sweep = ["--dpo-lr", "1e-3", "--marl-epochs", "2", "--marl-rollouts-from", str(first)]
+    found = stage(sweep, tmp_path / "sweep")
+    assert logs[1]["requests"] == 0  # the episodes were copied, not rolled out again
+    for name in ("rollouts.jsonl", "labels.jsonl", *(f"traces/{t.name}" for t in (first / "marl" / "trained_team" /
+                                                                                    "iter0" / "traces").iterdir())):
+        assert (tmp_path / "sweep" / "marl" / "trained_team" / "iter0" / name).read_bytes() == \
+            (first / "marl" / "trained_team" / "iter0" / name).read_bytes(), name
+    state = json.loads((tmp_path / "sweep" / "marl" / "trained_team" / "state.json").read_text())
+    assert (state["config"]["dpo"]["learning_rate"], state["config"]["dpo"]["num_train_epochs"]) == (1e-3, 2.0)
+    made_by = read_bundle(found["trained_team"])["made_by"]
+    assert "--dpo-lr 0.001" in made_by and "--marl-epochs 2.0" in made_by
+    assert recipe._args(made_by.split()[1:]).marl_epochs == 2.0 and "rollouts-from" not in made_by
+
+    refusals = {"no MARL run": (["--marl-rollouts-from", str(tmp_path / "sweep" / "marl")], tmp_path / "x"),
+                "another bundle": (sweep, tmp_path / "other"),
+                "episodes differ (team.seed": ([*sweep, "--eval-seed", "5"], tmp_path / "y")}
+    for reason, (argv, run) in refusals.items():
+        with pytest.raises(recipe.ConfigError, match=re.escape(reason)):
+            stage(argv, run)
+    assert len(logs) == 2  # nothing trained after a refusal
+    for argv in (["--marl-epochs", "0"], ["--marl-rollouts-from", str(first)]):
+        with pytest.raises(SystemExit):
+            recipe._args(["--team", *argv] if argv[0] != "--marl-epochs" else ["--marl-iterations", "1", *argv])
+    err = capsys.readouterr().err
+    assert "--marl-epochs must be > 0" in err and "give --marl-iterations N" in err
