@@ -33,6 +33,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# The stages, in modules beside this file (a script's folder is on sys.path).
+from recipe_eval import critic_check, evaluate, systems, table, team_figures, validate
+from recipe_eval import row as _row
+from recipe_marl import marl_runs, train_marl
+from recipe_sft import (
+    ALL_LINEAR,
+    demonstrate,
+    extract,
+    full_bundle,
+    onpolicy_dpo,
+    onpolicy_round,
+    sft,
+    soup,
+    start_bundle,
+)
+
 from collabui.cli.flags import add_config_flags, config_from_args, flag_of
 from collabui.config import TeamConfig
 from collabui.devices.simplify import ELEMENT_FORMATS
@@ -47,8 +63,6 @@ from collabui.training.task_lists import HELDOUT_TASKS, TRAIN_TASKS
 HERE = Path(__file__).resolve().parent
 #: Where ``--publish`` puts the trained team inside the package (served as ``smollm2-trained``).
 SHIPPED = HERE.parents[1] / "sdk" / "trained" / "smollm2"
-#: Every linear layer of a Llama block: capacity where a 135M model needs it.
-ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 #: The fields of the composed configs that have recipe flags; the recipe sets the others.
 _DEMO_FLAGS = ("minutes", "workers", "seeds")
@@ -348,130 +362,19 @@ class _Clock:
         return round(sum(v for k, v in self.data["seconds"].items() if k.startswith(prefixes)) / 60, 1)
 
 
-def demonstrate(config: RecipeConfig, out: Path) -> Any:
-    from collabui.devices.miniwob import synthetic_tasks
-    from collabui.training.demonstrate import generate_demonstrations
-
-    tasks = (*config.demo.tasks, *synthetic_tasks()) if config.synthetic_pages else config.demo.tasks
-    return generate_demonstrations(dataclasses.replace(config.demo, out_dir=str(out), tasks=tasks))
-
-
-def sft(config: RecipeConfig, demo: Path, out: Path) -> Path:
-    """SFT on the verified steps; returns the merged model folder."""
-    from datasets import Dataset
-
-    from collabui.models.embedded import embedded_model_dir
-    from collabui.training.sft import train_sft
-
-    rows = _demo_rows(config, demo)[:config.sft_examples]
-    data = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
-    train_sft(data, base_model=embedded_model_dir(), out_dir=out, config=_sft_config(config, out), merge=False)
-    return out
+def marl(config: RecipeConfig, start: Path, out: Path, clock: _Clock) -> dict[str, Path]:
+    """Stage 6 (``recipe_marl.train_marl``), the MARL team's bundle stamped with this command."""
+    found = train_marl(config, start, out, clock)
+    _stamp(found["trained_team"], made_by_command(config, marl=True))
+    return found
 
 
-def soup(config: RecipeConfig, first: Path, out: Path, clock: _Clock) -> Path:
-    """SFT draws 2..K (``--sft-seed`` + 1, ...; each resumable) beside ``first``, and their
-    uniform average OUT/sft-soup (made again only when a draw is newer than it)."""
-    from collabui.training.soup import average_models
-
-    draws = [first]
-    for k in range(2, config.sft_draws + 1):
-        drawn = dataclasses.replace(config, sft=dataclasses.replace(config.sft, seed=config.sft.seed + k - 1))
-        draws.append(clock.run(f"2 sft draw {k}", lambda c=drawn, k=k: sft(c, out / "demo", out / f"sft-draw{k}"),
-                               once=True))
-    target = out / "sft-soup"
-    report = target / "soup.json"
-    fresh = (report.is_file() and json.loads(report.read_text()).get("sources") == [str(d) for d in draws]
-             and all(report.stat().st_mtime >= (d / "model.safetensors").stat().st_mtime for d in draws))
-    if not fresh:
-        clock.run("2 soup", lambda: average_models(draws, target))
-    return target
-
-
-def _demo_rows(config: RecipeConfig, demo: Path) -> list[dict[str, Any]]:
-    """All demonstration rows in the recipe's fixed order (balanced over tasks): SFT takes the
-    first ``--sft-examples``, the on-policy round the next ``--round2-demo-rows``."""
-    from collabui.training.demonstrate import read_steps
-    from collabui.training.hindsight import hindsight_rows
-    from collabui.training.sft_data import sft_rows
-
-    steps = read_steps(demo / "steps.jsonl")
-    steps += hindsight_rows(steps, per_row=config.hindsight)
-    return sft_rows(steps, style=config.style, element_format=config.element_format,
-                    seed=0, balance=config.balance, by_step=config.balance_steps, team_share=config.team_share)
-
-
-def _sft_config(config: RecipeConfig, out: Path) -> AgentSFTConfig:
-    """The SFT config of one stage: ``config.sft`` writing to OUT/trl, alpha twice the rank."""
-    return dataclasses.replace(config.sft, output_dir=str(out / "trl"), lora_alpha=2 * config.sft.lora_r,
-                               train_sampling_strategy="group_by_length")
-
-
-def onpolicy_round(config: RecipeConfig, trained: Path, demo: Path, sft_dir: Path, out: Path) -> Path:
-    """Roll the SFT model out on new seeds of the training tasks (shuffled pages, as evaluated),
-    label every step with the verified critic, and continue training the SFT model on the
-    visited states with verified-right answers plus demonstration rows SFT did not see: the SFT
-    adapter, or with full fine-tuning the whole model ``sft_dir`` (the round's model then ships
-    as its extract, ``out/extract``, which is what this returns)."""
-    from datasets import Dataset
-
-    from collabui.evaluation.miniwob import evaluate_miniwob
-    from collabui.models.embedded import embedded_model_dir
-    from collabui.training.critic import make_critic
-    from collabui.training.labels import label_traces
-    from collabui.training.mistake_pairs import verified_sft_rows
-    from collabui.training.sft import train_sft
-
-    rollouts = _on_training_tasks(config, trained, seed=5000, episodes=config.onpolicy_episodes)
-    evaluate_miniwob(rollouts, out / "rollouts", command="recipe.py on-policy rollouts")
-    critic = make_critic("verified")
-    try:
-        label_traces(out / "rollouts" / "traces", critic, out / "labels.jsonl")
-    finally:
-        critic.close()
-    visited = verified_sft_rows(out / "rollouts" / "traces", out / "labels.jsonl", critic="verified")
-    fresh = _demo_rows(config, demo)[config.sft_examples:config.sft_examples + config.round2_demo_rows]
-    sources = {s: sum(r["source"] == s for r in visited) for s in ("own", "self", "team", "verified")}
-    (out / "round.json").write_text(json.dumps({"visited_rows": len(visited), "sources": sources,
-                                                "demo_rows": len(fresh)}, indent=1))
-    print(f"[recipe] on-policy round: {len(visited)} visited-state rows {sources}, {len(fresh)} new "
-          "demonstration rows", file=sys.stderr)
-    data = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in [*visited, *fresh]])
-    if config.sft.full_finetune:
-        train_sft(data.shuffle(seed=0), base_model=sft_dir, out_dir=out / "sft", config=_sft_config(config, out / "sft"))
-        return extract(config, out / "sft", out / "extract")
-    train_sft(data.shuffle(seed=0), base_model=embedded_model_dir(), out_dir=out / "sft",
-              config=_sft_config(config, out / "sft"), init_adapter=sft_dir, merge=False)
-    return out / "sft"
-
-
-def onpolicy_dpo(config: RecipeConfig, round_sft: Path, out: Path) -> Path | None:
-    """DPO on the round's own-mistake pairs: rejected = the model's own wrong answer at a visited
-    state, chosen = a verified-right one (its own from elsewhere, or the critic's verified
-    target), with an SFT term on chosen so its likelihood does not fall (TRL ``loss_type
-    ["sigmoid", "sft"]``). The reference is the round's SFT model (merged); one adapter on top,
-    shared by every agent of a team. None when the round made no pair."""
-    from collabui.models.embedded import embedded_model_dir
-    from collabui.training.dpo import AgentDPOConfig, train_agents_dpo
-    from collabui.training.mistake_pairs import build_mistake_pairs
-    from collabui.training.sft import merge_adapter
-
-    pairs = build_mistake_pairs(out / "rollouts" / "traces", out / "labels.jsonl", critic="verified")
-    round_info = json.loads((out / "round.json").read_text())
-    round_info["dpo_pairs"] = len(pairs)
-    (out / "round.json").write_text(json.dumps(round_info, indent=1))
-    print(f"[recipe] on-policy DPO: {len(pairs)} own-mistake pairs", file=sys.stderr)
-    if len(pairs) == 0:
-        return None
-    # Single-agent rollouts: every pair is agent 0's; the adapter serves all agents (cycled).
-    pairs = pairs.map(lambda _: {"agent": 0})
-    merged = merge_adapter(embedded_model_dir(), round_sft)
-    dpo = AgentDPOConfig(output_dir=str(out / "dpo" / "trl"), learning_rate=config.dpo_lr, num_train_epochs=1,
-                         per_device_train_batch_size=4, loss_type=["sigmoid", "sft"], beta=0.1,
-                         lora_r=16, lora_alpha=32, lora_target_modules=list(ALL_LINEAR), max_length=512,
-                         seed=0)
-    train_agents_dpo(pairs.shuffle(seed=0), base_model=merged, out_dir=out / "dpo", config=dpo, agents=[0])
-    return out / "dpo" / "agent0"
+def _stamp(bundle_dir: Path, made_by: str) -> None:
+    """The recipe's own command as the bundle's ``made_by`` (what reproduces it)."""
+    path = bundle_dir / "team.json"
+    manifest = json.loads(path.read_text())
+    manifest["made_by"] = made_by
+    path.write_text(json.dumps(manifest, indent=1) + "\n")
 
 
 def bundle(config: RecipeConfig, sft_dir: Path, out: Path, dpo_dir: Path | None = None) -> Path:
@@ -483,182 +386,10 @@ def bundle(config: RecipeConfig, sft_dir: Path, out: Path, dpo_dir: Path | None 
     made_by = made_by_command(config)
     team = {"prompt_style": config.style, "max_new_tokens": 128, "element_format": config.element_format}
     if config.sft.full_finetune and not config.extract_rank:
-        return _full_bundle(sft_dir, out, team=team, made_by=made_by)
+        return full_bundle(sft_dir, out, team=team, made_by=made_by)
     agents = {"agent0": dpo_dir} if dpo_dir is not None else {}
     return write_bundle(out, base="smollm2", merge={"stage1": sft_dir}, agents=agents, team=team,
                         made_by=made_by, train_tasks=list(TRAIN_TASKS))
-
-
-def extract(config: RecipeConfig, model_dir: Path, out: Path) -> Path:
-    """The fully fine-tuned model's weight change as a LoRA adapter at the recipe's ranks (made
-    once: a resumed run reuses an extract of the same ranks)."""
-    from collabui.models.embedded import embedded_model_dir
-    from collabui.training.extract import extract_adapter
-
-    report = out / "extract.json"
-    ranks = {"rank": config.extract_rank, "embedding_rank": config.extract_embedding_rank}
-    weights = model_dir / "model.safetensors"
-    if (report.is_file() and {k: json.loads(report.read_text()).get(k) for k in ranks} == ranks
-            and report.stat().st_mtime >= weights.stat().st_mtime):  # not of an older model
-        return out
-    found = extract_adapter(embedded_model_dir(), model_dir, out, **ranks)
-    print(f"[recipe] extract: rank {found.rank} (embedding {found.embedding_rank}), "
-          f"{found.adapter_bytes / 1e6:.1f} MB, change kept {json.dumps(found.energy)}", file=sys.stderr)
-    return out
-
-
-def _full_bundle(model_dir: Path, out: Path, **manifest: Any) -> Path:
-    """A bundle around a fully fine-tuned model: the model folder inside it (``model/``), its
-    base ``hf:model``, no adapters."""
-    from collabui.models.bundle import write_bundle_manifest
-
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(model_dir, tmp / "model", ignore=shutil.ignore_patterns("*.json.tmp", "trl", ".*"))
-    write_bundle_manifest(tmp, base="hf:model", merge=[], agents=[], train_tasks=list(TRAIN_TASKS), **manifest)
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
-    return out
-
-
-#: The paper's ablations (its Table 4), each a MARL run from the same SFT model at the same compute.
-#: Without CR every entry of an episode scores its outcome, so no step holds an agent's own
-#: mistake beside a right answer: the adversary writes the rejected answers (the paper's own
-#: way of making pairs), as many per agent as the full run had.
-ABLATIONS: dict[str, dict[str, Any]] = {"ablation_no_cr": {"critic": "outcome", "adversary": "rule"},
-                                        "ablation_no_edge_update": {"edge_update": False},
-                                        "ablation_rft": {"objective": "rft"}}
-
-
-def marl_config(config: RecipeConfig, start: Path, out: Path, **change: Any) -> Any:
-    """The MARL run of the trained team (``change``: an ablation's): the 4 x 3 team of the
-    held-out rows on shuffled training pages, the SFT bundle's prompt style and format, own-
-    mistake pairs labelled by the verified critic, DPO with an SFT term, small per-agent adapters
-    (rank 8: four of them and the SFT adapter stay under 40 MB in fp16)."""
-    from collabui.training.marl import MARLConfig
-
-    team = TeamConfig(n_agents=4, rounds=3, max_new_tokens=128, prompt_style="auto",
-                      max_steps=config.evaluation.team.max_steps, seed=config.evaluation.team.seed)
-    dpo = {"loss_type": ["sigmoid", "sft"], "beta": 0.1, "learning_rate": config.dpo_lr,
-           "num_train_epochs": config.marl_epochs, "per_device_train_batch_size": 4, "lora_r": 8, "lora_alpha": 16, "lora_target_modules": list(ALL_LINEAR),
-           "max_length": 512}
-    return MARLConfig(**{"model": f"trained:{start}", "train_tasks": TRAIN_TASKS, "eval_tasks": (),
-                         "eval_episodes_per_task": 0, "episodes_per_task": config.marl_episodes,
-                         "iterations": config.marl_iterations, "team": team, "critic": "verified",
-                         "adversary": "own", "right_pairs": config.marl_right_pairs, "max_pairs": config.marl_pairs,
-                         "shuffle_elements": True, "out_dir": str(out),
-                         "serve": config.evaluation.serve, "serve_dtype": config.evaluation.serve_dtype,
-                         "serve_backend": config.evaluation.serve_backend,
-                         "concurrency": 4 if config.evaluation.serve else 2,
-                         "dpo": dpo, **change})
-
-
-def marl(config: RecipeConfig, start: Path, out: Path, clock: "_Clock") -> dict[str, Path]:
-    """Stage 6: MARL from the SFT bundle ``start`` (and the ablations): ``{row: team bundle}``."""
-    from collabui.training.marl import run_marl
-
-    runs = {"trained_team": {}, **trained_ablations(config)}
-    found = {}
-    if config.marl_rollouts_from is not None:
-        reuse_rollouts(config, Path(config.marl_rollouts_from), start, out / "trained_team")
-    for row, change in runs.items():
-        if row != "trained_team":
-            share_first_rollouts(out / "trained_team", out / row, change)
-            change = same_pairs_as(out / "trained_team", change, config)
-        clock.run(f"6 marl {row}", lambda r=row, c=change: run_marl(marl_config(config, start, out / r, **c)),
-                  once=True)
-        found[row] = out / row / "bundle"
-    _stamp(found["trained_team"], made_by_command(config, marl=True))
-    return found
-
-
-def trained_ablations(config: RecipeConfig) -> dict[str, dict[str, Any]]:
-    """The ablations ``--ablations`` trains: those ``--systems`` names, or all when it names none
-    (an ablation row costs ~25 min of MARL here, so a session can add one row at a time)."""
-    if not config.ablations:
-        return {}
-    asked = {w.strip() for w in (config.systems or "").split(",")} & set(ABLATIONS)
-    return {name: change for name, change in ABLATIONS.items() if not asked or name in asked}
-
-
-def same_pairs_as(full: Path, change: dict[str, Any], config: RecipeConfig) -> dict[str, Any]:
-    """An ablation whose pairs are not the agents' own mistakes (``adversary``) gets at most as
-    many pairs per agent as the full run trained on: the same compute, not more data."""
-    if "adversary" not in change or config.marl_pairs:
-        return change
-    report = json.loads((full / "marl_report.json").read_text())
-    most = max((max(it["pairs"].get("per_agent", {}).values(), default=0) for it in report["iterations"]), default=0)
-    return {**change, "max_pairs": most} if most else change
-
-
-def share_first_rollouts(source: Path, target: Path, change: dict[str, Any]) -> None:
-    """Iteration 0 of an ablation that keeps the DAG rolls out exactly the trained team's
-    episodes (same model, DAG and seeds): copy them (and the labels when the critic is the same)
-    instead of spending that compute twice. The run's resume logic skips what is there."""
-    if "edge_update" in change or (target / "iter0" / "rollouts.jsonl").exists():
-        return
-    done = source / "iter0"
-    if not (done / "rollouts.jsonl").is_file():
-        return
-    (target / "iter0").mkdir(parents=True, exist_ok=True)
-    shutil.copytree(done / "traces", target / "iter0" / "traces", dirs_exist_ok=True)
-    if "critic" not in change and (done / "labels.jsonl").is_file():
-        shutil.copyfile(done / "labels.jsonl", target / "iter0" / "labels.jsonl")
-    shutil.copyfile(done / "rollouts.jsonl", target / "iter0" / "rollouts.jsonl")  # last: it marks them done
-
-
-#: MARL settings that change no rollout of iteration 0: how it is labelled, paired and learnt
-#: from, how many iterations follow, and where the episodes run.
-_UPDATE_ONLY = ("dpo", "objective", "adversary", "right_pairs", "max_pairs", "critic", "iterations", "out_dir",
-                "model", "eval_tasks", "eval_episodes_per_task")
-
-
-def reuse_rollouts(config: RecipeConfig, run: Path, start: Path, target: Path) -> None:
-    """``--marl-rollouts-from RUN``: iteration 0's rollouts of RUN's MARL team copied into
-    ``target`` (labels too when the critic is the same), so a sweep of the update compares
-    updates on the same episodes.
-
-    Raises:
-        ConfigError: RUN has no finished rollouts of iteration 0, started from another bundle or
-            rolled out other episodes (another team, tasks, seeds, page format or DAG).
-    """
-    from collabui.training.marl import RESUMABLE_CHANGES, STATE_FILE
-    from collabui.training.marl_config import flat_fields
-
-    source = run / "marl" / "trained_team"
-    try:
-        theirs = json.loads((source / STATE_FILE).read_text())["config"]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise ConfigError(f"--marl-rollouts-from {run}: no MARL run in {source}; name a recipe run folder that "
-                          "trained MARL (--marl-iterations)") from None
-    if not (source / "iter0" / "rollouts.jsonl").is_file():
-        raise ConfigError(f"--marl-rollouts-from {run}: its MARL iteration 0 has not rolled out yet; finish that "
-                          "run first")
-    ours = json.loads(json.dumps(marl_config(config, start, target).to_dict()))
-    mine, other = flat_fields(ours), flat_fields(theirs)
-    differ = sorted(k for k in set(mine) | set(other)
-                    if k not in _UPDATE_ONLY + tuple(RESUMABLE_CHANGES) and mine.get(k) != other.get(k))
-    if differ:
-        shown = ", ".join(f"{k}: {other.get(k)!r} there, {mine.get(k)!r} here" for k in differ[:3])
-        raise ConfigError(f"--marl-rollouts-from {run}: its episodes differ ({shown}); use the same team and "
-                          "MARL episode flags, or drop --marl-rollouts-from")
-    if _fingerprint(run / "bundle") != _fingerprint(start):
-        raise ConfigError(f"--marl-rollouts-from {run}: it trained MARL from another bundle than {start}; use the "
-                          "same --from-bundle (or SFT flags), or drop --marl-rollouts-from")
-    share_first_rollouts(source, target, {} if mine["critic"] == other["critic"] else {"critic": mine["critic"]})
-
-
-def _fingerprint(bundle_dir: Path) -> str:
-    """The bundle's weights and manifest without ``made_by`` (a stamp, not the model)."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for path in sorted(p for p in bundle_dir.rglob("*") if p.is_file()):
-        data = path.read_bytes()
-        if path.relative_to(bundle_dir) == Path("team.json"):
-            data = json.dumps({k: v for k, v in json.loads(data).items() if k != "made_by"}, sort_keys=True).encode()
-        digest.update(str(path.relative_to(bundle_dir)).encode() + b"\0" + data)
-    return digest.hexdigest()
 
 
 def _stamp(bundle_dir: Path, made_by: str) -> None:
@@ -667,169 +398,6 @@ def _stamp(bundle_dir: Path, made_by: str) -> None:
     manifest = json.loads(path.read_text())
     manifest["made_by"] = made_by
     path.write_text(json.dumps(manifest, indent=1) + "\n")
-
-
-def start_bundle(config: RecipeConfig, out: Path) -> Path:
-    """``--from-bundle``: the bundle copied to ``out`` (a folder of the run, so ``--publish``
-    never copies the shipped bundle onto itself); the copy is refreshed on every run.
-
-    Raises:
-        ModelLoadError: the spec names no bundle.
-        ConfigError: the bundle has per-agent adapters already (MARL starts from one shared model).
-    """
-    from collabui.models.bundle import SHIPPED_BUNDLES, read_bundle
-    from collabui.training.marl_bundle import bundle_folder, check_bundle_start
-
-    spec = str(config.from_bundle)
-    if spec not in SHIPPED_BUNDLES and not spec.startswith("trained:"):
-        spec = f"trained:{spec}"
-    # A folder without a bundle (or, for MARL, one with agent adapters) fails here, before any work.
-    if config.marl_iterations:
-        check_bundle_start(spec)
-    else:
-        read_bundle(bundle_folder(spec))
-    source = bundle_folder(spec)
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(source, tmp, ignore=shutil.ignore_patterns("__pycache__", ".*"))
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
-    return out
-
-
-def critic_check(config: RecipeConfig, out: Path) -> dict[str, Any]:
-    """The verified critic's coverage and its agreement with the rule oracle, on random-policy
-    rollouts (2 agents: right and wrong entries) of the oracle's tasks, all training tasks."""
-    from collabui.evaluation.miniwob import evaluate_miniwob
-    from collabui.training.critic import make_critic
-    from collabui.training.critic_check import compare_critics
-    from collabui.training.oracles import ORACLE_TASKS
-
-    rollouts = MiniWoBEvalConfig(tasks=",".join(ORACLE_TASKS), episodes=config.critic_episodes, model="random",
-                                 concurrency=2, team=TeamConfig(n_agents=2, rounds=1, max_steps=3,
-                                                                seed=config.evaluation.team.seed + 1))
-    evaluate_miniwob(rollouts, out / "rollouts", command="recipe.py critic check")
-    verified = make_critic("verified")
-    try:
-        return compare_critics(out / "rollouts" / "traces", verified, make_critic("oracle"), out).to_dict()
-    finally:
-        verified.close()
-
-
-def systems(config: RecipeConfig, trained: Path, marl: Path | None = None) -> dict[str, dict[str, Any]]:
-    """The evaluated systems: eval config fields per row of results.json (``team``: the
-    TeamConfig fields of the row; the baselines' default to a single agent). With
-    ``--marl-iterations`` the trained team rows are the MARL teams in ``marl/<row>/bundle``
-    (each in the DAG it was trained in: the bundle's own)."""
-    rows: dict[str, dict[str, Any]] = {
-        "random": {"model": "random", "episodes": config.baseline_episodes},
-        "lexical": {"model": "lexical", "episodes": config.baseline_episodes},
-        # 128 tokens: a grounded answer copies the target's line (long email or link texts) before the action.
-        "trained_single": {"model": f"trained:{trained}", "team": {"n_agents": 1, "rounds": 1, "max_new_tokens": 128}},
-        "base_single": {"model": "smollm2", "team": {"n_agents": 1, "rounds": 1, "prompt_style": "react"}},
-    }
-    # Pages in their own order and ids: a position or id habit would show as a gap to the row above.
-    rows["trained_single_unshuffled"] = {**rows["trained_single"], "shuffle_elements": False}
-    if config.teams:
-        rows["base_team"] = {"model": "smollm2", "team": {"n_agents": 4, "rounds": 3, "prompt_style": "react"}}
-        team = {"n_agents": 4, "rounds": 3, "max_new_tokens": 128}
-        marl = marl if marl is not None else trained.parent / "marl"
-        team_model = marl / "trained_team" / "bundle" if config.marl_iterations else trained
-        # The headline row: as many episodes as the baselines it is compared with (200 by default).
-        rows["trained_team"] = {"model": f"trained:{team_model}", "team": team, "episodes": config.baseline_episodes}
-        # Same team, pages in their own order and ids: a position habit would show as a gap.
-        rows["trained_team_unshuffled"] = {"model": f"trained:{team_model}", "team": team, "shuffle_elements": False}
-        # The same model as 12 independent draws (each agent but agent 0 reading the page in an order
-        # of its own, nothing shown), and the lexical policy picking among them where it can: the
-        # team that beat its single agent on the validation pages (section v33 of the README).
-        rows["trained_team_arbiter"] = {"model": f"trained:{team_model}", "episodes": config.baseline_episodes,
-                                        "team": {**team, "topology": "independent", "memory": False,
-                                                 "varied_order": True, "arbiter": "lexical"}}
-        for name in ABLATIONS if config.ablations else ():
-            rows[name] = {"model": f"trained:{marl / name / 'bundle'}", "team": team}
-    return rows
-
-
-def evaluate(config: RecipeConfig, name: str, fields: dict[str, Any], out: Path) -> dict[str, Any]:
-    from collabui.evaluation.miniwob import evaluate_miniwob
-
-    return evaluate_miniwob(eval_config(config, fields), out / name, command=f"recipe.py system {name}")
-
-
-def eval_config(config: RecipeConfig, fields: dict[str, Any]) -> MiniWoBEvalConfig:
-    """The held-out evaluation of one row: ``config.evaluation`` (shuffled pages unless the row
-    says otherwise) with the row's model, episodes and team shape, in the row model's format."""
-    from collabui.evaluation.miniwob import default_team
-
-    fields = dict(fields)
-    base = config.evaluation
-    team = default_team(fields["model"], seed=base.team.seed, max_steps=base.team.max_steps, **fields.pop("team", {}))
-    row = dataclasses.replace(base, serve=False, serve_dtype="auto", serve_agents="lora", serve_backend="vllm",
-                              element_format=_format(config, fields["model"]), team=team, **fields)
-    if base.serve and not row.is_baseline:  # a server batches more episodes at once; baselines load no model
-        row = dataclasses.replace(row, serve=True, serve_dtype=base.serve_dtype, serve_agents=base.serve_agents,
-                                  serve_backend=base.serve_backend, concurrency=4)
-    return row
-
-
-def validate(config: RecipeConfig, trained: Path, out: Path, *, team: bool = False) -> dict[str, Any]:
-    """The trained model (``team``: as the 4 x 3 team of the held-out team rows) on new seeds
-    (from 100; demonstrations use 1000 on) of the training tasks: the figure to choose formats
-    and hyperparameters by. On the vLLM server with ``--serve``, as the held-out rows."""
-    from collabui.evaluation.miniwob import evaluate_miniwob
-
-    return evaluate_miniwob(validation_config(config, trained, team=team), out, command="recipe.py --validate")
-
-
-def validation_config(config: RecipeConfig, trained: Path, *, team: bool = False) -> MiniWoBEvalConfig:
-    """The evaluation :func:`validate` runs."""
-    rollouts = _on_training_tasks(config, trained, seed=100, episodes=config.validate, team=team)
-    if not config.evaluation.serve:
-        return rollouts
-    return dataclasses.replace(rollouts, serve=True, serve_dtype=config.evaluation.serve_dtype,
-                               serve_agents=config.evaluation.serve_agents,
-                               serve_backend=config.evaluation.serve_backend, concurrency=4)
-
-
-def _on_training_tasks(config: RecipeConfig, trained: Path, *, seed: int, episodes: int,
-                       team: bool = False) -> MiniWoBEvalConfig:
-    """The trained model as a single agent (``team``: 4 x 3) on every training task, shuffled
-    pages in the format it learned (validation and on-policy rollouts; the seed ranges differ)."""
-    shape = {"n_agents": 4, "rounds": 3, "max_new_tokens": 128} if team else \
-        {"n_agents": 1, "rounds": 1, "max_new_tokens": 96}
-    return MiniWoBEvalConfig(tasks=",".join(TRAIN_TASKS), episodes=episodes, shuffle_elements=True,
-                             element_format=config.element_format, concurrency=2, model=f"trained:{trained}",
-                             team=TeamConfig(**shape, seed=seed, max_steps=config.evaluation.team.max_steps))
-
-
-def _format(config: RecipeConfig, model: str) -> str:
-    """Trained models read pages in the format they learned; the others in html (baselines do
-    not care; the base model's ReAct prompt shows html)."""
-    return config.element_format if model.startswith("trained:") else "html"
-
-
-def _row(results: dict[str, Any]) -> dict[str, Any]:
-    rate = results["overall"]["success_rate"]
-    tokens = results.get("counts", {}).get("prompt_tokens_per_answer")  # none for the baselines
-    return {"successes": rate["successes"], "episodes": rate["n"], "rate": rate["value"],
-            "ci95": rate["ci95"], **({"prompt_tokens": tokens} if tokens is not None else {}),
-            "per_task": {t: v["success_rate"]["value"] for t, v in results["breakdown"]["per_task"].items()}}
-
-
-def table(results: dict[str, Any]) -> str:
-    """The README table of a results.json (with the rows' prompt tokens per agent answer when
-    any row has them: the baselines read no tokens)."""
-    rows = results["systems"]
-    tokens = any("prompt_tokens" in row for row in rows.values())
-    lines = ["| system | success (held-out; pages shuffled unless the row says unshuffled) | 95% CI | episodes |"
-             + (" prompt tokens an answer |" if tokens else ""),
-             "|---|---|---|---|" + ("---|" if tokens else "")]
-    for name, row in rows.items():
-        low, high = row["ci95"]
-        lines.append(f"| {name} | {row['successes']}/{row['episodes']} = {100 * row['rate']:.1f}% | "
-                     f"{100 * low:.1f}-{100 * high:.1f}% | {row['episodes']} |"
-                     + (f" {row.get('prompt_tokens', '')} |" if tokens else ""))
-    return "\n".join(lines)
 
 
 def train(config: RecipeConfig, out: Path, clock: _Clock) -> Path:
@@ -889,7 +457,7 @@ def run_facts(config: RecipeConfig, out: Path, clock: _Clock) -> dict[str, Any]:
              # Training time: the search's own clock (kept across resumes) plus SFT.
              "minutes": round(demo["seconds"] / 60 + clock.minutes("2 ", "2b ", "2c ", "6 marl trained_team"), 1)}
     if config.marl_iterations:
-        facts["marl"] = _marl_runs(out / "marl")
+        facts["marl"] = marl_runs(out / "marl")
     if config.onpolicy_episodes:
         facts["onpolicy_round"] = json.loads((out / "onpolicy" / "round.json").read_text())
     return facts
@@ -910,31 +478,8 @@ def _bundle_facts(config: RecipeConfig, out: Path, clock: _Clock) -> dict[str, A
              "start": {"bundle": config.from_bundle, "made_by": manifest.get("made_by")},
              "minutes": clock.minutes("6 marl trained_team")}
     if config.marl_iterations:
-        facts["marl"] = _marl_runs(out / "marl")
+        facts["marl"] = marl_runs(out / "marl")
     return facts
-
-
-def _marl_runs(folder: Path) -> dict[str, Any]:
-    """``_marl_facts`` of every MARL run in the folder (the team's and the ablations trained so far)."""
-    return {row: _marl_facts(folder / row) for row in ("trained_team", *ABLATIONS)
-            if (folder / row / "marl_report.json").is_file()}
-
-
-def _marl_facts(folder: Path) -> dict[str, Any]:
-    """A MARL run's pairs, training rollouts' success and minutes per iteration (marl_report.json)."""
-    report = json.loads((folder / "marl_report.json").read_text())
-    return {"minutes": round(report["seconds"]["total"] / 60, 1),
-            "iterations": [{"train_success": it["train"].get("success_rate"),
-                            "pairs_per_agent": it["pairs"].get("per_agent"),
-                            "topology": it["topology"].get("edges")} for it in report["iterations"]]}
-
-
-def team_figures(folder: Path) -> dict[str, Any]:
-    """How a team row reached its actions (``collabui eval team``): vote margins, kept answers."""
-    from collabui.evaluation.team_dynamics import read_team_traces, team_dynamics
-
-    found = team_dynamics(read_team_traces(folder))
-    return {"steps": found.steps, **found.overall}
 
 
 def wanted_rows(config: RecipeConfig, rows: dict[str, Any]) -> list[str]:
@@ -999,7 +544,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[recipe] training {results['minutes']} min, evaluation {results['eval_minutes']} min; "
           f"{out / 'results.json'}", file=sys.stderr)
     return 0
-
 
 
 if __name__ == "__main__":

@@ -34,14 +34,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import recipe  # noqa: E402  (the recipe's rows and configs, from beside this file)
+import recipe  # noqa: E402  (the recipe's configs, from beside this file)
+import recipe_sft  # noqa: E402  (its SFT rows)
 
 
 def _rows(demo: Path, n: int, dpo: bool) -> object:
     from datasets import Dataset
 
     config = recipe._args(["--out", str(demo.parent), "--balance-steps"])
-    rows = recipe._demo_rows(config, demo)[:2 * n + 1]
+    rows = recipe_sft.demo_rows(config, demo)[:2 * n + 1]
     if dpo:
         return Dataset.from_list([{"prompt": r["prompt"], "chosen": r["completion"], "rejected": nxt["completion"]}
                                   for r, nxt in zip(rows, rows[1:], strict=False)
@@ -53,7 +54,7 @@ def _dpo_config(work: Path, steps: int) -> object:
     from collabui.training.dpo import AgentDPOConfig
 
     return AgentDPOConfig(output_dir=str(work), max_steps=steps, loss_type=["sigmoid", "sft"], lora_r=8,
-                          lora_alpha=16, lora_dropout=0.0, lora_target_modules=list(recipe.ALL_LINEAR), disable_tqdm=True)
+                          lora_alpha=16, lora_dropout=0.0, lora_target_modules=list(recipe_sft.ALL_LINEAR), disable_tqdm=True)
 
 
 def _sft_config(work: Path, steps: int) -> object:

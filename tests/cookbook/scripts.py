@@ -1,5 +1,6 @@
 """The CPU recipe's scripts as modules: they are files beside the recipe, not a package."""
 
+import importlib
 import importlib.util
 import re
 import sys
@@ -7,6 +8,9 @@ from pathlib import Path
 from types import ModuleType
 
 CPU_RECIPE = Path(__file__).resolve().parents[2] / "cookbook" / "cpu_recipe"
+# The recipe imports its stages from beside it, as a script does from its own folder.
+if str(CPU_RECIPE) not in sys.path:
+    sys.path.insert(0, str(CPU_RECIPE))
 
 
 def load_script(name: str) -> ModuleType:
@@ -16,6 +20,12 @@ def load_script(name: str) -> ModuleType:
     sys.modules[name] = module  # dataclasses look their module up while the class is made
     spec.loader.exec_module(module)
     return module
+
+
+def stage_module(name: str) -> ModuleType:
+    """``cookbook/cpu_recipe/<name>.py``, a stage module of the recipe: the very module the
+    recipe imported (patch it there, and the recipe's calls see the patch)."""
+    return importlib.import_module(name)
 
 
 def labelled_click_button_step(folder: Path, adapters: tuple[str, ...]) -> object:

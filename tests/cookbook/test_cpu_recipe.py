@@ -11,9 +11,10 @@ import pytest
 from collabui.devices.miniwob import miniwob_tasks
 from collabui.training._peft import default_bf16
 from collabui.training.task_lists import HELDOUT_TASKS, TRAIN_TASKS
-from tests.cookbook.scripts import CPU_RECIPE, load_script
+from tests.cookbook.scripts import CPU_RECIPE, load_script, stage_module
 
 RECIPE = CPU_RECIPE / "recipe.py"
+SFT_STAGE, MARL_STAGE, EVAL_STAGE = (stage_module(f"recipe_{s}") for s in ("sft", "marl", "eval"))
 
 
 def _recipe():
@@ -34,7 +35,7 @@ def test_every_system_is_a_valid_shuffled_heldout_evaluation(tmp_path):
     assert {"random", "lexical", "base_single", "trained_single", "base_team", "trained_team"} <= set(rows)
     assert {"trained_team_unshuffled", "trained_single_unshuffled"} <= set(rows)
     for name, fields in rows.items():
-        config = recipe.eval_config(args, fields)
+        config = EVAL_STAGE.eval_config(args, fields)
         assert config.shuffle_elements == (not name.endswith("_unshuffled"))
         assert config.tasks.split(",") == list(HELDOUT_TASKS)
         # Trained models read the format they learned; the others the html their prompts show.
@@ -44,54 +45,54 @@ def test_every_system_is_a_valid_shuffled_heldout_evaluation(tmp_path):
     assert "prompt_style" not in rows["trained_single"]["team"] and rows["base_single"]["team"]["prompt_style"] == "react"
     assert rows["random"]["episodes"] >= 25 and args.evaluation.episodes * len(HELDOUT_TASKS) >= 100
     # The issue's episode counts: >= 200 for random, lexical and the trained team, >= 100 for the others.
-    counts = {n: recipe.eval_config(args, f).episodes * len(HELDOUT_TASKS) for n, f in rows.items()}
+    counts = {n: EVAL_STAGE.eval_config(args, f).episodes * len(HELDOUT_TASKS) for n, f in rows.items()}
     assert min(counts[n] for n in ("random", "lexical", "trained_team")) >= 200 and min(counts.values()) >= 100
     shapes = {name: (c.team.n_agents, c.team.rounds) for name, c in
-              ((n, recipe.eval_config(args, f)) for n, f in rows.items())}
+              ((n, EVAL_STAGE.eval_config(args, f)) for n, f in rows.items())}
     assert shapes["random"] == shapes["lexical"] == shapes["trained_single"] == (1, 1)  # baselines: one agent
     assert shapes["trained_team"] == shapes["trained_team_arbiter"] == (4, 3)
-    arbiter = recipe.eval_config(args, rows["trained_team_arbiter"]).team
+    arbiter = EVAL_STAGE.eval_config(args, rows["trained_team_arbiter"]).team
     assert (arbiter.arbiter, arbiter.topology, arbiter.memory, arbiter.varied_order) == ("lexical", "independent",
                                                                                          False, True)
     assert counts["trained_team_arbiter"] >= 200 and rows["trained_team_arbiter"]["model"] == rows["trained_team"]["model"]
-    team = recipe.eval_config(args, rows["trained_single"]).team
+    team = EVAL_STAGE.eval_config(args, rows["trained_single"]).team
     assert (team.seed, team.max_steps, team.max_new_tokens) == (args.evaluation.team.seed, args.evaluation.team.max_steps, 128)
-    rollouts = recipe._on_training_tasks(args, tmp_path / "merged", seed=5000, episodes=2)
+    rollouts = SFT_STAGE.on_training_tasks(args, tmp_path / "merged", seed=5000, episodes=2)
     assert (rollouts.team.seed, rollouts.team.n_agents, rollouts.team.max_new_tokens) == (5000, 1, 96)
-    assert not any(recipe.eval_config(args, f).serve for f in rows.values())
+    assert not any(EVAL_STAGE.eval_config(args, f).serve for f in rows.values())
 
 
 def test_serve_puts_the_model_rows_on_vllm_and_keeps_the_baselines_here(tmp_path):
     recipe = _recipe()
     args = recipe._args(["--team", "--serve"])
-    rows = {name: recipe.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "merged").items()}
+    rows = {name: EVAL_STAGE.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "merged").items()}
     assert {name for name, c in rows.items() if c.serve} == set(rows) - {"random", "lexical"}
     assert rows["trained_team"].concurrency == 4 and rows["lexical"].concurrency == args.evaluation.concurrency
     # The validations (the figures to tune on: training tasks, new seeds) run where the rows do.
     args = recipe._args(["--team", "--serve", "--validate", "5"])
-    single, team = (recipe.validation_config(args, tmp_path / "b", team=t) for t in (False, True))
+    single, team = (EVAL_STAGE.validation_config(args, tmp_path / "b", team=t) for t in (False, True))
     assert single.serve and team.serve and team.concurrency == 4
     assert (single.team.n_agents, single.team.rounds, team.team.n_agents, team.team.rounds) == (1, 1, 4, 3)
     assert team.tasks.split(",") == list(recipe.TRAIN_TASKS) and team.episodes == 5 and team.team.seed == 100
-    assert not recipe.validation_config(recipe._args(["--validate", "5"]), tmp_path / "b").serve
+    assert not EVAL_STAGE.validation_config(recipe._args(["--validate", "5"]), tmp_path / "b").serve
     # --serve-dtype reaches every served row and the validations; the baselines run here, as always.
     args = recipe._args(["--team", "--serve", "--serve-dtype", "float32", "--validate", "5"])
-    rows = {name: recipe.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "m").items()}
+    rows = {name: EVAL_STAGE.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "m").items()}
     assert {n: c.serve_dtype for n, c in rows.items() if c.serve_dtype != "auto"}.keys() == set(rows) - {"random", "lexical"}
-    assert recipe.validation_config(args, tmp_path / "b", team=True).serve_dtype == "float32"
-    marl = recipe.marl_config(recipe._args(["--team", "--serve", "--serve-dtype", "float32", "--marl-iterations", "1"]),
+    assert EVAL_STAGE.validation_config(args, tmp_path / "b", team=True).serve_dtype == "float32"
+    marl = MARL_STAGE.marl_config(recipe._args(["--team", "--serve", "--serve-dtype", "float32", "--marl-iterations", "1"]),
                               tmp_path / "b", tmp_path / "m")
     assert marl.serve and marl.serve_dtype == "float32"  # MARL's rollouts too
     # --serve-agents merged: the model rows and the validations; baselines load no model.
     args = recipe._args(["--team", "--serve", "--serve-agents", "merged", "--validate", "5"])
-    rows = {name: recipe.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "m").items()}
+    rows = {name: EVAL_STAGE.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "m").items()}
     assert {n for n, c in rows.items() if c.serve_agents == "merged"} == set(rows) - {"random", "lexical"}
-    assert recipe.validation_config(args, tmp_path / "b", team=True).serve_agents == "merged"
+    assert EVAL_STAGE.validation_config(args, tmp_path / "b", team=True).serve_agents == "merged"
     # --serve-backend llamacpp: the same rows and validations on llama.cpp's servers.
     args = recipe._args(["--team", "--serve", "--serve-backend", "llamacpp", "--validate", "5"])
-    rows = {name: recipe.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "m").items()}
+    rows = {name: EVAL_STAGE.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "m").items()}
     assert {n for n, c in rows.items() if c.serve_backend == "llamacpp"} == set(rows) - {"random", "lexical"}
-    assert recipe.validation_config(args, tmp_path / "b", team=True).serve_backend == "llamacpp"
+    assert EVAL_STAGE.validation_config(args, tmp_path / "b", team=True).serve_backend == "llamacpp"
 
 
 def test_table_is_generated_from_results(tmp_path):
@@ -195,10 +196,10 @@ def test_flags_and_defaults_are_the_recipes_and_land_in_the_composed_configs(tmp
     assert {k: recipe.flag_values(seeded)[k] for k in ("sft_seed", "eval_seed")} == {"sft_seed": 1, "eval_seed": 3}
     # bf16 follows the machine by default; --bf16 asks for it, and SFT then trains it on the CPU.
     assert recipe._args([]).sft.bf16 is default_bf16()
-    forced = recipe._sft_config(recipe._args(["--bf16"]), tmp_path / "sft")
+    forced = SFT_STAGE._sft_config(recipe._args(["--bf16"]), tmp_path / "sft")
     assert forced.bf16 is True and forced.use_cpu is True  # no CUDA here
     if default_bf16():  # the switch is --bf16/--no-bf16 where it is on by default
-        assert recipe._sft_config(recipe._args(["--no-bf16"]), tmp_path / "sft").bf16 is False
+        assert SFT_STAGE._sft_config(recipe._args(["--no-bf16"]), tmp_path / "sft").bf16 is False
 
 
 def test_stage_configs_are_the_ones_the_recipe_always_built(tmp_path, monkeypatch):
@@ -211,11 +212,11 @@ def test_stage_configs_are_the_ones_the_recipe_always_built(tmp_path, monkeypatc
     config = recipe._args([])
     old_sft = AgentSFTConfig(output_dir=str(tmp_path / "sft" / "trl"), num_train_epochs=1.0, learning_rate=1e-4,
                              full_finetune=True, per_device_train_batch_size=8, lora_r=32, lora_alpha=64, lora_dropout=0.0,
-                             lora_target_modules=list(recipe.ALL_LINEAR), max_length=512, seed=0,
+                             lora_target_modules=list(SFT_STAGE.ALL_LINEAR), max_length=512, seed=0,
                              lr_scheduler_type="cosine", warmup_steps=10, length_window=32,
                              train_sampling_strategy="group_by_length")
-    assert recipe._sft_config(config, tmp_path / "sft").to_dict() == old_sft.to_dict()
-    window0 = recipe._sft_config(recipe._args(["--length-window", "0", "--lora-r", "8"]), tmp_path)
+    assert SFT_STAGE._sft_config(config, tmp_path / "sft").to_dict() == old_sft.to_dict()
+    window0 = SFT_STAGE._sft_config(recipe._args(["--length-window", "0", "--lora-r", "8"]), tmp_path)
     assert (window0.train_sampling_strategy, window0.lora_alpha) == ("group_by_length", 16)
     seen = {}
     monkeypatch.setattr("collabui.training.demonstrate.generate_demonstrations", lambda c: seen.update(demo=c))
@@ -350,20 +351,20 @@ def test_marl_rows_use_the_marl_teams_and_ablations_need_a_team(tmp_path, capsys
     assert rows["trained_single"]["model"] == f"trained:{tmp_path / 'bundle'}"  # the SFT model alone
     for name in ("ablation_no_cr", "ablation_no_edge_update", "ablation_rft"):
         assert rows[name]["model"] == f"trained:{tmp_path / 'marl' / name / 'bundle'}"
-        assert recipe.eval_config(config, rows[name]).team.n_agents == 4
-        assert recipe.eval_config(config, rows[name]).shuffle_elements
+        assert EVAL_STAGE.eval_config(config, rows[name]).team.n_agents == 4
+        assert EVAL_STAGE.eval_config(config, rows[name]).shuffle_elements
     assert "ablation_rft" not in recipe.systems(recipe._args(["--team", "--marl-iterations", "1"]), tmp_path)
     for argv in (["--ablations", "--team"], ["--marl-iterations", "1", "--ablations"], ["--marl-episodes", "0"]):
         with pytest.raises(SystemExit):
             recipe._args(argv)
     assert "--marl-episodes must be >= 1" in capsys.readouterr().err
-    full = recipe.marl_config(config, tmp_path / "bundle", tmp_path / "marl" / "x")
+    full = MARL_STAGE.marl_config(config, tmp_path / "bundle", tmp_path / "marl" / "x")
     assert full.model == f"trained:{tmp_path / 'bundle'}" and full.train_tasks == TRAIN_TASKS
     assert (full.critic, full.adversary, full.objective, full.edge_update) == ("verified", "own", "dpo", True)
     assert (full.team.n_agents, full.team.rounds, full.shuffle_elements, full.eval_episodes_per_task) == (4, 3, True, 0)
     assert full.dpo["loss_type"] == ["sigmoid", "sft"] and full.dpo["lora_r"] == 8
-    for name, change in recipe.ABLATIONS.items():
-        ablated = recipe.marl_config(config, tmp_path / "bundle", tmp_path / name, **change)
+    for name, change in MARL_STAGE.ABLATIONS.items():
+        ablated = MARL_STAGE.marl_config(config, tmp_path / "bundle", tmp_path / name, **change)
         keys = ("critic", "adversary", "edge_update", "objective")
         differs = {k for k in keys if getattr(ablated, k) != getattr(full, k)}
         assert differs == set(change)  # one thing changed (no CR: the critic, so its pairs' source), the rest kept
@@ -401,7 +402,7 @@ def test_marl_stage_trains_the_team_and_each_ablation_from_one_sft_bundle(tmp_pa
     config = recipe._args(["--team", "--marl-iterations", "1", "--ablations"])
     clock = recipe._Clock(tmp_path / "recipe.json", config)
     found = recipe.marl(config, start, tmp_path / "marl", clock)
-    assert set(found) == {"trained_team", *recipe.ABLATIONS} and [c.critic for c in runs] == \
+    assert set(found) == {"trained_team", *MARL_STAGE.ABLATIONS} and [c.critic for c in runs] == \
         ["verified", "outcome", "verified", "verified"]
     for row, folder in found.items():
         manifest = read_bundle(folder)
@@ -426,11 +427,11 @@ def test_an_ablation_with_written_pairs_trains_on_as_many_per_agent_as_the_full_
     recipe = _recipe()
     report = {"iterations": [{"pairs": {"per_agent": {"0": 40, "1": 42, "2": 38, "3": 40}}}]}
     (tmp_path / "marl_report.json").write_text(json.dumps(report))
-    no_cr = recipe.ABLATIONS["ablation_no_cr"]
-    assert recipe.same_pairs_as(tmp_path, no_cr, recipe._args([])) == {**no_cr, "max_pairs": 42}
+    no_cr = MARL_STAGE.ABLATIONS["ablation_no_cr"]
+    assert MARL_STAGE.same_pairs_as(tmp_path, no_cr, recipe._args([])) == {**no_cr, "max_pairs": 42}
     # Own-mistake ablations keep the full run's pairs as they are; a cap given by flag stays.
-    assert recipe.same_pairs_as(tmp_path, {"edge_update": False}, recipe._args([])) == {"edge_update": False}
-    assert recipe.same_pairs_as(tmp_path, no_cr, recipe._args(["--marl-pairs", "10"])) == no_cr
+    assert MARL_STAGE.same_pairs_as(tmp_path, {"edge_update": False}, recipe._args([])) == {"edge_update": False}
+    assert MARL_STAGE.same_pairs_as(tmp_path, no_cr, recipe._args(["--marl-pairs", "10"])) == no_cr
 
 
 def test_clock_counts_a_finished_stage_once_and_an_interrupted_one(tmp_path, monkeypatch):
@@ -510,7 +511,7 @@ def test_a_fully_fine_tuned_round_continues_the_whole_model_and_ships_its_extrac
     visited = [{**_pair(k, agent=0), "completion": _pair(k, agent=0)["chosen"], "source": "verified"}
                for k in range(4)]
     monkeypatch.setattr(mistake_pairs, "verified_sft_rows", lambda *a, **k: visited)
-    monkeypatch.setattr(recipe, "_demo_rows", lambda *a: [])
+    monkeypatch.setattr(SFT_STAGE, "demo_rows", lambda *a: [])
     model = tmp_path / "sft"
     shutil.copytree(tiny_model_dir, model)
     config = recipe._args(["--onpolicy-episodes", "1", "--extract-rank", "4", "--extract-embedding-rank", "2",
@@ -546,7 +547,7 @@ def test_sft_draws_average_each_seeds_model_once_and_need_full_finetuning(tmp_pa
         seeds.append(config.sft.seed)
         return moved_copy(tiny_model_dir, out, seed=config.sft.seed)
 
-    monkeypatch.setattr(recipe, "sft", fake_sft)
+    monkeypatch.setattr(SFT_STAGE, "sft", fake_sft)
     made = []
     real = soup_module.average_models
     monkeypatch.setattr(soup_module, "average_models", lambda *a, **k: made.append(a) or real(*a, **k))
@@ -643,14 +644,14 @@ def test_ablations_train_the_rows_systems_asks_for(tmp_path):
     row at a time); naming none trains every ablation; the facts list the runs made so far."""
     recipe = _recipe()
     picked = recipe._args(["--team", "--marl-iterations", "1", "--ablations", "--systems", "trained_team,ablation_rft"])
-    assert list(recipe.trained_ablations(picked)) == ["ablation_rft"]
+    assert list(MARL_STAGE.trained_ablations(picked)) == ["ablation_rft"]
     every = recipe._args(["--team", "--marl-iterations", "1", "--ablations", "--systems", "trained_team"])
-    assert list(recipe.trained_ablations(every)) == list(recipe.ABLATIONS)
-    assert recipe.trained_ablations(recipe._args(["--team", "--marl-iterations", "1"])) == {}
+    assert list(MARL_STAGE.trained_ablations(every)) == list(MARL_STAGE.ABLATIONS)
+    assert MARL_STAGE.trained_ablations(recipe._args(["--team", "--marl-iterations", "1"])) == {}
     for row in ("trained_team", "ablation_no_cr"):
         (tmp_path / row).mkdir()
         (tmp_path / row / "marl_report.json").write_text(json.dumps({"seconds": {"total": 60.0}, "iterations": []}))
-    assert list(recipe._marl_runs(tmp_path)) == ["trained_team", "ablation_no_cr"]
+    assert list(MARL_STAGE.marl_runs(tmp_path)) == ["trained_team", "ablation_no_cr"]
 
 
 def _small_marl_stage(recipe, monkeypatch, logs):
@@ -662,7 +663,7 @@ def _small_marl_stage(recipe, monkeypatch, logs):
     from collabui.training.critic import make_critic
     from tests.training.marl_kit import factories, new_log
 
-    real_config, real_run = recipe.marl_config, marl.run_marl
+    real_config, real_run = MARL_STAGE.marl_config, marl.run_marl
 
     def small_config(config, start, out, **change):
         full = real_config(config, start, out, **change)
@@ -676,7 +677,7 @@ def _small_marl_stage(recipe, monkeypatch, logs):
         return real_run(config, progress=False, env_factory=env_factory, model_factory=model_factory,
                         critic=make_critic("reference"))
 
-    monkeypatch.setattr(recipe, "marl_config", small_config)
+    monkeypatch.setattr(MARL_STAGE, "marl_config", small_config)
     monkeypatch.setattr(marl, "run_marl", small_run)
 
 

@@ -1,0 +1,150 @@
+"""Stages 3-5 of the CPU recipe (``recipe.py``): the held-out rows, validation on the training
+tasks, the verified critic's check, and the README table of results.json."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from recipe_marl import ABLATIONS
+from recipe_sft import on_training_tasks
+
+from collabui.config import TeamConfig
+from collabui.evaluation.miniwob import MiniWoBEvalConfig
+
+if TYPE_CHECKING:
+    from recipe import RecipeConfig
+
+
+def critic_check(config: RecipeConfig, out: Path) -> dict[str, Any]:
+    """The verified critic's coverage and its agreement with the rule oracle, on random-policy
+    rollouts (2 agents: right and wrong entries) of the oracle's tasks, all training tasks."""
+    from collabui.evaluation.miniwob import evaluate_miniwob
+    from collabui.training.critic import make_critic
+    from collabui.training.critic_check import compare_critics
+    from collabui.training.oracles import ORACLE_TASKS
+
+    rollouts = MiniWoBEvalConfig(tasks=",".join(ORACLE_TASKS), episodes=config.critic_episodes, model="random",
+                                 concurrency=2, team=TeamConfig(n_agents=2, rounds=1, max_steps=3,
+                                                                seed=config.evaluation.team.seed + 1))
+    evaluate_miniwob(rollouts, out / "rollouts", command="recipe.py critic check")
+    verified = make_critic("verified")
+    try:
+        return compare_critics(out / "rollouts" / "traces", verified, make_critic("oracle"), out).to_dict()
+    finally:
+        verified.close()
+
+
+def systems(config: RecipeConfig, trained: Path, marl: Path | None = None) -> dict[str, dict[str, Any]]:
+    """The evaluated systems: eval config fields per row of results.json (``team``: the
+    TeamConfig fields of the row; the baselines' default to a single agent). With
+    ``--marl-iterations`` the trained team rows are the MARL teams in ``marl/<row>/bundle``
+    (each in the DAG it was trained in: the bundle's own)."""
+    rows: dict[str, dict[str, Any]] = {
+        "random": {"model": "random", "episodes": config.baseline_episodes},
+        "lexical": {"model": "lexical", "episodes": config.baseline_episodes},
+        # 128 tokens: a grounded answer copies the target's line (long email or link texts) before the action.
+        "trained_single": {"model": f"trained:{trained}", "team": {"n_agents": 1, "rounds": 1, "max_new_tokens": 128}},
+        "base_single": {"model": "smollm2", "team": {"n_agents": 1, "rounds": 1, "prompt_style": "react"}},
+    }
+    # Pages in their own order and ids: a position or id habit would show as a gap to the row above.
+    rows["trained_single_unshuffled"] = {**rows["trained_single"], "shuffle_elements": False}
+    if config.teams:
+        rows["base_team"] = {"model": "smollm2", "team": {"n_agents": 4, "rounds": 3, "prompt_style": "react"}}
+        team = {"n_agents": 4, "rounds": 3, "max_new_tokens": 128}
+        marl = marl if marl is not None else trained.parent / "marl"
+        team_model = marl / "trained_team" / "bundle" if config.marl_iterations else trained
+        # The headline row: as many episodes as the baselines it is compared with (200 by default).
+        rows["trained_team"] = {"model": f"trained:{team_model}", "team": team, "episodes": config.baseline_episodes}
+        # Same team, pages in their own order and ids: a position habit would show as a gap.
+        rows["trained_team_unshuffled"] = {"model": f"trained:{team_model}", "team": team, "shuffle_elements": False}
+        # The same model as 12 independent draws (each agent but agent 0 reading the page in an order
+        # of its own, nothing shown), and the lexical policy picking among them where it can: the
+        # team that beat its single agent on the validation pages (section v33 of the README).
+        rows["trained_team_arbiter"] = {"model": f"trained:{team_model}", "episodes": config.baseline_episodes,
+                                        "team": {**team, "topology": "independent", "memory": False,
+                                                 "varied_order": True, "arbiter": "lexical"}}
+        for name in ABLATIONS if config.ablations else ():
+            rows[name] = {"model": f"trained:{marl / name / 'bundle'}", "team": team}
+    return rows
+
+
+def evaluate(config: RecipeConfig, name: str, fields: dict[str, Any], out: Path) -> dict[str, Any]:
+    from collabui.evaluation.miniwob import evaluate_miniwob
+
+    return evaluate_miniwob(eval_config(config, fields), out / name, command=f"recipe.py system {name}")
+
+
+def eval_config(config: RecipeConfig, fields: dict[str, Any]) -> MiniWoBEvalConfig:
+    """The held-out evaluation of one row: ``config.evaluation`` (shuffled pages unless the row
+    says otherwise) with the row's model, episodes and team shape, in the row model's format."""
+    from collabui.evaluation.miniwob import default_team
+
+    fields = dict(fields)
+    base = config.evaluation
+    team = default_team(fields["model"], seed=base.team.seed, max_steps=base.team.max_steps, **fields.pop("team", {}))
+    row = dataclasses.replace(base, serve=False, serve_dtype="auto", serve_agents="lora", serve_backend="vllm",
+                              element_format=_format(config, fields["model"]), team=team, **fields)
+    if base.serve and not row.is_baseline:  # a server batches more episodes at once; baselines load no model
+        row = dataclasses.replace(row, serve=True, serve_dtype=base.serve_dtype, serve_agents=base.serve_agents,
+                                  serve_backend=base.serve_backend, concurrency=4)
+    return row
+
+
+def validate(config: RecipeConfig, trained: Path, out: Path, *, team: bool = False) -> dict[str, Any]:
+    """The trained model (``team``: as the 4 x 3 team of the held-out team rows) on new seeds
+    (from 100; demonstrations use 1000 on) of the training tasks: the figure to choose formats
+    and hyperparameters by. On the vLLM server with ``--serve``, as the held-out rows."""
+    from collabui.evaluation.miniwob import evaluate_miniwob
+
+    return evaluate_miniwob(validation_config(config, trained, team=team), out, command="recipe.py --validate")
+
+
+def validation_config(config: RecipeConfig, trained: Path, *, team: bool = False) -> MiniWoBEvalConfig:
+    """The evaluation :func:`validate` runs."""
+    rollouts = on_training_tasks(config, trained, seed=100, episodes=config.validate, team=team)
+    if not config.evaluation.serve:
+        return rollouts
+    return dataclasses.replace(rollouts, serve=True, serve_dtype=config.evaluation.serve_dtype,
+                               serve_agents=config.evaluation.serve_agents,
+                               serve_backend=config.evaluation.serve_backend, concurrency=4)
+
+
+def _format(config: RecipeConfig, model: str) -> str:
+    """Trained models read pages in the format they learned; the others in html (baselines do
+    not care; the base model's ReAct prompt shows html)."""
+    return config.element_format if model.startswith("trained:") else "html"
+
+
+def row(results: dict[str, Any]) -> dict[str, Any]:
+    rate = results["overall"]["success_rate"]
+    tokens = results.get("counts", {}).get("prompt_tokens_per_answer")  # none for the baselines
+    return {"successes": rate["successes"], "episodes": rate["n"], "rate": rate["value"],
+            "ci95": rate["ci95"], **({"prompt_tokens": tokens} if tokens is not None else {}),
+            "per_task": {t: v["success_rate"]["value"] for t, v in results["breakdown"]["per_task"].items()}}
+
+
+def table(results: dict[str, Any]) -> str:
+    """The README table of a results.json (with the rows' prompt tokens per agent answer when
+    any row has them: the baselines read no tokens)."""
+    rows = results["systems"]
+    tokens = any("prompt_tokens" in row for row in rows.values())
+    lines = ["| system | success (held-out; pages shuffled unless the row says unshuffled) | 95% CI | episodes |"
+             + (" prompt tokens an answer |" if tokens else ""),
+             "|---|---|---|---|" + ("---|" if tokens else "")]
+    for name, row in rows.items():
+        low, high = row["ci95"]
+        lines.append(f"| {name} | {row['successes']}/{row['episodes']} = {100 * row['rate']:.1f}% | "
+                     f"{100 * low:.1f}-{100 * high:.1f}% | {row['episodes']} |"
+                     + (f" {row.get('prompt_tokens', '')} |" if tokens else ""))
+    return "\n".join(lines)
+
+
+def team_figures(folder: Path) -> dict[str, Any]:
+    """How a team row reached its actions (``collabui eval team``): vote margins, kept answers."""
+    from collabui.evaluation.team_dynamics import read_team_traces, team_dynamics
+
+    found = team_dynamics(read_team_traces(folder))
+    return {"steps": found.steps, **found.overall}
+

@@ -1,0 +1,174 @@
+"""Stage 6 of the CPU recipe (``recipe.py``): MARL from the SFT bundle (paper Sec. 3.2), the
+paper's ablations at the same compute, and the facts results.json states about those runs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from recipe_sft import ALL_LINEAR
+
+from collabui.config import TeamConfig
+from collabui.errors import ConfigError
+from collabui.training.task_lists import TRAIN_TASKS
+
+if TYPE_CHECKING:
+    from recipe import RecipeConfig
+    from recipe import _Clock as Clock
+
+
+#: The paper's ablations (its Table 4), each a MARL run from the same SFT model at the same compute.
+#: Without CR every entry of an episode scores its outcome, so no step holds an agent's own
+#: mistake beside a right answer: the adversary writes the rejected answers (the paper's own
+#: way of making pairs), as many per agent as the full run had.
+ABLATIONS: dict[str, dict[str, Any]] = {"ablation_no_cr": {"critic": "outcome", "adversary": "rule"},
+                                        "ablation_no_edge_update": {"edge_update": False},
+                                        "ablation_rft": {"objective": "rft"}}
+
+
+def marl_config(config: RecipeConfig, start: Path, out: Path, **change: Any) -> Any:
+    """The MARL run of the trained team (``change``: an ablation's): the 4 x 3 team of the
+    held-out rows on shuffled training pages, the SFT bundle's prompt style and format, own-
+    mistake pairs labelled by the verified critic, DPO with an SFT term, small per-agent adapters
+    (rank 8: four of them and the SFT adapter stay under 40 MB in fp16)."""
+    from collabui.training.marl import MARLConfig
+
+    team = TeamConfig(n_agents=4, rounds=3, max_new_tokens=128, prompt_style="auto",
+                      max_steps=config.evaluation.team.max_steps, seed=config.evaluation.team.seed)
+    dpo = {"loss_type": ["sigmoid", "sft"], "beta": 0.1, "learning_rate": config.dpo_lr,
+           "num_train_epochs": config.marl_epochs, "per_device_train_batch_size": 4, "lora_r": 8, "lora_alpha": 16, "lora_target_modules": list(ALL_LINEAR),
+           "max_length": 512}
+    return MARLConfig(**{"model": f"trained:{start}", "train_tasks": TRAIN_TASKS, "eval_tasks": (),
+                         "eval_episodes_per_task": 0, "episodes_per_task": config.marl_episodes,
+                         "iterations": config.marl_iterations, "team": team, "critic": "verified",
+                         "adversary": "own", "right_pairs": config.marl_right_pairs, "max_pairs": config.marl_pairs,
+                         "shuffle_elements": True, "out_dir": str(out),
+                         "serve": config.evaluation.serve, "serve_dtype": config.evaluation.serve_dtype,
+                         "serve_backend": config.evaluation.serve_backend,
+                         "concurrency": 4 if config.evaluation.serve else 2,
+                         "dpo": dpo, **change})
+
+
+def train_marl(config: RecipeConfig, start: Path, out: Path, clock: Clock) -> dict[str, Path]:
+    """Stage 6: MARL from the SFT bundle ``start`` (and the ablations): ``{row: team bundle}``."""
+    from collabui.training.marl import run_marl
+
+    runs = {"trained_team": {}, **trained_ablations(config)}
+    found = {}
+    if config.marl_rollouts_from is not None:
+        reuse_rollouts(config, Path(config.marl_rollouts_from), start, out / "trained_team")
+    for row, change in runs.items():
+        if row != "trained_team":
+            share_first_rollouts(out / "trained_team", out / row, change)
+            change = same_pairs_as(out / "trained_team", change, config)
+        clock.run(f"6 marl {row}", lambda r=row, c=change: run_marl(marl_config(config, start, out / r, **c)),
+                  once=True)
+        found[row] = out / row / "bundle"
+    return found
+
+
+def trained_ablations(config: RecipeConfig) -> dict[str, dict[str, Any]]:
+    """The ablations ``--ablations`` trains: those ``--systems`` names, or all when it names none
+    (an ablation row costs ~25 min of MARL here, so a session can add one row at a time)."""
+    if not config.ablations:
+        return {}
+    asked = {w.strip() for w in (config.systems or "").split(",")} & set(ABLATIONS)
+    return {name: change for name, change in ABLATIONS.items() if not asked or name in asked}
+
+
+def same_pairs_as(full: Path, change: dict[str, Any], config: RecipeConfig) -> dict[str, Any]:
+    """An ablation whose pairs are not the agents' own mistakes (``adversary``) gets at most as
+    many pairs per agent as the full run trained on: the same compute, not more data."""
+    if "adversary" not in change or config.marl_pairs:
+        return change
+    report = json.loads((full / "marl_report.json").read_text())
+    most = max((max(it["pairs"].get("per_agent", {}).values(), default=0) for it in report["iterations"]), default=0)
+    return {**change, "max_pairs": most} if most else change
+
+
+def share_first_rollouts(source: Path, target: Path, change: dict[str, Any]) -> None:
+    """Iteration 0 of an ablation that keeps the DAG rolls out exactly the trained team's
+    episodes (same model, DAG and seeds): copy them (and the labels when the critic is the same)
+    instead of spending that compute twice. The run's resume logic skips what is there."""
+    if "edge_update" in change or (target / "iter0" / "rollouts.jsonl").exists():
+        return
+    done = source / "iter0"
+    if not (done / "rollouts.jsonl").is_file():
+        return
+    (target / "iter0").mkdir(parents=True, exist_ok=True)
+    shutil.copytree(done / "traces", target / "iter0" / "traces", dirs_exist_ok=True)
+    if "critic" not in change and (done / "labels.jsonl").is_file():
+        shutil.copyfile(done / "labels.jsonl", target / "iter0" / "labels.jsonl")
+    shutil.copyfile(done / "rollouts.jsonl", target / "iter0" / "rollouts.jsonl")  # last: it marks them done
+
+
+#: MARL settings that change no rollout of iteration 0: how it is labelled, paired and learnt
+#: from, how many iterations follow, and where the episodes run.
+_UPDATE_ONLY = ("dpo", "objective", "adversary", "right_pairs", "max_pairs", "critic", "iterations", "out_dir",
+                "model", "eval_tasks", "eval_episodes_per_task")
+
+
+def reuse_rollouts(config: RecipeConfig, run: Path, start: Path, target: Path) -> None:
+    """``--marl-rollouts-from RUN``: iteration 0's rollouts of RUN's MARL team copied into
+    ``target`` (labels too when the critic is the same), so a sweep of the update compares
+    updates on the same episodes.
+
+    Raises:
+        ConfigError: RUN has no finished rollouts of iteration 0, started from another bundle or
+            rolled out other episodes (another team, tasks, seeds, page format or DAG).
+    """
+    from collabui.training.marl import RESUMABLE_CHANGES, STATE_FILE
+    from collabui.training.marl_config import flat_fields
+
+    source = run / "marl" / "trained_team"
+    try:
+        theirs = json.loads((source / STATE_FILE).read_text())["config"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ConfigError(f"--marl-rollouts-from {run}: no MARL run in {source}; name a recipe run folder that "
+                          "trained MARL (--marl-iterations)") from None
+    if not (source / "iter0" / "rollouts.jsonl").is_file():
+        raise ConfigError(f"--marl-rollouts-from {run}: its MARL iteration 0 has not rolled out yet; finish that "
+                          "run first")
+    ours = json.loads(json.dumps(marl_config(config, start, target).to_dict()))
+    mine, other = flat_fields(ours), flat_fields(theirs)
+    differ = sorted(k for k in set(mine) | set(other)
+                    if k not in _UPDATE_ONLY + tuple(RESUMABLE_CHANGES) and mine.get(k) != other.get(k))
+    if differ:
+        shown = ", ".join(f"{k}: {other.get(k)!r} there, {mine.get(k)!r} here" for k in differ[:3])
+        raise ConfigError(f"--marl-rollouts-from {run}: its episodes differ ({shown}); use the same team and "
+                          "MARL episode flags, or drop --marl-rollouts-from")
+    if _fingerprint(run / "bundle") != _fingerprint(start):
+        raise ConfigError(f"--marl-rollouts-from {run}: it trained MARL from another bundle than {start}; use the "
+                          "same --from-bundle (or SFT flags), or drop --marl-rollouts-from")
+    share_first_rollouts(source, target, {} if mine["critic"] == other["critic"] else {"critic": mine["critic"]})
+
+
+def _fingerprint(bundle_dir: Path) -> str:
+    """The bundle's weights and manifest without ``made_by`` (a stamp, not the model)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(p for p in bundle_dir.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        if path.relative_to(bundle_dir) == Path("team.json"):
+            data = json.dumps({k: v for k, v in json.loads(data).items() if k != "made_by"}, sort_keys=True).encode()
+        digest.update(str(path.relative_to(bundle_dir)).encode() + b"\0" + data)
+    return digest.hexdigest()
+
+
+def marl_runs(folder: Path) -> dict[str, Any]:
+    """``marl_facts`` of every MARL run in the folder (the team's and the ablations trained so far)."""
+    return {row: marl_facts(folder / row) for row in ("trained_team", *ABLATIONS)
+            if (folder / row / "marl_report.json").is_file()}
+
+
+def marl_facts(folder: Path) -> dict[str, Any]:
+    """A MARL run's pairs, training rollouts' success and minutes per iteration (marl_report.json)."""
+    report = json.loads((folder / "marl_report.json").read_text())
+    return {"minutes": round(report["seconds"]["total"] / 60, 1),
+            "iterations": [{"train_success": it["train"].get("success_rate"),
+                            "pairs_per_agent": it["pairs"].get("per_agent"),
+                            "topology": it["topology"].get("edges")} for it in report["iterations"]]}
+
