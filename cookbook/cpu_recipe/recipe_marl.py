@@ -38,8 +38,8 @@ def marl_config(config: RecipeConfig, start: Path, out: Path, **change: Any) -> 
     team = TeamConfig(n_agents=4, rounds=3, max_new_tokens=128, prompt_style="auto",
                       max_steps=config.evaluation.team.max_steps, seed=config.evaluation.team.seed)
     dpo = {"loss_type": ["sigmoid", "sft"], "beta": 0.1, "learning_rate": config.dpo_lr,
-           "num_train_epochs": config.marl_epochs, "per_device_train_batch_size": 4, "lora_r": 8, "lora_alpha": 16, "lora_target_modules": list(ALL_LINEAR),
-           "max_length": 512}
+           "num_train_epochs": config.marl_epochs, "per_device_train_batch_size": 4, "lora_r": 8, "lora_alpha": 16,
+           "lora_target_modules": list(ALL_LINEAR), "max_length": 512}
     return MARLConfig(**{"model": f"trained:{start}", "train_tasks": TRAIN_TASKS, "eval_tasks": (),
                          "eval_episodes_per_task": 0, "episodes_per_task": config.marl_episodes,
                          "iterations": config.marl_iterations, "team": team, "critic": "verified",
