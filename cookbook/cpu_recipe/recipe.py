@@ -513,12 +513,18 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    clock = _Clock(out / "recipe.json", config)
     try:
-        trained = start_bundle(config, out / "bundle") if config.from_bundle is not None else train(config, out, clock)
-    except (ConfigError, ModelLoadError) as exc:
+        _run(config, out, names)
+    except (ConfigError, ModelLoadError) as exc:  # e.g. a stage's folder holds another run: one line, not a trace
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _run(config: RecipeConfig, out: Path, names: list[str]) -> None:
+    """The stages :func:`main` runs: training (or the bundle's copy), MARL, checks, the rows."""
+    clock = _Clock(out / "recipe.json", config)
+    trained = start_bundle(config, out / "bundle") if config.from_bundle is not None else train(config, out, clock)
     teams = marl(config, trained, out / "marl", clock) if config.marl_iterations else {}
     rows = systems(config, trained, out / "marl")
     found = checks(config, trained, out, clock, teams)
@@ -543,7 +549,6 @@ def main(argv: list[str] | None = None) -> int:
     print(table(results))
     print(f"[recipe] training {results['minutes']} min, evaluation {results['eval_minutes']} min; "
           f"{out / 'results.json'}", file=sys.stderr)
-    return 0
 
 
 if __name__ == "__main__":

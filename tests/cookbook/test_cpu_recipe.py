@@ -729,3 +729,21 @@ def test_marl_rollouts_from_another_run_trains_another_update_on_its_episodes(tm
             recipe._args(["--team", *argv] if argv[0] != "--marl-epochs" else ["--marl-iterations", "1", *argv])
     err = capsys.readouterr().err
     assert "--marl-epochs must be > 0" in err and "give --marl-iterations N" in err
+
+
+def test_a_stage_refusing_its_folder_ends_the_run_with_one_line_and_exit_2(tmp_path, tiny_model_dir, monkeypatch,
+                                                                          capsys):
+    """A ConfigError after training (a stage's folder holding another model's run) is a one-line
+    error and exit code 2, not a traceback; what the run made before it stays."""
+    recipe = _recipe()
+    source = _team_bundle(tmp_path / "shipped", tiny_model_dir)
+
+    def refuse(*a, **kw):
+        raise recipe.ConfigError("runs/x/validation holds a run with other model; use another --out")
+
+    monkeypatch.setattr(recipe, "checks", refuse)
+    out = tmp_path / "run"
+    assert recipe.main(["--out", str(out), "--from-bundle", str(source), "--validate", "1", "--systems", "none"]) == 2
+    err = capsys.readouterr().err
+    assert "error: runs/x/validation holds a run with other model" in err and "Traceback" not in err
+    assert (out / "bundle" / "team.json").is_file()
