@@ -49,6 +49,7 @@ from collabui.training.marl_bundle import (
 from collabui.training.marl_config import (
     RESUMABLE_CHANGES,
     MARLConfig,
+    changed_fields,
     flat_fields,
     nest_team_fields,
     rft_config,
@@ -134,9 +135,7 @@ class _State:
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             raise ConfigError(f"{path} is unreadable; delete it (or the folder) to start over") from None
         new = json.loads(json.dumps(config.to_dict()))  # compare in JSON form (tuples -> lists)
-        flat_new = flat_fields(new)
-        changed = sorted(k for k in set(old) | set(flat_new)
-                         if k not in RESUMABLE_CHANGES and old.get(k) != flat_new.get(k))
+        changed = changed_fields(old, new, RESUMABLE_CHANGES)
         if changed:
             diff = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:4])
             raise ConfigError(f"{out} holds a MARL run with another config ({diff}); use another "

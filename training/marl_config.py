@@ -234,6 +234,13 @@ def flat_fields(config: Mapping[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in config.items() if k != "team"}, **{f"team.{k}": v for k, v in team.items()}}
 
 
+def changed_fields(old: Mapping[str, Any], new: Mapping[str, Any], ignore: Sequence[str] = ()) -> list[str]:
+    """The fields (``team.x`` for the team's) whose values differ between two stored configs
+    (JSON form), sorted, leaving out ``ignore``."""
+    a, b = flat_fields(old), flat_fields(new)
+    return sorted(k for k in set(a) | set(b) if k not in ignore and a.get(k) != b.get(k))
+
+
 def _check_spec(spec: str, names: Sequence[str], what: str) -> None:
     if spec in names or (spec.startswith("llm:") and spec[4:].strip()):
         return

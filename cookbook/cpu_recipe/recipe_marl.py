@@ -120,7 +120,7 @@ def reuse_rollouts(config: RecipeConfig, run: Path, start: Path, target: Path) -
             rolled out other episodes (another team, tasks, seeds, page format or DAG).
     """
     from collabui.training.marl import RESUMABLE_CHANGES, STATE_FILE
-    from collabui.training.marl_config import flat_fields
+    from collabui.training.marl_config import changed_fields, flat_fields
 
     source = run / "marl" / "trained_team"
     try:
@@ -132,9 +132,8 @@ def reuse_rollouts(config: RecipeConfig, run: Path, start: Path, target: Path) -
         raise ConfigError(f"--marl-rollouts-from {run}: its MARL iteration 0 has not rolled out yet; finish that "
                           "run first")
     ours = json.loads(json.dumps(marl_config(config, start, target).to_dict()))
+    differ = changed_fields(theirs, ours, _UPDATE_ONLY + tuple(RESUMABLE_CHANGES))
     mine, other = flat_fields(ours), flat_fields(theirs)
-    differ = sorted(k for k in set(mine) | set(other)
-                    if k not in _UPDATE_ONLY + tuple(RESUMABLE_CHANGES) and mine.get(k) != other.get(k))
     if differ:
         shown = ", ".join(f"{k}: {other.get(k)!r} there, {mine.get(k)!r} here" for k in differ[:3])
         raise ConfigError(f"--marl-rollouts-from {run}: its episodes differ ({shown}); use the same team and "
