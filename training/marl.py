@@ -33,6 +33,7 @@ import json
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,7 +138,8 @@ class _State:
         new = json.loads(json.dumps(config.to_dict()))  # compare in JSON form (tuples -> lists)
         changed = changed_fields(old, new, RESUMABLE_CHANGES)
         if changed:
-            diff = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:4])
+            flat_new = flat_fields(new)  # team fields are named team.x on both sides
+            diff = ", ".join(f"{k}: {old.get(k)!r} -> {flat_new.get(k)!r}" for k in changed[:4])
             raise ConfigError(f"{out} holds a MARL run with another config ({diff}); use another "
                               "out_dir or the same options")
         data["config"] = new
@@ -248,14 +250,30 @@ class _Run:
         built = correction_counts(ds, c.action_space)
         if c.max_pairs:
             ds = balance_pairs(ds, c.max_pairs, c.action_space, seed=c.team.seed)
-        tmp = save_pairs(ds, it / ".pairs.jsonl.tmp")
-        os.replace(tmp, it / "pairs.jsonl")
         stats = pair_stats(ds)
         stats["per_agent"] = {str(a): stats["per_agent"].get(a, 0) for a in range(c.team.n_agents)}
         stats["corrections"] = correction_counts(ds, c.action_space) if c.max_pairs else built
         if c.max_pairs:
             stats["corrections_built"] = built
+        if c.anchor:
+            ds, stats["anchors"] = self.anchored(it, ds, stats["per_agent"])
+        tmp = save_pairs(ds, it / ".pairs.jsonl.tmp")
+        os.replace(tmp, it / "pairs.jsonl")
         return stats
+
+    def anchored(self, it: Path, ds: Any, per_agent: Mapping[str, int]) -> tuple[Any, dict[str, int]]:
+        """``ds`` with each agent's anchor rows added (``MARLConfig.anchor`` per pair it has)."""
+        from datasets import concatenate_datasets
+
+        from collabui.training.mistake_pairs import anchor_pairs
+
+        c = self.config
+        counts = {int(a): round(c.anchor * n) for a, n in per_agent.items()}
+        anchors = anchor_pairs(it / "traces", it / "labels.jsonl", counts, critic=self.critic.name, seed=c.team.seed)
+        found = Counter(int(a) for a in anchors["agent"])
+        if "chosen_source" not in ds.column_names:  # rule or LLM adversary pairs
+            anchors = anchors.remove_columns("chosen_source")
+        return concatenate_datasets([ds, anchors]), {str(a): found.get(a, 0) for a in range(c.team.n_agents)}
 
     def update(self, k: int, it: Path) -> dict[str, Any]:
         """Each agent's update on this iteration's pairs, from its adapter of iteration k-1."""

@@ -87,6 +87,10 @@ class MARLConfig:
     max_pairs: int = field(default=0, metadata={
         "metavar": "N", "help": "at most N pairs per agent and iteration, drawn evenly over the kinds of correction "
                                 "(click -> type_string, type_string -> click, ...); 0: all"})
+    anchor: float = field(default=0.0, metadata={
+        "metavar": "R", "help": "anchor rows: per agent, R x its pair count of its own verified-right answers (at steps "
+        "drawn evenly) trained through DPO's SFT term alone (chosen = rejected), so what the agents already do right "
+        "keeps its likelihood where no pair touches it; needs loss_type with sft (default 0: none)"})
     objective: str = field(default="dpo", metadata={
         "choices": OBJECTIVES, "help": "per-agent update: dpo (the paper) | rft (SFT on the chosen answers only, the PO -> RFT "
                 "ablation; it uses the --dpo options SFT shares: learning rate, steps, batch, LoRA)"})
@@ -151,6 +155,7 @@ class MARLConfig:
         if self.right_pairs and self.adversary != "own":
             raise ConfigError("right_pairs pairs right proposals with the team's own wrong ones: use it with "
                               "--adversary own")
+        self._check_anchor()
         if self.model != "smollm2" and not (self.model.startswith("hf:") and len(self.model) > 3) \
                 and not is_bundle_spec(self.model):
             raise ConfigError("training needs a local model: use smollm2, hf:PATH, smollm2-trained or "
@@ -161,6 +166,16 @@ class MARLConfig:
             raise ConfigError("dpo must not set output_dir: run_marl puts TRL's folder in out_dir/iter{k}/trl")
         object.__setattr__(self, "dpo", dict(self.dpo))
         self._check_team()
+
+    def _check_anchor(self) -> None:
+        if isinstance(self.anchor, bool) or not isinstance(self.anchor, int | float) or not self.anchor >= 0:
+            raise ConfigError(f"anchor must be a number >= 0 (anchor rows per pair), got {self.anchor!r}")
+        losses = self.dpo.get("loss_type", "sigmoid") if isinstance(self.dpo, Mapping) else ()
+        losses = [losses] if isinstance(losses, str) else list(losses or ())
+        if self.anchor and self.objective == "dpo" and "sft" not in losses:
+            # chosen = rejected leaves the preference loss without a gradient: only an SFT term teaches them
+            raise ConfigError("anchor rows teach through DPO's SFT term only: add it, e.g. "
+                              "--dpo loss_type='[\"sigmoid\", \"sft\"]'")
 
     def _check_team(self) -> None:
         team = self.team

@@ -40,7 +40,8 @@ if TYPE_CHECKING:
     from datasets import Dataset
 
 __all__ = ["build_mistake_pairs", "mistake_pairs_for_step", "right_pairs_for_step", "balance_pairs",
-           "correction_kind", "correction_counts", "traces_action_space", "verified_sft_rows", "MISTAKE_COLUMNS"]
+           "correction_kind", "correction_counts", "traces_action_space", "verified_sft_rows", "anchor_pairs",
+           "MISTAKE_COLUMNS"]
 
 MISTAKE_COLUMNS = (*PAIR_COLUMNS, "chosen_source")
 
@@ -271,6 +272,49 @@ def verified_sft_rows(trace_paths: PathLike | Iterable[PathLike], labels_path: P
     """
     return _unique(_labelled_rows(trace_paths, labels_path, critic, lambda h, s, lab, _: _sft_rows_for_step(h, s, lab)),
                    ("prompt", "completion"))
+
+
+def anchor_pairs(trace_paths: PathLike | Iterable[PathLike], labels_path: PathLike, counts: Mapping[int, int], *,
+                 critic: str | None = None, seed: int = 0) -> Dataset:
+    """Up to ``counts[agent]`` anchor records per agent: an answer of that agent the critic
+    rewarded, in the exact context it saw, as both ``chosen`` and ``rejected``.
+
+    With DPO's SFT term (TRL ``loss_type=["sigmoid", "sft"]``) such a record teaches through
+    that term alone: chosen and rejected have the same log-ratio, so the preference loss is a
+    constant with no gradient. Pairs only touch the states where someone erred; the anchors hold
+    up the likelihood of what the agents already do right elsewhere (the second field of a
+    form the team always fills), which a strong update otherwise wears down. Records are drawn
+    one visited step at a time over the steps in a seeded random order, so every step gives one
+    before any gives a second; ``rejected_source`` and ``chosen_source`` are ``anchor``.
+    """
+    import random
+
+    from datasets import Dataset, Value
+
+    from collabui.training.pairs import pair_features
+
+    right = [r for r in verified_sft_rows(trace_paths, labels_path, critic=critic) if r["source"] == "own"]
+    picked: list[dict[str, Any]] = []
+    for agent, wanted in sorted(counts.items()):
+        by_step: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        for row in right:
+            if row["agent"] == agent:
+                by_step.setdefault((row["episode_id"], row["t"]), []).append(row)
+        rng = random.Random(f"{seed}-anchor-{agent}")
+        queues = [by_step[key] for key in sorted(by_step)]
+        rng.shuffle(queues)
+        taken = 0
+        while taken < wanted and any(queues):
+            for queue in queues:
+                if queue and taken < wanted:
+                    picked.append(queue.pop(0))
+                    taken += 1
+    rows = [{"prompt": r["prompt"], "chosen": r["completion"], "rejected": r["completion"], "agent": r["agent"],
+             "episode_id": r["episode_id"], "t": r["t"], "round": r["round"], "score": 1.0,
+             "rejected_source": "anchor", "chosen_source": "anchor"} for r in picked]
+    features = pair_features()
+    features["chosen_source"] = Value("string")
+    return Dataset.from_dict({c: [r[c] for r in rows] for c in MISTAKE_COLUMNS}, features=features)
 
 
 def _labelled_rows(trace_paths: PathLike | Iterable[PathLike], labels_path: PathLike, critic: str | None,

@@ -217,6 +217,9 @@ class RecipeConfig:
     marl_right_pairs: bool = field(default=False, metadata={
         "help": "MARL: also pair each verified-right proposal with the team's wrong one at that step and with "
         "typing the previous step's text again (the pairs that say when to stop typing)"})
+    marl_anchor: float = field(default=0.0, metadata={
+        "metavar": "R", "help": "MARL: per agent, R x its pair count of its own verified-right answers trained "
+        "through the SFT term alone, so what the team already does right keeps its likelihood (default 0: none)"})
     marl_epochs: float = field(default=1.0, metadata={
         "metavar": "E", "help": "MARL: DPO epochs over each agent's pairs per iteration"})
     marl_rollouts_from: str | None = field(default=None, metadata={
@@ -258,6 +261,8 @@ class RecipeConfig:
         if self.from_bundle is not None and (self.onpolicy_episodes or self.sft_draws > 1):
             raise ConfigError("--from-bundle starts from a trained model and skips stages 1-2; the on-policy round "
                               "(--onpolicy-episodes) and --sft-draws belong to them: drop one or the other")
+        if self.marl_anchor < 0:
+            raise ConfigError(f"--marl-anchor must be >= 0, got {self.marl_anchor}")
         if self.marl_epochs <= 0:
             raise ConfigError(f"--marl-epochs must be > 0, got {self.marl_epochs}")
         if self.marl_rollouts_from is not None and not self.marl_iterations:
@@ -307,7 +312,7 @@ _TAUGHT = ("balance_steps", "batch", "bf16", "demo_minutes", "demo_seeds", "dpo_
            "length_window", "lora_dropout", "lora_from_layer", "lora_r", "lr", "onpolicy_dpo", "onpolicy_episodes", "round2_demo_rows",
            "sft_draws", "sft_epochs", "sft_examples", "sft_seed", "style", "synthetic_pages", "team_share")
 #: MARL's settings, in the MARL team's ``made_by`` (they shape the team, not the SFT model).
-_TAUGHT_MARL = ("marl_episodes", "marl_epochs", "marl_iterations", "marl_pairs", "marl_right_pairs")
+_TAUGHT_MARL = ("marl_anchor", "marl_episodes", "marl_epochs", "marl_iterations", "marl_pairs", "marl_right_pairs")
 
 
 def made_by_command(config: RecipeConfig, *, marl: bool = False) -> str:

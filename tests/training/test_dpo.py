@@ -327,3 +327,35 @@ def test_compact_lm_head_gives_trls_dpo_loss_and_gradients(base_dir: Path, tmp_p
     for name, grad in ours_grads.items():  # float32 sums in another order: noise of ~1e-6
         scale = float(theirs_grads[name].abs().max())
         torch.testing.assert_close(grad, theirs_grads[name], rtol=1e-3, atol=1e-4 * scale + 1e-8)
+
+
+def test_an_anchor_row_teaches_through_the_sft_term_alone(base_dir: Path, tmp_path: Path) -> None:
+    """chosen = rejected (MARL's anchor rows): the preference loss has no gradient, the SFT
+    term's is what the row contributes."""
+    import torch
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import DPOTrainer
+
+    tokenizer = AutoTokenizer.from_pretrained(base_dir)
+    row = _row(0, 0, chosen="the submit button", rejected="")
+    rows = _pairs([{**row, "rejected": row["chosen"]}] * 2)
+
+    def grads(loss_type: list[str]) -> dict:
+        torch.manual_seed(0)
+        trainer = DPOTrainer(model=AutoModelForCausalLM.from_pretrained(base_dir), ref_model=None,
+                             args=_config(tmp_path, loss_type=loss_type), train_dataset=rows,
+                             processing_class=tokenizer,
+                             peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                    init_lora_weights=False))
+        inputs = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
+        trainer.model.train()
+        trainer.compute_loss(trainer.model, dict(inputs)).backward()
+        return {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+
+    preference, both, sft = grads(["sigmoid"]), grads(["sigmoid", "sft"]), grads(["sft"])
+    assert preference and all(float(g.abs().max()) < 1e-6 for g in preference.values())
+    assert max(float(g.abs().max()) for g in sft.values()) > 1e-3
+    for name, grad in both.items():  # float32 noise of the cancelling preference terms: ~1e-7
+        scale = float(sft[name].abs().max())
+        torch.testing.assert_close(grad, sft[name], rtol=1e-3, atol=1e-4 * scale + 1e-8)

@@ -185,6 +185,9 @@ def test_rerun_with_another_config_is_a_one_line_error(base_dir, tmp_path):
     with pytest.raises(ConfigError) as err:
         _run(_config(base_dir, out, critic="outcome"), _log())
     assert "critic" in str(err.value) and "\n" not in str(err.value)
+    # A team field is named team.x, with its old and its new value.
+    with pytest.raises(ConfigError, match=r"team\.rounds: 1 -> 2\b"):
+        _run(_config(base_dir, out, rounds=2), _log())
 
 
 @pytest.mark.parametrize("kw, needle", [
@@ -417,3 +420,24 @@ def test_rft_learns_from_own_mistakes_and_keeps_an_adapter_with_nothing_new(base
     assert first == {0: "no_pairs", 1: "trained"} and second == {0: "no_pairs", 1: "kept"}
     assert (out / "iter1" / "adapters" / "agent1" / "adapter_model.safetensors").is_file()
     assert json.loads((out / "bundle" / "team.json").read_text())["agents"] == [None, "agent1"]
+
+
+def test_anchor_rows_join_the_pairs_and_the_dpo(base_dir, tmp_path):
+    out = tmp_path / "run"
+    dpo = {"max_steps": 1, "per_device_train_batch_size": 1, "loss_type": ["sigmoid", "sft"]}
+    report = _run(_config(base_dir, out, anchor=2.0, eval_episodes_per_task=0, dpo=dpo), _log())
+    rows = [json.loads(line) for line in (out / "iter0" / "pairs.jsonl").read_text().splitlines()]
+    anchors = [r for r in rows if r["rejected_source"] == "anchor"]
+    # Each agent's one right entry (1 step, 1 round): 2 asked per pair, 1 there to take.
+    assert sorted(r["agent"] for r in anchors) == [0, 1]
+    assert all(r["chosen"] == r["rejected"] for r in anchors)
+    [iteration] = report.iterations
+    assert iteration.pairs["anchors"] == {"0": 1, "1": 1} and iteration.pairs_per_agent() == {0: 1, 1: 1}
+    assert [a["n_pairs"] for a in iteration.dpo["agents"]] == [2, 2]
+
+
+def test_anchor_rows_need_the_sft_term(tmp_path):
+    with pytest.raises(ConfigError, match="anchor rows teach through DPO's SFT term only"):
+        MARLConfig(train_tasks=("task-a",), eval_tasks=("task-b",), out_dir=str(tmp_path), anchor=1.0)
+    with pytest.raises(ConfigError, match="anchor must be a number >= 0"):
+        MARLConfig(train_tasks=("task-a",), eval_tasks=("task-b",), out_dir=str(tmp_path), anchor=-1)

@@ -157,3 +157,29 @@ def test_balance_pairs_draws_each_agent_evenly_over_the_kinds_of_correction():
         "click -> click": 2, "click -> type_string": 2, "type_string -> click": 2}
     assert kept["k"] == sorted(kept["k"])  # the dataset's order is kept
     assert balance_pairs(ds, 6, "web", seed=1)["k"] == kept["k"]  # seeded
+
+
+def test_anchor_pairs_are_rewarded_answers_as_both_sides_drawn_a_step_at_a_time(tmp_path):
+    """Recorded by a real team on a FakeDevice: agent 0 is right in both rounds of both steps,
+    agent 1 in round 1 only, agent 2 never."""
+    from collabui.training.critic import ReferenceCritic
+    from collabui.training.labels import label_traces
+    from collabui.training.mistake_pairs import anchor_pairs
+    from tests.training.test_pairs import GOLD, _record, _requests_by_entry
+
+    path, model = _record(tmp_path, "ep1")
+    label_traces([path], ReferenceCritic(lambda ctx: GOLD), tmp_path / "labels.jsonl", progress=False)
+    rows = anchor_pairs([path], tmp_path / "labels.jsonl", {0: 3, 1: 5, 2: 2}, seed=0).to_list()
+    by_agent = {a: [r for r in rows if r["agent"] == a] for a in (0, 1, 2)}
+    # Agent 0: 4 right entries, 3 asked: both steps give one before either gives a second.
+    assert len(by_agent[0]) == 3 and {r["t"] for r in by_agent[0][:2]} == {0, 1}
+    # Agent 1: all its 2 right entries (round 1); agent 2 was never right: none.
+    assert [(r["t"], r["round"]) for r in sorted(by_agent[1], key=lambda r: r["t"])] == [(0, 1), (1, 1)]
+    assert by_agent[2] == []
+    asked = _requests_by_entry(model)
+    for r in rows:
+        assert r["chosen"] == r["rejected"] and '"element_id": "B"' in r["chosen"][0]["content"]
+        assert r["prompt"] == asked[(r["agent"], r["t"], r["round"])]  # the exact context it saw
+        assert r["chosen_source"] == r["rejected_source"] == "anchor"
+    again = anchor_pairs([path], tmp_path / "labels.jsonl", {0: 3, 1: 5, 2: 2}, seed=0).to_list()
+    assert again == rows  # seeded
