@@ -23,6 +23,7 @@ Train and tune only on ``TRAIN_TASKS``; ``HELDOUT_TASKS`` are evaluation only.
 
 import argparse
 import dataclasses
+import datetime
 import functools
 import json
 import shutil
@@ -34,9 +35,18 @@ from pathlib import Path
 from typing import Any
 
 # The stages, in modules beside this file (a script's folder is on sys.path).
-from recipe_eval import critic_check, evaluate, systems, table, team_figures, validate
+from recipe_eval import (
+    check_row_name,
+    critic_check,
+    evaluate,
+    publish_row,
+    systems,
+    table,
+    team_figures,
+    validate,
+)
 from recipe_eval import row as _row
-from recipe_marl import marl_runs, train_marl
+from recipe_marl import ABLATIONS, marl_runs, train_marl
 from recipe_sft import (
     ALL_LINEAR,
     demonstrate,
@@ -234,6 +244,10 @@ class RecipeConfig:
         "metavar": "N", "help": "also evaluate the trained model on N new seeds per training task (the set to "
         "tune on; held-out tasks never are)"})
     publish: bool = field(default=False, metadata={"help": "copy results.json next to this file"})
+    publish_row: str | None = field(default=None, metadata={
+        "metavar": "NAME", "help": "add this run's trained_team row to the results.json next to this file as row "
+        "NAME (with the command that trained it and the run's MARL and validation figures under runs.NAME), "
+        "the other rows kept: an experiment beside the shipped model"})
     table: bool = field(default=False, metadata={"help": "print the README table of results.json and exit"})
 
     def __post_init__(self) -> None:
@@ -261,6 +275,10 @@ class RecipeConfig:
         if self.from_bundle is not None and (self.onpolicy_episodes or self.sft_draws > 1):
             raise ConfigError("--from-bundle starts from a trained model and skips stages 1-2; the on-policy round "
                               "(--onpolicy-episodes) and --sft-draws belong to them: drop one or the other")
+        if self.publish_row is not None:
+            if not self.teams:
+                raise ConfigError("--publish-row copies the run's trained_team row: give --team with it")
+            check_row_name(self.publish_row)
         if self.marl_anchor < 0:
             raise ConfigError(f"--marl-anchor must be >= 0, got {self.marl_anchor}")
         if self.marl_epochs <= 0:
@@ -515,6 +533,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     try:  # before hours of training, not after
         names = wanted_rows(config, systems(config, out / "bundle"))
+        if config.publish_row is not None:
+            check_row_name(config.publish_row, taken=set(systems(config, out / "bundle")) | set(ABLATIONS))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -546,6 +566,9 @@ def _run(config: RecipeConfig, out: Path, names: list[str]) -> None:
         path.write_text(json.dumps(results, indent=1))  # after every row: an interrupted run keeps them
     results["eval_minutes"] = clock.minutes("3 ")
     path.write_text(json.dumps(results, indent=1))  # also when no row was evaluated this time
+    if config.publish_row is not None:
+        command = f"{out} ({datetime.date.today()}): {made_by_command(config, marl=bool(config.marl_iterations))}"
+        publish_row(results, config.publish_row, command, HERE / "results.json")
     if config.publish:
         shutil.copyfile(out / "results.json", HERE / "results.json")
         shutil.rmtree(SHIPPED, ignore_errors=True)

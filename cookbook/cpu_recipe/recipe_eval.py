@@ -4,6 +4,9 @@ tasks, the verified critic's check, and the README table of results.json."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +14,7 @@ from recipe_marl import ABLATIONS
 from recipe_sft import on_training_tasks
 
 from collabui.config import TeamConfig
+from collabui.errors import ConfigError
 from collabui.evaluation.miniwob import MiniWoBEvalConfig
 
 if TYPE_CHECKING:
@@ -148,3 +152,43 @@ def team_figures(folder: Path) -> dict[str, Any]:
     found = team_dynamics(read_team_traces(folder))
     return {"steps": found.steps, **found.overall}
 
+
+
+#: What ``--publish-row`` keeps of a run beside its row (under ``runs.<row>``).
+_RUN_FACTS = ("start", "marl", "minutes", "eval_minutes", "validation", "validation_team")
+
+
+def check_row_name(name: str, taken: Iterable[str] = ()) -> None:
+    """``--publish-row``'s NAME: a new row, not one the recipe writes itself.
+
+    Raises:
+        ConfigError: a name of the recipe's own rows, or not of lowercase letters, digits, ``_.-``.
+    """
+    if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]*", name):
+        raise ConfigError(f"--publish-row {name!r}: use lowercase letters, digits and _.- "
+                          "(e.g. trained_team_marl_anchor)")
+    if name in set(taken):
+        raise ConfigError(f"--publish-row {name!r} is a row the recipe writes itself (--publish); name the "
+                          "experiment, e.g. trained_team_marl_anchor")
+
+
+def publish_row(results: dict[str, Any], name: str, command: str, target: Path) -> None:
+    """Add the run's ``trained_team`` row to the shipped ``target`` results as ``name`` (``from``:
+    ``command``), and the run's MARL, validation and time figures as ``runs[name]``; every other
+    row of ``target`` stays.
+
+    Raises:
+        ConfigError: the run has no trained_team row yet.
+    """
+    row = results.get("systems", {}).get("trained_team")
+    if row is None:
+        raise ConfigError("--publish-row: this run has no trained_team row; evaluate it with --team "
+                          "--systems trained_team")
+    shipped = json.loads(target.read_text(encoding="utf-8"))
+    shipped["systems"][name] = {**row, "from": command}
+    facts = {key: results[key] for key in _RUN_FACTS if key in results}
+    dynamics = results.get("team_dynamics", {}).get("trained_team")
+    shipped.setdefault("runs", {})[name] = {**facts, **({"team_dynamics": dynamics} if dynamics else {})}
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(json.dumps(shipped, indent=1), encoding="utf-8")
+    tmp.replace(target)

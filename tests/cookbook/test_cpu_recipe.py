@@ -149,6 +149,43 @@ def test_main_adds_the_asked_rows_to_the_folders_results_and_refuses_unknown_one
     assert "eval_minutes" in results and "| trained_single | 2/10 = 20.0% |" in capsys.readouterr().out
 
 
+def test_publish_row_adds_one_experiment_row_to_the_shipped_results(tmp_path, monkeypatch, capsys):
+    """--publish-row NAME: the run's trained_team row joins the shipped results.json as NAME with
+    the command that made it; every shipped row stays; the recipe's own row names are refused
+    before any training."""
+    recipe = _recipe()
+    monkeypatch.setattr(recipe, "train", lambda *a: pytest.fail("trained before checking --publish-row"))
+    out = tmp_path / "run"
+    assert recipe.main(["--out", str(out), "--team", "--publish-row", "trained_team"]) == 2
+    assert "is a row the recipe writes itself" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        recipe._args(["--team", "--publish-row", "My Row"])
+    assert "use lowercase letters, digits and _.-" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        recipe._args(["--publish-row", "trained_team_x"])
+    assert "give --team with it" in capsys.readouterr().err
+    shipped = tmp_path / "ship"
+    shipped.mkdir()
+    (shipped / "results.json").write_text(json.dumps({"systems": {"random": RANDOM_ROW}, "minutes": 30.0}))
+    monkeypatch.setattr(recipe, "HERE", shipped)
+    monkeypatch.setattr(recipe, "train", lambda config, out, clock: out / "bundle-x")
+    monkeypatch.setattr(recipe, "checks", lambda *a: {"validation_team": {"successes": 40, "episodes": 60}})
+    monkeypatch.setattr(recipe, "run_facts", lambda *a: {"minutes": 12.5})
+    monkeypatch.setattr(recipe, "team_figures", lambda folder: {"winner_share": 0.9})
+    monkeypatch.setattr(recipe, "evaluate", lambda *a: _fake_results(7))
+    assert recipe.main(["--out", str(out), "--team", "--systems", "trained_team", "--dpo-lr", "2e-4",
+                        "--publish-row", "trained_team_x"]) == 0
+    results = json.loads((shipped / "results.json").read_text())
+    assert list(results["systems"]) == ["random", "trained_team_x"] and results["minutes"] == 30.0
+    row = results["systems"]["trained_team_x"]
+    assert row["successes"] == 7 and row["from"].startswith(f"{out} (")
+    assert "cookbook/cpu_recipe/recipe.py" in row["from"] and "--dpo-lr 0.0002" in row["from"]
+    facts = results["runs"]["trained_team_x"]
+    assert facts.pop("eval_minutes") >= 0
+    assert facts == {"minutes": 12.5, "validation_team": {"successes": 40, "episodes": 60},
+                     "team_dynamics": {"winner_share": 0.9}}
+
+
 def test_negative_counts_are_refused_with_the_flag_named(capsys):
     recipe = _recipe()
     with pytest.raises(SystemExit):
@@ -170,7 +207,7 @@ DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0,
                 # bf16 mixed precision where this machine computes it natively (AVX512-BF16/AMX, CUDA)
                 "bf16": default_bf16(),
                 "ablations": False, "validate": 0,
-                "publish": False, "table": False}
+                "publish": False, "publish_row": None, "table": False}
 
 
 def test_flags_and_defaults_are_the_recipes_and_land_in_the_composed_configs(tmp_path):
