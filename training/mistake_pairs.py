@@ -196,20 +196,14 @@ def build_mistake_pairs(trace_paths: PathLike | Iterable[PathLike], labels_path:
                         critic: str | None = None, right_pairs: bool = False) -> Dataset:
     """Own-mistake pairs for every labelled step of the traces (dedupes identical records);
     ``right_pairs``: also :func:`right_pairs_for_step`'s."""
-    from datasets import Dataset, Value
-
-    from collabui.training.pairs import pair_features
 
     def rows_for_step(header: dict[str, Any], step: dict[str, Any], label: dict[str, Any],
                       previous: dict[str, Any] | None) -> list[dict[str, Any]]:
         rows = mistake_pairs_for_step(header, step, label)
         return rows + right_pairs_for_step(header, step, label, previous) if right_pairs else rows
 
-    rows = _unique(_labelled_rows(trace_paths, labels_path, critic, rows_for_step),
-                   ("agent", "prompt", "chosen", "rejected"))
-    features = pair_features()
-    features["chosen_source"] = Value("string")
-    return Dataset.from_dict({c: [r[c] for r in rows] for c in MISTAKE_COLUMNS}, features=features)
+    return _mistake_dataset(_unique(_labelled_rows(trace_paths, labels_path, critic, rows_for_step),
+                                    ("agent", "prompt", "chosen", "rejected")))
 
 
 def correction_kind(row: Mapping[str, Any], space: str) -> str:
@@ -250,13 +244,30 @@ def balance_pairs(ds: Dataset, per_agent: int, space: str, *, seed: int = 0) -> 
     keep: list[int] = []
     for agent in sorted({a for a, _ in groups}):
         queues = [rng.sample(groups[key], len(groups[key])) for key in sorted(groups) if key[0] == agent]
-        taken = 0
-        while taken < per_agent and any(queues):
-            for queue in queues:
-                if queue and taken < per_agent:
-                    keep.append(queue.pop())
-                    taken += 1
+        keep += _round_robin(queues, per_agent, take=list.pop)
     return ds.select(sorted(keep))
+
+
+def _round_robin(queues: list[list[Any]], most: int, *, take: Callable[[list[Any]], Any]) -> list[Any]:
+    """Up to ``most`` items, one from each non-empty queue in turn (``take`` removes it), so
+    every queue gives one before any gives a second. The queues are emptied as they give."""
+    out: list[Any] = []
+    while len(out) < most and any(queues):
+        for queue in queues:
+            if queue and len(out) < most:
+                out.append(take(queue))
+    return out
+
+
+def _mistake_dataset(rows: list[dict[str, Any]]) -> Dataset:
+    """``rows`` as a dataset of :data:`MISTAKE_COLUMNS` (typed, also when empty)."""
+    from datasets import Dataset, Value
+
+    from collabui.training.pairs import pair_features
+
+    features = pair_features()
+    features["chosen_source"] = Value("string")
+    return Dataset.from_dict({c: [r[c] for r in rows] for c in MISTAKE_COLUMNS}, features=features)
 
 
 def verified_sft_rows(trace_paths: PathLike | Iterable[PathLike], labels_path: PathLike, *,
@@ -289,10 +300,6 @@ def anchor_pairs(trace_paths: PathLike | Iterable[PathLike], labels_path: PathLi
     """
     import random
 
-    from datasets import Dataset, Value
-
-    from collabui.training.pairs import pair_features
-
     right = [r for r in verified_sft_rows(trace_paths, labels_path, critic=critic) if r["source"] == "own"]
     picked: list[dict[str, Any]] = []
     for agent, wanted in sorted(counts.items()):
@@ -300,21 +307,13 @@ def anchor_pairs(trace_paths: PathLike | Iterable[PathLike], labels_path: PathLi
         for row in right:
             if row["agent"] == agent:
                 by_step.setdefault((row["episode_id"], row["t"]), []).append(row)
-        rng = random.Random(f"{seed}-anchor-{agent}")
         queues = [by_step[key] for key in sorted(by_step)]
-        rng.shuffle(queues)
-        taken = 0
-        while taken < wanted and any(queues):
-            for queue in queues:
-                if queue and taken < wanted:
-                    picked.append(queue.pop(0))
-                    taken += 1
-    rows = [{"prompt": r["prompt"], "chosen": r["completion"], "rejected": r["completion"], "agent": r["agent"],
-             "episode_id": r["episode_id"], "t": r["t"], "round": r["round"], "score": 1.0,
-             "rejected_source": "anchor", "chosen_source": "anchor"} for r in picked]
-    features = pair_features()
-    features["chosen_source"] = Value("string")
-    return Dataset.from_dict({c: [r[c] for r in rows] for c in MISTAKE_COLUMNS}, features=features)
+        random.Random(f"{seed}-anchor-{agent}").shuffle(queues)
+        picked += _round_robin(queues, wanted, take=lambda queue: queue.pop(0))
+    return _mistake_dataset([
+        {"prompt": r["prompt"], "chosen": r["completion"], "rejected": r["completion"], "agent": r["agent"],
+         "episode_id": r["episode_id"], "t": r["t"], "round": r["round"], "score": 1.0,
+         "rejected_source": "anchor", "chosen_source": "anchor"} for r in picked])
 
 
 def _labelled_rows(trace_paths: PathLike | Iterable[PathLike], labels_path: PathLike, critic: str | None,

@@ -532,9 +532,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     out.mkdir(parents=True, exist_ok=True)
     try:  # before hours of training, not after
-        names = wanted_rows(config, systems(config, out / "bundle"))
+        rows = systems(config, out / "bundle")
+        names = wanted_rows(config, rows)
         if config.publish_row is not None:
-            check_row_name(config.publish_row, taken=set(systems(config, out / "bundle")) | set(ABLATIONS))
+            check_row_name(config.publish_row, taken={*rows, *ABLATIONS})
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
