@@ -536,6 +536,11 @@ def main(argv: list[str] | None = None) -> int:
         names = wanted_rows(config, rows)
         if config.publish_row is not None:
             check_row_name(config.publish_row, taken={*rows, *ABLATIONS})
+            earlier = out / "results.json"
+            if "trained_team" not in names and not (earlier.is_file() and "trained_team" in
+                                                    json.loads(earlier.read_text()).get("systems", {})):
+                raise ConfigError("--publish-row copies the run's trained_team row, which neither --systems nor "
+                                  "an earlier run into this folder gives: add trained_team to --systems")
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -158,6 +158,8 @@ def test_publish_row_adds_one_experiment_row_to_the_shipped_results(tmp_path, mo
     out = tmp_path / "run"
     assert recipe.main(["--out", str(out), "--team", "--publish-row", "trained_team"]) == 2
     assert "is a row the recipe writes itself" in capsys.readouterr().err
+    assert recipe.main(["--out", str(out), "--team", "--systems", "lexical", "--publish-row", "trained_team_x"]) == 2
+    assert "add trained_team to --systems" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         recipe._args(["--team", "--publish-row", "My Row"])
     assert "use lowercase letters, digits and _.-" in capsys.readouterr().err
