@@ -36,9 +36,11 @@ from typing import Any
 
 # The stages, in modules beside this file (a script's folder is on sys.path).
 from recipe_eval import (
+    MARL_ROW,
     check_row_name,
     critic_check,
     evaluate,
+    publish_ablations,
     publish_row,
     systems,
     table,
@@ -248,6 +250,10 @@ class RecipeConfig:
         "metavar": "NAME", "help": "add this run's trained_team row to the results.json next to this file as row "
         "NAME (with the command that trained it and the run's MARL and validation figures under runs.NAME), "
         "the other rows kept: an experiment beside the shipped model"})
+    publish_ablations: bool = field(default=False, metadata={
+        "help": "with --ablations: put this run's MARL team row (as trained_team_marl) and its ablation rows into "
+        "the results.json next to this file, replacing those of an earlier start, so every MARL row there "
+        "branches from one SFT model"})
     table: bool = field(default=False, metadata={"help": "print the README table of results.json and exit"})
 
     def __post_init__(self) -> None:
@@ -287,6 +293,8 @@ class RecipeConfig:
             raise ConfigError("--marl-rollouts-from reuses MARL rollouts: give --marl-iterations N with it")
         if self.ablations and not (self.marl_iterations and self.teams):
             raise ConfigError("--ablations compares MARL teams: give --marl-iterations N and --team with it")
+        if self.publish_ablations and not self.ablations:
+            raise ConfigError("--publish-ablations copies the run's ablation rows: give --ablations with it")
 
 
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
@@ -535,12 +543,14 @@ def main(argv: list[str] | None = None) -> int:
         rows = systems(config, out / "bundle")
         names = wanted_rows(config, rows)
         if config.publish_row is not None:
-            check_row_name(config.publish_row, taken={*rows, *ABLATIONS})
-            earlier = out / "results.json"
-            if "trained_team" not in names and not (earlier.is_file() and "trained_team" in
-                                                    json.loads(earlier.read_text()).get("systems", {})):
+            check_row_name(config.publish_row, taken={*rows, *ABLATIONS, MARL_ROW})
+            if not _will_have(out, names, ["trained_team"]):
                 raise ConfigError("--publish-row copies the run's trained_team row, which neither --systems nor "
                                   "an earlier run into this folder gives: add trained_team to --systems")
+        if config.publish_ablations and not (_will_have(out, names, ["trained_team"])
+                                             and _will_have(out, names, list(ABLATIONS))):
+            raise ConfigError("--publish-ablations copies the run's trained_team row and its ablation rows, which "
+                              "neither --systems nor an earlier run into this folder gives: add them to --systems")
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -550,6 +560,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _will_have(out: Path, names: list[str], rows: list[str]) -> bool:
+    """Whether the folder's results.json will hold one of ``rows`` after this run: evaluated now
+    (``names``) or by an earlier run into the folder."""
+    earlier = out / "results.json"
+    done = json.loads(earlier.read_text()).get("systems", {}) if earlier.is_file() else {}
+    return any(row in names or row in done for row in rows)
 
 
 def _run(config: RecipeConfig, out: Path, names: list[str]) -> None:
@@ -575,6 +593,11 @@ def _run(config: RecipeConfig, out: Path, names: list[str]) -> None:
     if config.publish_row is not None:
         command = f"{out} ({datetime.date.today()}): {made_by_command(config, marl=bool(config.marl_iterations))}"
         publish_row(results, config.publish_row, command, HERE / "results.json")
+    if config.publish_ablations:
+        # Each ablation row is the MARL team's command with the one change its name says.
+        command = f"{out} ({datetime.date.today()}): {made_by_command(config, marl=True)} --ablations"
+        written = publish_ablations(results, command, HERE / "results.json")
+        print(f"[recipe] published {', '.join(written)} to {HERE / 'results.json'}", file=sys.stderr)
     if config.publish:
         shutil.copyfile(out / "results.json", HERE / "results.json")
         shutil.rmtree(SHIPPED, ignore_errors=True)

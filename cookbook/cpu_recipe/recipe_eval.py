@@ -154,7 +154,10 @@ def team_figures(folder: Path) -> dict[str, Any]:
 
 
 
-#: What ``--publish-row`` keeps of a run beside its row (under ``runs.<row>``).
+#: The shipped name of the MARL team row beside its ablations (``--publish-ablations``).
+MARL_ROW = "trained_team_marl"
+
+#: What ``--publish-row`` keeps of a run beside its trained team row (under ``runs.<row>``).
 _RUN_FACTS = ("start", "marl", "minutes", "eval_minutes", "validation", "validation_team")
 
 
@@ -178,17 +181,62 @@ def publish_row(results: dict[str, Any], name: str, command: str, target: Path) 
     row of ``target`` stays.
 
     Raises:
-        ConfigError: the run has no trained_team row yet.
+        ConfigError: the run has no trained_team row yet, or ``target`` is missing.
     """
-    row = results.get("systems", {}).get("trained_team")
-    if row is None:
+    if "trained_team" not in results.get("systems", {}):
         raise ConfigError("--publish-row: this run has no trained_team row; evaluate it with --team "
                           "--systems trained_team")
-    shipped = json.loads(target.read_text(encoding="utf-8"))
-    shipped["systems"][name] = {**row, "from": command}
-    facts = {key: results[key] for key in _RUN_FACTS if key in results}
-    dynamics = results.get("team_dynamics", {}).get("trained_team")
-    shipped.setdefault("runs", {})[name] = {**facts, **({"team_dynamics": dynamics} if dynamics else {})}
+    publish_rows(results, {name: "trained_team"}, command, target)
+
+
+def publish_ablations(results: dict[str, Any], command: str, target: Path) -> list[str]:
+    """``--publish-ablations``: the run's MARL team row as ``trained_team_marl`` and each of its
+    ablation rows under its own name into the shipped ``target`` results, replacing the rows an
+    earlier start made, so the table's MARL rows all branch from one SFT model. Returns the
+    rows written.
+
+    Raises:
+        ConfigError: the run has no trained_team row or no ablation row yet, or ``target`` is missing.
+    """
+    have = results.get("systems", {})
+    ablations = [name for name in ABLATIONS if name in have]
+    if "trained_team" not in have or not ablations:
+        raise ConfigError("--publish-ablations: this run has no trained_team row and ablation row yet; evaluate "
+                          "them with --systems trained_team,ablation_no_cr (or another ablation)")
+    rows = {MARL_ROW: "trained_team", **{name: name for name in ablations}}
+    publish_rows(results, rows, command, target)
+    return list(rows)
+
+
+def publish_rows(results: dict[str, Any], rows: dict[str, str], command: str, target: Path) -> None:
+    """Rows of the run (``{shipped name: run row}``) into the shipped ``target`` results, each with
+    ``from`` (``command``) and the run's figures about it under ``runs[shipped name]``: the start,
+    that row's MARL run, the evaluation's minutes, and for the trained team its validation and
+    training minutes. Every other row of ``target`` stays.
+
+    Raises:
+        ConfigError: ``target`` is missing (a checkout without the shipped results).
+    """
+    try:
+        shipped = json.loads(target.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"the shipped results {target} are missing: restore them (git checkout -- {target}) "
+                          "and rerun; this run's rows are kept in its own results.json") from None
+    for name, source in rows.items():
+        shipped["systems"][name] = {**results["systems"][source], "from": command}
+        shipped.setdefault("runs", {})[name] = _row_facts(results, source)
     tmp = target.with_name(f".{target.name}.tmp")
     tmp.write_text(json.dumps(shipped, indent=1), encoding="utf-8")
     tmp.replace(target)
+
+
+def _row_facts(results: dict[str, Any], source: str) -> dict[str, Any]:
+    """What results.json says about the run row ``source`` beside its success (``runs.<row>``)."""
+    keys = _RUN_FACTS if source == "trained_team" else ("start", "eval_minutes")
+    facts = {key: results[key] for key in keys if key in results}
+    if source in results.get("marl", {}):
+        facts["marl"] = {source: results["marl"][source]}
+    else:
+        facts.pop("marl", None)
+    dynamics = results.get("team_dynamics", {}).get(source)
+    return {**facts, **({"team_dynamics": dynamics} if dynamics else {})}

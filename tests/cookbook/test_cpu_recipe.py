@@ -188,6 +188,50 @@ def test_publish_row_adds_one_experiment_row_to_the_shipped_results(tmp_path, mo
                      "team_dynamics": {"winner_share": 0.9}}
 
 
+def test_publish_ablations_replaces_the_shipped_marl_rows_with_one_starts(tmp_path, monkeypatch, capsys):
+    """--publish-ablations: the run's MARL team (as trained_team_marl) and its ablation rows replace
+    the shipped ones, each with its own MARL facts; a run without those rows is refused before any
+    training, and a missing shipped file is one line, the run's own results kept."""
+    recipe = _recipe()
+    with pytest.raises(SystemExit):
+        recipe._args(["--team", "--publish-ablations"])
+    assert "give --ablations with it" in capsys.readouterr().err
+    flags = ["--team", "--marl-iterations", "1", "--ablations", "--publish-ablations"]
+    out = tmp_path / "run"
+    monkeypatch.setattr(recipe, "train", lambda *a: pytest.fail("trained before checking --publish-ablations"))
+    assert recipe.main(["--out", str(out), *flags, "--systems", "trained_team"]) == 2
+    assert "copies the run's trained_team row and its ablation rows" in capsys.readouterr().err
+    shipped = tmp_path / "ship"
+    shipped.mkdir()
+    old = {"from": "v29m", "successes": 1, "episodes": 104}
+    (shipped / "results.json").write_text(json.dumps({"systems": {
+        "random": RANDOM_ROW, "trained_team_marl": old, "ablation_no_cr": old, "ablation_rft": old}}))
+    monkeypatch.setattr(recipe, "HERE", shipped)
+    monkeypatch.setattr(recipe, "train", lambda config, out, clock: out / "bundle-x")
+    monkeypatch.setattr(recipe, "marl", lambda *a: {})
+    monkeypatch.setattr(recipe, "checks", lambda *a: {"validation_team": {"successes": 40, "episodes": 60}})
+    marl_facts = {"trained_team": {"minutes": 30.0}, "ablation_no_cr": {"minutes": 20.0}}
+    monkeypatch.setattr(recipe, "run_facts", lambda *a: {"minutes": 30.0, "marl": marl_facts})
+    monkeypatch.setattr(recipe, "team_figures", lambda folder: {"winner_share": 0.9})
+    monkeypatch.setattr(recipe, "evaluate", lambda config, name, *a: _fake_results(6 if name == "trained_team" else 4))
+    assert recipe.main(["--out", str(out), *flags, "--systems", "trained_team,ablation_no_cr"]) == 0
+    assert "published trained_team_marl, ablation_no_cr" in capsys.readouterr().err
+    results = json.loads((shipped / "results.json").read_text())
+    rows = results["systems"]
+    assert (rows["trained_team_marl"]["successes"], rows["ablation_no_cr"]["successes"]) == (6, 4)
+    assert "--marl-iterations 1" in rows["ablation_no_cr"]["from"] and "--ablations" in rows["ablation_no_cr"]["from"]
+    assert rows["ablation_rft"] == old  # not run here: kept
+    assert rows["random"] == RANDOM_ROW
+    assert results["runs"]["ablation_no_cr"]["marl"] == {"ablation_no_cr": {"minutes": 20.0}}
+    assert "validation_team" not in results["runs"]["ablation_no_cr"]  # the start's team, not the ablation's
+    assert results["runs"]["trained_team_marl"]["validation_team"] == {"successes": 40, "episodes": 60}
+    (shipped / "results.json").unlink()
+    assert recipe.main(["--out", str(out), *flags, "--systems", "none"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "results.json are missing: restore them" in err[0]
+    assert json.loads((out / "results.json").read_text())["systems"]["ablation_no_cr"]["successes"] == 4
+
+
 def test_negative_counts_are_refused_with_the_flag_named(capsys):
     recipe = _recipe()
     with pytest.raises(SystemExit):
@@ -209,7 +253,7 @@ DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0,
                 # bf16 mixed precision where this machine computes it natively (AVX512-BF16/AMX, CUDA)
                 "bf16": default_bf16(),
                 "ablations": False, "validate": 0,
-                "publish": False, "publish_row": None, "table": False}
+                "publish": False, "publish_row": None, "publish_ablations": False, "table": False}
 
 
 def test_flags_and_defaults_are_the_recipes_and_land_in_the_composed_configs(tmp_path):
