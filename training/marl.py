@@ -237,6 +237,7 @@ class _Run:
             balance_pairs,
             build_mistake_pairs,
             correction_counts,
+            mirror_corrections,
         )
         from collabui.training.pairs import build_pairs, pair_stats, save_pairs
 
@@ -248,12 +249,15 @@ class _Run:
             ds = build_pairs(it / "traces", it / "labels.jsonl", self.adversary, critic=self.critic.name,
                              progress=self.progress)
         built = correction_counts(ds, c.action_space)
+        if c.mirror_corrections:
+            ds = mirror_corrections(ds, c.action_space, seed=c.team.seed)
         if c.max_pairs:
             ds = balance_pairs(ds, c.max_pairs, c.action_space, seed=c.team.seed)
         stats = pair_stats(ds)
         stats["per_agent"] = {str(a): stats["per_agent"].get(a, 0) for a in range(c.team.n_agents)}
-        stats["corrections"] = correction_counts(ds, c.action_space) if c.max_pairs else built
-        if c.max_pairs:
+        drawn = bool(c.max_pairs or c.mirror_corrections)
+        stats["corrections"] = correction_counts(ds, c.action_space) if drawn else built
+        if drawn:
             stats["corrections_built"] = built
         if c.anchor:
             ds, stats["anchors"] = self.anchored(it, ds, stats["per_agent"])

@@ -87,6 +87,10 @@ class MARLConfig:
     max_pairs: int = field(default=0, metadata={
         "metavar": "N", "help": "at most N pairs per agent and iteration, drawn evenly over the kinds of correction "
                                 "(click -> type_string, type_string -> click, ...); 0: all"})
+    mirror_corrections: bool = field(default=False, metadata={
+        "help": "each agent keeps no more pairs of a correction from one action to another (type_string -> click) "
+                "than of its reverse (click -> type_string), so the update teaches which element and text, not one "
+                "action over the other; applied before max_pairs"})
     anchor: float = field(default=0.0, metadata={
         "metavar": "R", "help": "anchor rows: per agent, R x its pair count of its own verified-right answers (at steps "
         "drawn evenly) trained through DPO's SFT term alone (chosen = rejected), so what the agents already do right "

@@ -22,7 +22,9 @@ pushes the same way (towards typing) until the team types forever (the recipe's 
 :func:`right_pairs_for_step` adds the other side: each RIGHT entry against the team's most
 common wrong proposal at that step (``rejected_source`` ``team``), so what the agents already
 do right keeps its weight; :func:`balance_pairs` then draws each agent's pairs evenly over the
-kinds of correction (``click -> type_string`` and so on).
+kinds of correction (``click -> type_string`` and so on), and :func:`mirror_corrections` keeps
+no more of one cross-action correction than of its reverse, so no action is pushed over another
+(v46m's agents, pushed from typing to clicking, submitted forms after the first field).
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ if TYPE_CHECKING:
     from datasets import Dataset
 
 __all__ = ["build_mistake_pairs", "mistake_pairs_for_step", "right_pairs_for_step", "balance_pairs",
-           "correction_kind", "correction_counts", "traces_action_space", "verified_sft_rows", "anchor_pairs",
-           "MISTAKE_COLUMNS"]
+           "mirror_corrections", "correction_kind", "correction_counts", "traces_action_space", "verified_sft_rows",
+           "anchor_pairs", "MISTAKE_COLUMNS"]
 
 MISTAKE_COLUMNS = (*PAIR_COLUMNS, "chosen_source")
 
@@ -237,15 +239,47 @@ def balance_pairs(ds: Dataset, per_agent: int, space: str, *, seed: int = 0) -> 
 
     if per_agent < 1:
         raise ValueError(f"per_agent must be >= 1, got {per_agent}")
-    groups: dict[tuple[int, str], list[int]] = {}
-    for index, row in enumerate(ds):
-        groups.setdefault((int(row["agent"]), correction_kind(row, space)), []).append(index)
+    groups = _kind_groups(ds, space)
     rng = random.Random(seed)
     keep: list[int] = []
     for agent in sorted({a for a, _ in groups}):
         queues = [rng.sample(groups[key], len(groups[key])) for key in sorted(groups) if key[0] == agent]
         keep += _round_robin(queues, per_agent, take=list.pop)
     return ds.select(sorted(keep))
+
+
+def mirror_corrections(ds: Dataset, space: str, *, seed: int = 0) -> Dataset:
+    """Each agent's corrections from one action to another (``type_string -> click``: typing
+    rejected, a click chosen) cut, by a seeded draw, to as many as it has of the reverse
+    (``click -> type_string``); corrections within one action (another element, other text) and
+    unparsable rejected answers all stay. Rows keep ``ds``'s order.
+
+    Why: a team makes one cross-action mistake far more often than its reverse (v46m's agents
+    typed into a filled field five times as often as they clicked Submit too early), and DPO on
+    those pairs learns the shortcut "after typing, click" instead of "after the last field":
+    its team submitted multi-field forms after the first one. Mirrored, the pairs still say
+    which element and which text, but push no action over another."""
+    import random
+
+    groups = _kind_groups(ds, space)
+    rng = random.Random(seed)
+    keep: list[int] = []
+    for (agent, kind), rows in sorted(groups.items()):
+        rejected, chosen = kind.split(" -> ")
+        if rejected == chosen or "unknown" in (rejected, chosen):
+            keep += rows
+            continue
+        most = len(groups.get((agent, f"{chosen} -> {rejected}"), ()))
+        keep += rng.sample(rows, min(most, len(rows)))
+    return ds.select(sorted(keep))
+
+
+def _kind_groups(ds: Dataset, space: str) -> dict[tuple[int, str], list[int]]:
+    """``{(agent, correction kind): row indices}`` of a pair dataset."""
+    groups: dict[tuple[int, str], list[int]] = {}
+    for index, row in enumerate(ds):
+        groups.setdefault((int(row["agent"]), correction_kind(row, space)), []).append(index)
+    return groups
 
 
 def _round_robin(queues: list[list[Any]], most: int, *, take: Callable[[list[Any]], Any]) -> list[Any]:

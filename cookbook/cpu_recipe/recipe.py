@@ -229,6 +229,10 @@ class RecipeConfig:
     marl_right_pairs: bool = field(default=False, metadata={
         "help": "MARL: also pair each verified-right proposal with the team's wrong one at that step and with "
         "typing the previous step's text again (the pairs that say when to stop typing)"})
+    marl_mirror: bool = field(default=False, metadata={
+        "help": "MARL: each agent keeps no more pairs rejecting one action for another (typing for a click) than "
+        "of the reverse, so DPO learns which element and when, not to prefer clicks (v46m's team submitted forms "
+        "after the first field)"})
     marl_anchor: float = field(default=0.0, metadata={
         "metavar": "R", "help": "MARL: per agent, R x its pair count of its own verified-right answers trained "
         "through the SFT term alone, so what the team already does right keeps its likelihood (default 0: none)"})
@@ -338,7 +342,8 @@ _TAUGHT = ("balance_steps", "batch", "bf16", "demo_minutes", "demo_seeds", "dpo_
            "length_window", "lora_dropout", "lora_from_layer", "lora_r", "lr", "onpolicy_dpo", "onpolicy_episodes", "round2_demo_rows",
            "sft_draws", "sft_epochs", "sft_examples", "sft_seed", "style", "synthetic_pages", "team_share")
 #: MARL's settings, in the MARL team's ``made_by`` (they shape the team, not the SFT model).
-_TAUGHT_MARL = ("marl_anchor", "marl_episodes", "marl_epochs", "marl_iterations", "marl_pairs", "marl_right_pairs")
+_TAUGHT_MARL = ("marl_anchor", "marl_episodes", "marl_epochs", "marl_iterations", "marl_mirror", "marl_pairs",
+                "marl_right_pairs")
 
 
 def made_by_command(config: RecipeConfig, *, marl: bool = False) -> str:

@@ -44,6 +44,7 @@ def marl_config(config: RecipeConfig, start: Path, out: Path, **change: Any) -> 
                          "eval_episodes_per_task": 0, "episodes_per_task": config.marl_episodes,
                          "iterations": config.marl_iterations, "team": team, "critic": "verified",
                          "adversary": "own", "right_pairs": config.marl_right_pairs, "max_pairs": config.marl_pairs,
+                         "mirror_corrections": config.marl_mirror,
                          "anchor": config.marl_anchor,
                          "shuffle_elements": True, "out_dir": str(out),
                          "serve": config.evaluation.serve, "serve_dtype": config.evaluation.serve_dtype,
@@ -107,8 +108,8 @@ def share_first_rollouts(source: Path, target: Path, change: dict[str, Any]) -> 
 
 #: MARL settings that change no rollout of iteration 0: how it is labelled, paired and learnt
 #: from, how many iterations follow, and where the episodes run.
-_UPDATE_ONLY = ("dpo", "objective", "adversary", "right_pairs", "max_pairs", "anchor", "critic", "iterations", "out_dir",
-                "model", "eval_tasks", "eval_episodes_per_task")
+_UPDATE_ONLY = ("dpo", "objective", "adversary", "right_pairs", "max_pairs", "mirror_corrections", "anchor", "critic",
+                "iterations", "out_dir", "model", "eval_tasks", "eval_episodes_per_task")
 
 
 def reuse_rollouts(config: RecipeConfig, run: Path, start: Path, target: Path) -> None:

@@ -159,6 +159,29 @@ def test_balance_pairs_draws_each_agent_evenly_over_the_kinds_of_correction():
     assert balance_pairs(ds, 6, "web", seed=1)["k"] == kept["k"]  # seeded
 
 
+def test_mirror_corrections_keeps_no_more_of_one_cross_action_correction_than_of_its_reverse():
+    from datasets import Dataset
+
+    from collabui.training.mistake_pairs import correction_counts, mirror_corrections
+
+    def pair(agent: int, rejected: dict | str, chosen: dict) -> dict:
+        text = rejected if isinstance(rejected, str) else _answer(rejected)
+        return {"agent": agent, "rejected": [{"role": "assistant", "content": text}],
+                "chosen": [{"role": "assistant", "content": _answer(chosen)}]}
+
+    rows = ([pair(0, TYPE_A, CLICK_A)] * 5 + [pair(0, CLICK_A, TYPE_A)] * 2 + [pair(0, CLICK_A, CLICK_B)] * 3
+            + [pair(0, "no action here", CLICK_A)] + [pair(1, TYPE_A, CLICK_A)] * 4 + [pair(1, CLICK_B, CLICK_A)])
+    ds = Dataset.from_list([{**r, "k": k} for k, r in enumerate(rows)])
+    kept = mirror_corrections(ds, "web", seed=3)
+    # Agent 0: typing rejected for a click only as often as the reverse; same-action corrections
+    # and the unparsable answer all stay. Agent 1 has no reverse: none of its cross pairs stay.
+    assert correction_counts(kept.filter(lambda r: r["agent"] == 0), "web") == {
+        "click -> click": 3, "click -> type_string": 2, "type_string -> click": 2, "unknown -> click": 1}
+    assert correction_counts(kept.filter(lambda r: r["agent"] == 1), "web") == {"click -> click": 1}
+    assert kept["k"] == sorted(kept["k"]) and mirror_corrections(ds, "web", seed=3)["k"] == kept["k"]
+    assert mirror_corrections(ds, "web", seed=4)["k"] != kept["k"]  # which of the five stay is drawn
+
+
 def test_anchor_pairs_are_rewarded_answers_as_both_sides_drawn_a_step_at_a_time(tmp_path):
     """Recorded by a real team on a FakeDevice: agent 0 is right in both rounds of both steps,
     agent 1 in round 1 only, agent 2 never."""
