@@ -348,6 +348,38 @@ def test_right_pairs_give_the_agent_that_was_right_a_pair_too(base_dir, tmp_path
     assert statuses[0] == statuses[1] == "trained"
 
 
+def test_mirror_corrections_drops_a_cross_action_correction_without_its_reverse(base_dir, tmp_path):
+    """mirror_corrections in the loop: agent 1 types where clicking OK is right; its one pair
+    (typing rejected for the click) has no reverse, so it is not trained on, and the stats say
+    what was built and what was kept."""
+    import dataclasses as dc
+
+    from tests.training.marl_kit import OK
+
+    typed = 'Thought: type.\nAction: {"action": "type_string", "element_id": "B", "content": "ok", "press_enter": false}'
+    model_factory, env_factory = _factories(_log())
+
+    def typing_factory(base, adapters):
+        model = model_factory(base, adapters)
+        inner = model.generate
+
+        def generate(requests):
+            return [dc.replace(r, text=typed if q.temperature == 0.3 else OK)
+                    for q, r in zip(requests, inner(requests), strict=True)]
+
+        model.generate = generate
+        return model
+
+    out = tmp_path / "run"
+    config = _config(base_dir, out, adversary="own", mirror_corrections=True,
+                     dpo={"max_steps": 1, "per_device_train_batch_size": 1, "loss_type": ["sigmoid", "sft"]})
+    report = run_marl(config, progress=False, env_factory=env_factory, model_factory=typing_factory)
+    stats = report.iterations[0].pairs
+    assert stats["corrections_built"] == {"type_string -> click": 1} and stats["corrections"] == {}
+    assert (out / "iter0" / "pairs.jsonl").read_text().strip() == ""
+    assert all(a["status"] != "trained" for a in report.iterations[0].dpo["agents"])
+
+
 def test_rft_objective_trains_each_agent_on_its_chosen_answers(base_dir, tmp_path):
     """The PO -> RFT ablation: the same loop, each agent's adapter trained by SFT on the chosen
     side of its pairs, with the DPO options' steps and LoRA shape (same compute)."""
