@@ -65,10 +65,17 @@ def train_marl(config: RecipeConfig, start: Path, out: Path, clock: Clock) -> di
         if row != "trained_team":
             share_first_rollouts(out / "trained_team", out / row, change)
             change = same_pairs_as(out / "trained_team", change, config)
-        clock.run(f"6 marl {row}", lambda r=row, c=change: run_marl(marl_config(config, start, out / r, **c)),
-                  once=True)
+        clock.run(marl_stage(row, config.marl_iterations),
+                  lambda r=row, c=change: run_marl(marl_config(config, start, out / r, **c)), once=True)
         found[row] = out / row / "bundle"
     return found
+
+
+def marl_stage(row: str, iterations: int) -> str:
+    """The clock's name of a MARL run: a run grown to more iterations (``--marl-iterations``
+    raised on a finished folder) is a new stage, so the iterations it adds are timed; its
+    prefix stays ``6 marl <row>``, which the training minutes sum over."""
+    return f"6 marl {row}" + (f" x{iterations}" if iterations > 1 else "")
 
 
 def trained_ablations(config: RecipeConfig) -> dict[str, dict[str, Any]]:

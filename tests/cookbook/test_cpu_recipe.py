@@ -504,6 +504,12 @@ def test_marl_stage_trains_the_team_and_each_ablation_from_one_sft_bundle(tmp_pa
     dags = {row: read_bundle(found[row])["team"]["topology"] for row in found}
     assert dags["ablation_no_edge_update"] != dags["trained_team"] == dags["ablation_rft"]
     assert set(json.loads((tmp_path / "recipe.json").read_text())["seconds"]) == {f"6 marl {r}" for r in found}
+    # Grown to 2 iterations on the finished folder: the iteration it adds is timed, as its own stage.
+    grown = recipe._args(["--team", "--marl-iterations", "2"])
+    recipe.marl(grown, start, tmp_path / "marl", recipe._Clock(tmp_path / "recipe.json", grown))
+    assert (tmp_path / "marl" / "trained_team" / "iter1" / "pairs.jsonl").is_file()
+    seconds = json.loads((tmp_path / "recipe.json").read_text())["seconds"]
+    assert seconds["6 marl trained_team x2"] > 0 and "6 marl ablation_rft x2" not in seconds
 
 
 def test_an_ablation_with_written_pairs_trains_on_as_many_per_agent_as_the_full_run(tmp_path):
