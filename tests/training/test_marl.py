@@ -313,28 +313,34 @@ def test_own_mistake_pairs_train_only_the_agent_that_erred(base_dir, tmp_path):
     assert not (out / "iter0" / "adapters" / "agent0" / "adapter_model.safetensors").is_file()
 
 
-def test_right_pairs_give_the_agent_that_was_right_a_pair_too(base_dir, tmp_path):
-    """right_pairs: agent 0's right answers are also paired, against agent 1's wrong one, so both
-    agents train; with max_pairs (1 per agent: no cut here) the stats count the corrections
-    built and kept."""
+def _second_agent_answers(text: str):
+    """The kit's factories, agent 1 (temperature 0.3) answering ``text`` and agent 0 the right OK."""
     import dataclasses as dc
 
     from tests.training.marl_kit import OK
 
-    wrong = 'Thought: Cancel.\nAction: {"action": "click", "element_id": "C"}'
     model_factory, env_factory = _factories(_log())
 
-    def erring_factory(base, adapters):
+    def factory(base, adapters):
         model = model_factory(base, adapters)
         inner = model.generate
 
         def generate(requests):
-            return [dc.replace(r, text=wrong if q.temperature == 0.3 else OK)
+            return [dc.replace(r, text=text if q.temperature == 0.3 else OK)
                     for q, r in zip(requests, inner(requests), strict=True)]
 
         model.generate = generate
         return model
 
+    return factory, env_factory
+
+
+def test_right_pairs_give_the_agent_that_was_right_a_pair_too(base_dir, tmp_path):
+    """right_pairs: agent 0's right answers are also paired, against agent 1's wrong one, so both
+    agents train; with max_pairs (1 per agent: no cut here) the stats count the corrections
+    built and kept."""
+    wrong = 'Thought: Cancel.\nAction: {"action": "click", "element_id": "C"}'
+    erring_factory, env_factory = _second_agent_answers(wrong)
     out = tmp_path / "run"
     config = _config(base_dir, out, adversary="own", right_pairs=True, max_pairs=1,
                      dpo={"max_steps": 1, "per_device_train_batch_size": 1, "loss_type": ["sigmoid", "sft"]})
@@ -352,24 +358,8 @@ def test_mirror_corrections_drops_a_cross_action_correction_without_its_reverse(
     """mirror_corrections in the loop: agent 1 types where clicking OK is right; its one pair
     (typing rejected for the click) has no reverse, so it is not trained on, and the stats say
     what was built and what was kept."""
-    import dataclasses as dc
-
-    from tests.training.marl_kit import OK
-
     typed = 'Thought: type.\nAction: {"action": "type_string", "element_id": "B", "content": "ok", "press_enter": false}'
-    model_factory, env_factory = _factories(_log())
-
-    def typing_factory(base, adapters):
-        model = model_factory(base, adapters)
-        inner = model.generate
-
-        def generate(requests):
-            return [dc.replace(r, text=typed if q.temperature == 0.3 else OK)
-                    for q, r in zip(requests, inner(requests), strict=True)]
-
-        model.generate = generate
-        return model
-
+    typing_factory, env_factory = _second_agent_answers(typed)
     out = tmp_path / "run"
     config = _config(base_dir, out, adversary="own", mirror_corrections=True,
                      dpo={"max_steps": 1, "per_device_train_batch_size": 1, "loss_type": ["sigmoid", "sft"]})
