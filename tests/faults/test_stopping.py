@@ -33,25 +33,73 @@ _HANGING = textwrap.dedent("""
 
 
 def _signal_and_wait(proc: subprocess.Popen, signum: int) -> float:
-    """Seconds from sending ``signum`` until the process ended."""
+    """Seconds from sending ``signum`` until the process ended (inf: killed after 30 s, so that
+    the caller's assertion can show what the process printed)."""
     sent = time.monotonic()
     proc.send_signal(signum)
-    proc.wait(timeout=30)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return float("inf")
     return time.monotonic() - sent
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_watchdog_bounds_a_hung_cleanup(signum):
-    proc = subprocess.Popen([sys.executable, "-c", _HANGING], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+def _stop_hanging(signum: int, *, before: str = "") -> tuple[float, str, psutil.Process]:
+    """Run :data:`_HANGING` (with ``before`` run after install()), signal it once its child is
+    up: seconds to the end, stderr, the child."""
+    script = _HANGING.replace("_stopping.install()\n", f"_stopping.install()\n{before}")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
         child = psutil.Process(int(proc.stdout.readline()))
         seconds = _signal_and_wait(proc, signum)
     finally:
         proc.kill()
-    assert seconds < STOP_BOUND_S and proc.returncode == 128 + signum, (seconds, proc.returncode)
-    assert "cleanup took too long" in proc.stderr.read()
+    err = proc.stderr.read()
+    assert seconds < STOP_BOUND_S and proc.returncode == 128 + signum, (seconds, proc.returncode, err[-2000:])
+    return seconds, err, child
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_watchdog_bounds_a_hung_cleanup(signum):
+    _, err, child = _stop_hanging(signum)
+    assert "cleanup took too long" in err
     assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+
+
+def test_the_bound_holds_when_no_thread_can_start_and_a_watchdog_step_fails():
+    # The handler must not need a new thread (under a process limit none can start), and the
+    # watchdog must exit even when killing the children raises.
+    before = textwrap.dedent("""
+        import threading
+        def no_thread(self):
+            raise RuntimeError("can't start new thread")
+        threading.Thread.start = no_thread
+        def failing():
+            raise PermissionError("not allowed")
+        _stopping.kill_descendants = failing
+    """)
+    _, err, child = _stop_hanging(signal.SIGTERM, before=before)
+    assert "while stopping: failing failed (PermissionError: not allowed)" in err
+    assert "cleanup took too long" in err
+    child.kill()  # nobody killed it: the step failed
+
+
+def test_a_forked_child_does_not_wake_its_parents_watchdog():
+    script = textwrap.dedent("""
+        import os
+        from collabui.cli import _stopping
+        _stopping.install()
+        if os.fork() == 0:
+            print(_stopping._wake, flush=True)
+            os._exit(0)
+        os.wait()
+        print(_stopping._wake != [], flush=True)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["[]", "True"], out
 
 
 #: A real episode loop writing a real trace, whose device swallows the signal and never returns
