@@ -234,10 +234,12 @@ class _Run:
 
     def pairs(self, it: Path) -> dict[str, Any]:
         from collabui.training.mistake_pairs import (
+            CORRECTION_COLUMN,
             balance_pairs,
             build_mistake_pairs,
             correction_counts,
             mirror_corrections,
+            with_correction_kinds,
         )
         from collabui.training.pairs import build_pairs, pair_stats, save_pairs
 
@@ -248,6 +250,7 @@ class _Run:
         else:
             ds = build_pairs(it / "traces", it / "labels.jsonl", self.adversary, critic=self.critic.name,
                              progress=self.progress)
+        ds = with_correction_kinds(ds, c.action_space)  # parsed once for the draws and counts below
         built = correction_counts(ds, c.action_space)
         if c.mirror_corrections:
             ds = mirror_corrections(ds, c.action_space, seed=c.team.seed)
@@ -259,6 +262,7 @@ class _Run:
         stats["corrections"] = correction_counts(ds, c.action_space) if drawn else built
         if drawn:
             stats["corrections_built"] = built
+        ds = ds.remove_columns(CORRECTION_COLUMN)
         if c.anchor:
             ds, stats["anchors"] = self.anchored(it, ds, stats["per_agent"])
         tmp = save_pairs(ds, it / ".pairs.jsonl.tmp")

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from datasets import Dataset
 
 __all__ = ["build_mistake_pairs", "mistake_pairs_for_step", "right_pairs_for_step", "balance_pairs",
-           "mirror_corrections", "correction_kind", "correction_counts", "traces_action_space", "verified_sft_rows",
+           "mirror_corrections", "correction_kind", "correction_counts", "with_correction_kinds", "traces_action_space", "verified_sft_rows",
            "anchor_pairs", "MISTAKE_COLUMNS"]
 
 MISTAKE_COLUMNS = (*PAIR_COLUMNS, "chosen_source")
@@ -221,7 +221,27 @@ def correction_kind(row: Mapping[str, Any], space: str) -> str:
 
 def correction_counts(ds: Dataset, space: str) -> dict[str, int]:
     """How many pairs of ``ds`` make each :func:`correction_kind`."""
-    return dict(sorted(Counter(correction_kind(row, space) for row in ds).items()))
+    return dict(sorted(Counter(_kinds(ds, space)).items()))
+
+
+#: The column :func:`with_correction_kinds` adds; the draws below read it instead of parsing.
+CORRECTION_COLUMN = "correction"
+
+
+def with_correction_kinds(ds: Dataset, space: str) -> Dataset:
+    """``ds`` with each pair's :func:`correction_kind` in a ``correction`` column, so a chain of
+    draws (:func:`mirror_corrections`, then :func:`balance_pairs`, then the counts) parses every
+    answer once instead of once per step. Drop the column before training on the pairs."""
+    if CORRECTION_COLUMN in ds.column_names:
+        return ds
+    return ds.add_column(CORRECTION_COLUMN, [correction_kind(row, space) for row in ds])
+
+
+def _kinds(ds: Dataset, space: str) -> list[str]:
+    """Each pair's correction kind: the ``correction`` column when there is one, else parsed."""
+    if CORRECTION_COLUMN in ds.column_names:
+        return list(ds[CORRECTION_COLUMN])
+    return [correction_kind(row, space) for row in ds]
 
 
 def traces_action_space(trace_paths: PathLike | Iterable[PathLike]) -> str:
@@ -277,8 +297,8 @@ def mirror_corrections(ds: Dataset, space: str, *, seed: int = 0) -> Dataset:
 def _kind_groups(ds: Dataset, space: str) -> dict[tuple[int, str], list[int]]:
     """``{(agent, correction kind): row indices}`` of a pair dataset."""
     groups: dict[tuple[int, str], list[int]] = {}
-    for index, row in enumerate(ds):
-        groups.setdefault((int(row["agent"]), correction_kind(row, space)), []).append(index)
+    for index, (agent, kind) in enumerate(zip(ds["agent"], _kinds(ds, space), strict=True)):
+        groups.setdefault((int(agent), kind), []).append(index)
     return groups
 
 

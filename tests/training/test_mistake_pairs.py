@@ -182,6 +182,31 @@ def test_mirror_corrections_keeps_no_more_of_one_cross_action_correction_than_of
     assert mirror_corrections(ds, "web", seed=4)["k"] != kept["k"]  # which of the five stay is drawn
 
 
+
+def test_draws_on_a_dataset_with_its_kinds_parse_each_answer_once(monkeypatch):
+    from datasets import Dataset
+
+    from collabui.training import mistake_pairs
+    from collabui.training.mistake_pairs import balance_pairs, correction_counts, mirror_corrections
+
+    def pair(agent: int, rejected: dict, chosen: dict) -> dict:
+        return {"agent": agent, "rejected": [{"role": "assistant", "content": _answer(rejected)}],
+                "chosen": [{"role": "assistant", "content": _answer(chosen)}]}
+
+    rows = [pair(0, TYPE_A, CLICK_A)] * 4 + [pair(0, CLICK_A, TYPE_A)] * 2 + [pair(0, CLICK_A, CLICK_B)] * 5
+    ds = Dataset.from_list([{**r, "k": k} for k, r in enumerate(rows)])
+    plain = balance_pairs(mirror_corrections(ds, "web", seed=2), 4, "web", seed=2)
+    calls = []
+    parse = mistake_pairs.correction_kind
+    monkeypatch.setattr(mistake_pairs, "correction_kind", lambda row, space: calls.append(1) or parse(row, space))
+    tagged = mistake_pairs.with_correction_kinds(ds, "web")
+    drawn = balance_pairs(mirror_corrections(tagged, "web", seed=2), 4, "web", seed=2)
+    counts = correction_counts(drawn, "web")
+    assert len(calls) == len(rows)  # once each, in with_correction_kinds; none in the draws or counts
+    assert drawn["k"] == plain["k"]  # the same draw as parsing at every step
+    assert counts == correction_counts(plain, "web") and sum(counts.values()) == 4
+    assert mistake_pairs.with_correction_kinds(tagged, "web") is tagged
+
 def test_anchor_pairs_are_rewarded_answers_as_both_sides_drawn_a_step_at_a_time(tmp_path):
     """Recorded by a real team on a FakeDevice: agent 0 is right in both rounds of both steps,
     agent 1 in round 1 only, agent 2 never."""
