@@ -3,6 +3,7 @@ end record of every trace still open and exits."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -46,27 +47,33 @@ def _signal_and_wait(proc: subprocess.Popen, signum: int) -> float:
     return time.monotonic() - sent
 
 
-def _stop_hanging(signum: int, *, before: str = "") -> tuple[float, str, psutil.Process]:
+def _stop_hanging(signum: int, *, before: str = "") -> tuple[float, str, bool]:
     """Run :data:`_HANGING` (with ``before`` run after install()), signal it once its child is
-    up: seconds to the end, stderr, the child."""
+    up: seconds to the end, stderr, whether the child was gone when the process ended. The
+    child is killed here in any case: alive, it would hold the stderr pipe open for 600 s."""
     script = _HANGING.replace("_stopping.install()\n", f"_stopping.install()\n{before}")
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
+    child = None
     try:
         child = psutil.Process(int(proc.stdout.readline()))
         seconds = _signal_and_wait(proc, signum)
+        child_gone = not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
     finally:
         proc.kill()
+        if child is not None:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
     err = proc.stderr.read()
     assert seconds < STOP_BOUND_S and proc.returncode == 128 + signum, (seconds, proc.returncode, err[-2000:])
-    return seconds, err, child
+    return seconds, err, child_gone
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_watchdog_bounds_a_hung_cleanup(signum):
-    _, err, child = _stop_hanging(signum)
+    _, err, child_gone = _stop_hanging(signum)
     assert "cleanup took too long" in err
-    assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+    assert child_gone
 
 
 def test_the_bound_holds_when_no_thread_can_start_and_a_watchdog_step_fails():
@@ -81,10 +88,10 @@ def test_the_bound_holds_when_no_thread_can_start_and_a_watchdog_step_fails():
             raise PermissionError("not allowed")
         _stopping.kill_descendants = failing
     """)
-    _, err, child = _stop_hanging(signal.SIGTERM, before=before)
+    _, err, child_gone = _stop_hanging(signal.SIGTERM, before=before)
     assert "while stopping: failing failed (PermissionError: not allowed)" in err
     assert "cleanup took too long" in err
-    child.kill()  # nobody killed it: the step failed
+    assert not child_gone  # nobody killed it: the step failed
 
 
 def test_a_forked_child_does_not_wake_its_parents_watchdog():
