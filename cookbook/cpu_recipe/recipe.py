@@ -48,7 +48,7 @@ from recipe_eval import (
     validate,
 )
 from recipe_eval import row as _row
-from recipe_marl import ABLATIONS, marl_runs, train_marl
+from recipe_marl import ABLATIONS, marl_runs, marl_suffix, train_marl
 from recipe_sft import (
     ALL_LINEAR,
     demonstrate,
@@ -473,7 +473,8 @@ def checks(config: RecipeConfig, trained: Path, out: Path, clock: _Clock,
               f"{json.dumps(val['per_task'])}", file=sys.stderr)
     if config.validate and config.teams:
         team = (teams or {}).get("trained_team", trained)
-        folder = out / ("validation-marl-team" if team != trained else "validation-team")
+        folder = out / (f"validation-marl-team{marl_suffix(config.marl_iterations)}" if team != trained
+                        else "validation-team")
         val = found["validation_team"] = _row(clock.run("5 validation team", lambda: validate(
             config, team, folder, team=True)))
         print(f"[recipe] validation of the trained team (training tasks, new seeds): {val['successes']}/"
@@ -575,6 +576,12 @@ def _will_have(out: Path, names: list[str], rows: list[str]) -> bool:
     return any(row in names or row in done for row in rows)
 
 
+def _reads_marl(fields: dict[str, Any], out: Path) -> bool:
+    """Whether a row evaluates a MARL team of this run (its folder then says how many iterations
+    trained it: ``eval/trained_team-x2``)."""
+    return str(fields["model"]).startswith(f"trained:{out / 'marl'}")
+
+
 def _run(config: RecipeConfig, out: Path, names: list[str]) -> None:
     """The stages :func:`main` runs: training (or the bundle's copy), MARL, checks, the rows."""
     clock = _Clock(out / "recipe.json", config)
@@ -587,10 +594,11 @@ def _run(config: RecipeConfig, out: Path, names: list[str]) -> None:
     results: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {"systems": {}}
     results.update({**found, **run_facts(config, out, clock)})
     for name in names:
-        done = clock.run(f"3 eval {name}", lambda n=name: evaluate(config, n, rows[n], out / "eval"))
+        folder = name + (marl_suffix(config.marl_iterations) if _reads_marl(rows[name], out) else "")
+        done = clock.run(f"3 eval {folder}", lambda n=name, f=folder: evaluate(config, f, rows[n], out / "eval"))
         results["systems"][name] = _row(done)
         if rows[name].get("team", {}).get("n_agents", 1) > 1:
-            results.setdefault("team_dynamics", {})[name] = team_figures(out / "eval" / name)
+            results.setdefault("team_dynamics", {})[name] = team_figures(out / "eval" / folder)
         results["eval_minutes"] = clock.minutes("3 ")
         path.write_text(json.dumps(results, indent=1))  # after every row: an interrupted run keeps them
     results["eval_minutes"] = clock.minutes("3 ")

@@ -74,10 +74,12 @@ def systems(config: RecipeConfig, trained: Path, marl: Path | None = None) -> di
     return rows
 
 
-def evaluate(config: RecipeConfig, name: str, fields: dict[str, Any], out: Path) -> dict[str, Any]:
+def evaluate(config: RecipeConfig, folder: str, fields: dict[str, Any], out: Path) -> dict[str, Any]:
+    """One row's held-out evaluation into ``out / folder`` (the row's name; a grown MARL team's
+    with its ``-xN``), resumable there."""
     from collabui.evaluation.miniwob import evaluate_miniwob
 
-    return evaluate_miniwob(eval_config(config, fields), out / name, command=f"recipe.py system {name}")
+    return evaluate_miniwob(eval_config(config, fields), out / folder, command=f"recipe.py system {folder}")
 
 
 def eval_config(config: RecipeConfig, fields: dict[str, Any]) -> MiniWoBEvalConfig:

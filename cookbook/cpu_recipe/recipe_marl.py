@@ -71,6 +71,14 @@ def train_marl(config: RecipeConfig, start: Path, out: Path, clock: Clock) -> di
     return found
 
 
+def marl_suffix(iterations: int) -> str:
+    """The folder suffix of what a MARL team of ``iterations`` is measured into (its validation,
+    its held-out rows): none for one iteration, ``-x2`` for two. A run grown to more iterations
+    (``--marl-iterations`` raised on a finished folder) then measures the grown team beside the
+    earlier one's figures instead of refusing their folders as another model's."""
+    return f"-x{iterations}" if iterations > 1 else ""
+
+
 def marl_stage(row: str, iterations: int) -> str:
     """The clock's name of a MARL run: a run grown to more iterations (``--marl-iterations``
     raised on a finished folder) is a new stage, so the iterations it adds are timed; its

@@ -712,6 +712,41 @@ def test_from_bundle_trains_marl_on_a_copy_of_the_bundle_and_no_sft(tmp_path, mo
     assert recipe._args(made_by[1:]).from_bundle == str(source)
 
 
+def test_a_marl_team_grown_to_more_iterations_is_measured_into_folders_of_its_own(tmp_path, monkeypatch,
+                                                                                 tiny_model_dir):
+    """--marl-iterations raised on a finished folder: the grown team's validation and held-out
+    rows go to -x2 folders beside the first team's (which stay), and the run's row is the grown
+    team's; the rows of other models keep their folders."""
+    recipe = _recipe()
+    source = _team_bundle(tmp_path / "shipped", tiny_model_dir)
+    out = tmp_path / "run"
+    monkeypatch.setattr(recipe, "marl", lambda config, start, where, clock: {
+        "trained_team": _team_bundle(where / "trained_team" / "bundle", tiny_model_dir)})
+    monkeypatch.setattr(recipe, "run_facts", lambda *a: {"minutes": 1.0})
+    monkeypatch.setattr(recipe, "critic_check", lambda config, where: {"coverage_a": 1, "agreement": 1,
+                                                                       "entries_both": 1})
+    measured = []
+
+    def fake_validate(config, model, folder, team=False):
+        measured.append(folder.name)
+        return _fake_results(len(measured))
+
+    monkeypatch.setattr(recipe, "validate", fake_validate)
+    monkeypatch.setattr(recipe, "evaluate", lambda config, folder, fields, where: (
+        measured.append(f"eval/{folder}") or _fake_results(len(measured))))
+    monkeypatch.setattr(recipe, "team_figures", lambda folder: {"folder": folder.name})
+    argv = ["--out", str(out), "--from-bundle", str(source), "--team", "--validate", "1",
+            "--systems", "trained_team,trained_single"]
+    assert recipe.main([*argv, "--marl-iterations", "1"]) == 0
+    assert measured == ["validation", "validation-marl-team", "eval/trained_single", "eval/trained_team"]
+    measured.clear()
+    assert recipe.main([*argv, "--marl-iterations", "2"]) == 0
+    assert measured == ["validation", "validation-marl-team-x2", "eval/trained_single", "eval/trained_team-x2"]
+    results = json.loads((out / "results.json").read_text())
+    assert results["systems"]["trained_team"]["successes"] == 4 and results["validation_team"]["successes"] == 2
+    assert results["team_dynamics"]["trained_team"] == {"folder": "trained_team-x2"}
+    assert recipe.marl_suffix(1) == "" and recipe.marl_suffix(3) == "-x3"
+
 def test_from_bundle_refuses_what_it_cannot_start_from(tmp_path, tiny_model_dir, adapter_dirs, capsys):
     """A folder without a bundle, MARL from a bundle whose agents have adapters already, and
     stage-2 settings beside --from-bundle: refused with the problem named, nothing trained."""
