@@ -13,6 +13,8 @@ Layout of ``out_dir``::
     marl_report.json, marl_report.png
     bundle/                                      the trained team (``trained:out_dir/bundle``):
                                                  per-agent adapters and the last DAG
+    bundle-x{N}/                                 the team of N iterations, kept when the run
+                                                 was grown to more
     base/                                        with a bundle as ``model``: its shared model
                                                  (``collabui.training.marl_bundle``)
 

@@ -15,6 +15,7 @@ trained, in the graph it was trained in.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -97,9 +98,12 @@ def effective_config(config: Any) -> Any:
 
 def write_marl_bundle(config: Any, out_dir: Path, adapters: Mapping[str, Path], topology: Any, *,
                       iterations: int) -> Path:
-    """``out_dir/bundle``: the run's start model, each agent's last adapter and the last DAG."""
+    """``out_dir/bundle``: the run's start model, each agent's last adapter and the last DAG. A
+    run grown to more iterations keeps the team it had: the bundle of fewer iterations moves to
+    ``bundle-x<its iterations>`` first (evaluations of it stay reproducible)."""
     from collabui.models.bundle import base_model_dir, write_bundle
 
+    keep_earlier_bundle(out_dir, iterations)
     c = effective_config(config)
     team: dict[str, Any] = {"max_new_tokens": c.team.max_new_tokens, "topology": topology.to_spec()}
     if c.team.prompt_style != "auto":
@@ -123,3 +127,20 @@ def write_marl_bundle(config: Any, out_dir: Path, adapters: Mapping[str, Path], 
     return write_bundle(out_dir / BUNDLE_DIR, base=base, merge=merge, agents=dict(adapters), slots=slots,
                         team=team, made_by=f"collabui train marl --model {c.model} --iterations {iterations}",
                         marl=marl, train_tasks=list(c.train_tasks))
+
+
+def keep_earlier_bundle(out_dir: Path, iterations: int) -> Path | None:
+    """Move ``out_dir/bundle`` to ``bundle-x<N>`` when it is the team of N != ``iterations``
+    iterations (a folder of that name already there is left alone, and so is the bundle: it
+    was saved before). Returns where it went, or None."""
+    path = out_dir / BUNDLE_DIR
+    try:
+        earlier = int(json.loads((path / "team.json").read_text())["marl"]["iterations"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    target = out_dir / f"{BUNDLE_DIR}-x{earlier}"
+    if earlier == iterations or target.exists():
+        return None
+    path.rename(target)
+    log.info("marl: the team of %d iteration(s) moved to %s", earlier, target)
+    return target

@@ -59,6 +59,34 @@ def test_a_run_from_a_bundle_trains_on_its_shared_model_and_leaves_a_team_bundle
                            rounds=1).config.topology == "random"  # another size: not the trained DAG
 
 
+
+def test_a_run_grown_to_more_iterations_keeps_the_team_it_had(tmp_path, base_dir, stage1):
+    import dataclasses
+
+    out = tmp_path / "run"
+    config = small_config(None, out, model=f"trained:{stage1}", n_agents=2, iterations=1, eval_tasks=(),
+                          eval_episodes_per_task=0)
+    model_factory, env_factory = factories(new_log())
+    run_marl(config, progress=False, env_factory=env_factory, model_factory=model_factory)
+    first = (out / "bundle" / "team.json").read_text()
+    run_marl(dataclasses.replace(config, iterations=2), progress=False, env_factory=env_factory,
+             model_factory=model_factory)
+    assert (out / "bundle-x1" / "team.json").read_text() == first
+    assert read_bundle(out / "bundle-x1")["marl"]["iterations"] == 1
+    assert read_bundle(out / "bundle")["marl"]["iterations"] == 2
+    from safetensors.torch import load_file
+
+    agents = [a for a in read_bundle(out / "bundle-x1")["agents"] if a is not None]
+    assert agents
+    for agent in agents:  # the first iteration's adapters (in the bundle's fp16), not the second's
+        kept = load_file(out / "bundle-x1" / agent / "adapter_model.safetensors")
+        trained = load_file(out / "iter0" / "adapters" / agent / "adapter_model.safetensors")
+        assert kept.keys() == trained.keys()
+        assert all(kept[k].equal(trained[k].to(kept[k].dtype)) for k in kept)
+    run_marl(dataclasses.replace(config, iterations=2), progress=False, env_factory=env_factory,
+             model_factory=model_factory)  # a rerun of the same run moves nothing
+    assert sorted(p.name for p in out.glob("bundle*")) == ["bundle", "bundle-x1"]
+
 def _answer(model, adapter=None):
     from collabui.models.base import ChatRequest
 
