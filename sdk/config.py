@@ -104,6 +104,12 @@ class TeamConfig:
         metadata={"help": "agents read their own answer of the previous round (the paper's one-round memory); "
                   "--no-memory: every round's proposals are fresh draws from the page and the peers"},
     )
+    stop_when_decided: bool = field(
+        default=False,
+        metadata={"help": "skip a step's remaining agent calls once no answer they could give changes the vote's "
+                  "winner (the same action, fewer calls; the trace marks the skipped entries, which training "
+                  "cannot label); not with --arbiter"},
+    )
     max_new_tokens: int = field(default=64, metadata={"help": "generation budget per agent call"})
     max_observation_chars: int = field(default=6000, metadata={"help": "observation text cap"})
     batch_fallback_s: float = field(
@@ -128,6 +134,9 @@ class TeamConfig:
             raise ConfigError(f"prompt_style {self.prompt_style!r} is unknown; use one of {list(PROMPT_STYLE_CHOICES)}")
         if self.arbiter is not None and (not isinstance(self.arbiter, str) or not self.arbiter.strip()):
             raise ConfigError(f"arbiter must be a model spec such as 'lexical', got {self.arbiter!r}")
+        if self.arbiter is not None and self.stop_when_decided:
+            raise ConfigError("stop_when_decided and an arbiter do not combine: the arbiter chooses among every "
+                              "entry of the matrix; drop --stop-when-decided or --arbiter")
         if self.temperatures is not None:
             temps = tuple(float(t) for t in self.temperatures)
             if len(temps) != self.n_agents:

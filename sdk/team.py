@@ -18,7 +18,7 @@ from collections.abc import AsyncGenerator, Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
-from collabui.actions import Action, ActionSpace, get_action_space
+from collabui.actions import Action, ActionSpace, Unknown, get_action_space
 from collabui.batching import SuperstepBatcher
 from collabui.config import TeamConfig
 from collabui.devices import simplify
@@ -33,10 +33,12 @@ from collabui.prompts import (
     history_in_format,
     render_observation,
 )
-from collabui.vote import VoteResult, arbitrate, majority_vote
+from collabui.vote import VoteResult, arbitrate, majority_vote, vote_decided
 
 #: A step whose graph returned without its vote: a stop signal that a library's thread pool
 #: caught ends the stream early. Said as such, instead of failing later on a None vote.
+#: The reason a skipped entry's ``Unknown`` action gives.
+SKIPPED = "not run: the vote was decided before this entry (stop_when_decided)"
 CUT_OFF = "the team step ended before its vote: the graph stopped early, as after a swallowed stop signal"
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -64,6 +66,9 @@ class Proposal:
     latency_s: float
     prompt_tokens: int | None
     completion_tokens: int | None
+    #: Not run: the vote was decided before this entry's turn (``TeamConfig.stop_when_decided``);
+    #: its action is ``Unknown`` and the vote does not count it.
+    skipped: bool = False
 
     def as_peer(self, named: Callable[[Action], str] | None = None) -> PeerOutput:
         """This answer as its readers get it; ``named`` writes the action as a call naming its
@@ -88,6 +93,7 @@ class Proposal:
             "latency_s": round(self.latency_s, 4),
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
+            **({"skipped": True} if self.skipped else {}),
         }
 
 
@@ -109,6 +115,11 @@ class TeamStep:
 
     def action_matrix(self) -> list[list[Action]]:
         return [[p.action for p in row] for row in self.proposals]
+
+    @property
+    def skipped(self) -> int:
+        """Entries not run because the vote was already decided (``TeamConfig.stop_when_decided``)."""
+        return sum(p.skipped for row in self.proposals for p in row)
 
 
 def _merge(left: dict, right: dict) -> dict:
@@ -371,20 +382,38 @@ class CollabAgentTeam:
         model = self.models[i]
 
         def run(state: _StepState) -> dict[str, Any]:
+            if self._decided(state):
+                return {"proposals": {(i, j): self._skipped(i, j, level)}}
             request, _ = self._request(state, i, j)
             result = self.batcher.submit((state["step_key"], level), width, model, request)
             return {"proposals": {(i, j): self._proposal(i, j, request, result)}}
 
         async def arun(state: _StepState) -> dict[str, Any]:
+            if self._decided(state):
+                return {"proposals": {(i, j): self._skipped(i, j, level)}}
             request, _ = self._request(state, i, j)
             result = await self.batcher.asubmit((state["step_key"], level), width, model, request)
             return {"proposals": {(i, j): self._proposal(i, j, request, result)}}
 
         return run, arun
 
-    def _matrix(self, state: _StepState) -> list[list[Action]]:
-        props = state["proposals"]
-        return [[props[(i, j)].action for j in range(self.config.rounds)] for i in range(self.config.n_agents)]
+    def _decided(self, state: _StepState) -> bool:
+        """With ``stop_when_decided``: whether the proposals so far fix the vote's winner. Every
+        node of a superstep reads the same state, so a level is skipped whole and the batcher never
+        waits for a request that will not come."""
+        return self.config.stop_when_decided and vote_decided(self._matrix(state), rule=self.config.vote)
+
+    def _skipped(self, i: int, j: int, level: int) -> Proposal:
+        return Proposal(agent=i, round=j, predecessors=tuple(self._topology.predecessors(i)), messages=(), raw="",
+                        thought=None, action=Unknown(raw="", reason=SKIPPED), parse_error=None,
+                        temperature=self.config.agent_temperature(i), adapter=self.config.agent_adapter(i),
+                        superstep=level, latency_s=0.0, prompt_tokens=None, completion_tokens=None, skipped=True)
+
+    def _matrix(self, state: _StepState) -> list[list[Action | None]]:
+        """The actions so far; ``None`` where an entry has not run or was skipped."""
+        props = state.get("proposals") or {}
+        return [[None if (p := props.get((i, j))) is None or p.skipped else p.action for j in range(self.config.rounds)]
+                for i in range(self.config.n_agents)]
 
     def _vote_node(self, state: _StepState) -> dict[str, Any]:
         matrix = self._matrix(state)
@@ -548,6 +577,8 @@ class CollabAgentTeam:
         for writes in update.values():
             for (i, j), p in (writes or {}).get("proposals", {}).items():
                 state["proposals"][(i, j)] = p
+                if p.skipped:  # never asked of a model: no proposal to report
+                    continue
                 events.append(ProposalMade(t=t, agent=i, round=j, superstep=p.superstep, thought=p.thought,
                                            action=p.action, parse_error=p.parse_error, proposal=p))
             if writes and "vote" in writes:

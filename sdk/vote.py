@@ -21,16 +21,22 @@ rule splits them into small groups and lets the minority win.
 An *arbiter* (``arbitrate``; ``TeamConfig.arbiter``) may overrule the count: a second policy
 answers the step on its own, and when its action is one of the proposals, that proposal is
 executed. The count stays the fallback, so an arbiter can only choose among the agents' ideas.
+
+A vote can be *decided* before every entry is in (``vote_decided``): when the leading action's
+count exceeds the runner-up's by more than the entries still to come, no answer they could give
+changes the winner. ``TeamConfig.stop_when_decided`` skips those entries (``None`` in the matrix
+``majority_vote`` reads): the same action is executed with fewer model calls.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from collabui.actions import Action, Unknown
 
-__all__ = ["VOTE_RULES", "VoteResult", "majority_vote", "arbitrate"]
+__all__ = ["VOTE_RULES", "VoteResult", "majority_vote", "arbitrate", "vote_decided"]
 
 #: The vote rules ``majority_vote`` (and ``TeamConfig.vote``) accept.
 VOTE_RULES = ("exact", "target")
@@ -84,13 +90,14 @@ class VoteResult:
         return out
 
 
-def majority_vote(matrix: Sequence[Sequence[Action]], *, rule: str = "exact") -> VoteResult:
-    """Vote over ``matrix[i][j]`` = agent i's action in round j (rounds in order).
+def majority_vote(matrix: Sequence[Sequence[Action | None]], *, rule: str = "exact") -> VoteResult:
+    """Vote over ``matrix[i][j]`` = agent i's action in round j (rounds in order); ``None`` is an
+    entry that was not run (``TeamConfig.stop_when_decided``) and is not counted.
 
     ``rule`` is ``exact`` (the paper's) or ``target`` (see the module docstring)."""
     if rule not in VOTE_RULES:
         raise ValueError(f"vote rule {rule!r} is unknown; use one of {list(VOTE_RULES)}")
-    cells = [(i, j, a) for i, row in enumerate(matrix) for j, a in enumerate(row)]
+    cells = [(i, j, a) for i, row in enumerate(matrix) for j, a in enumerate(row) if a is not None]
     if not cells:
         raise ValueError("majority_vote needs at least one proposal")
     parsed = [(i, j, a) for i, j, a in cells if not isinstance(a, Unknown)]
@@ -131,6 +138,33 @@ def majority_vote(matrix: Sequence[Sequence[Action]], *, rule: str = "exact") ->
         rule=rule,
         target_votes=target_votes,
     )
+
+
+def vote_decided(matrix: Sequence[Sequence[Action | None]], *, rule: str = "exact") -> bool:
+    """Whether the entries still ``None`` in ``matrix`` can no longer change the winner of
+    ``majority_vote`` (under ``rule``), whatever actions they turn out to be.
+
+    The leader must be ahead of every other action by more than the entries to come, so no tie
+    rule is ever reached; under ``target`` both its target and, within it, its wording must be.
+    An unparsable entry counts for no action."""
+    if rule not in VOTE_RULES:
+        raise ValueError(f"vote rule {rule!r} is unknown; use one of {list(VOTE_RULES)}")
+    actions = [a for row in matrix for a in row]
+    pending = sum(a is None for a in actions)
+    parsed = [a for a in actions if a is not None and not isinstance(a, Unknown)]
+    if not parsed:
+        return False
+    if rule == "target":
+        if not _clear_lead([a.target() for a in parsed], pending):
+            return False
+        leader = Counter(a.target() for a in parsed).most_common(1)[0][0]
+        parsed = [a for a in parsed if a.target() == leader]
+    return _clear_lead([a.key() for a in parsed], pending)
+
+
+def _clear_lead(keys: list[tuple], pending: int) -> bool:
+    counts = [n for _, n in Counter(keys).most_common(2)] + [0]
+    return counts[0] > counts[1] + pending
 
 
 def arbitrate(result: VoteResult, matrix: Sequence[Sequence[Action]], answer: Action | None,

@@ -254,3 +254,79 @@ def test_a_step_cut_off_before_its_vote_says_so():
         team._finish(cut, inputs, 0.0)
     with pytest.raises(CollabUIError, match="ended before its vote"):
         team._finish({**done, "vote": None}, inputs, 0.0)
+
+
+# -- stop_when_decided: the rest of a decided step is not asked of any model ----------------------
+
+
+def _seeded_policy(request):
+    """A stochastic-looking policy that is a function of the request's seed (as sampled models
+    are): mostly Submit (B), sometimes Cancel (C), now and then unparsable."""
+    draw = (request.seed * 2654435761) % 100
+    if draw < 8:
+        return "I am not sure"
+    element = "B" if draw < 70 else "C"
+    return f'Thought: draw {draw}.\nAction: {{"action": "click", "element_id": "{element}"}}'
+
+
+@pytest.mark.parametrize("rule", ["exact", "target"])
+@pytest.mark.parametrize("topology", ["random", "chain", "independent"])
+def test_a_team_that_stops_when_decided_executes_what_the_full_team_does_with_fewer_calls(topology, rule):
+    full_calls = skipped_calls = skipped_entries = 0
+    for t in range(30):
+        runs = {}
+        for stop in (False, True):
+            model = ScriptedChatModel(_seeded_policy)
+            team = CollabAgentTeam(model, n_agents=N, rounds=M, topology=make_topology(topology, N, seed=1),
+                                   vote=rule, stop_when_decided=stop, batch_fallback_s=30)
+            runs[stop] = (team.step("Click Submit.", OBS, t=t), model)
+        (full, full_model), (short, short_model) = runs[False], runs[True]
+        assert short.action.key() == full.action.key(), t
+        # every entry that ran is the full team's entry: same seed, same context
+        for row_f, row_s in zip(full.proposals, short.proposals, strict=True):
+            for pf, ps in zip(row_f, row_s, strict=True):
+                assert ps.skipped or (ps.raw, ps.messages) == (pf.raw, pf.messages)
+        assert len(short_model.requests) == N * M - short.skipped
+        # a level runs whole or not at all: every batch the model got was a full superstep
+        assert not Counter(short_model.batch_sizes) - Counter(full_model.batch_sizes)
+        full_calls += len(full_model.requests)
+        skipped_calls += len(short_model.requests)
+        skipped_entries += short.skipped
+    assert full_calls == 30 * N * M and skipped_entries > 0 and skipped_calls == full_calls - skipped_entries
+
+
+def test_a_split_team_runs_every_entry_and_a_unanimous_one_stops_at_seven_votes():
+    team, model = _team("chain", stop_when_decided=True)  # every answer names its own author
+    step = team.step("Click Submit.", OBS)
+    assert step.skipped == 0 and len(model.requests) == N * M
+    unanimous = ScriptedChatModel(lambda r: 'Action: {"action": "click", "element_id": "B"}')
+    team = CollabAgentTeam(unanimous, n_agents=N, rounds=M, topology="independent", stop_when_decided=True)
+    step = team.step("Click Submit.", OBS)
+    # independent agents, with memory: a round is a superstep; after two rounds B has 8 of 12
+    assert step.action == Click("B") and step.skipped == N and len(unanimous.requests) == 2 * N
+    assert step.vote.votes == 8 and step.vote.total == 8
+    assert all(p.skipped for p in (row[2] for row in step.proposals))
+
+
+def test_skipped_entries_are_marked_in_the_trace_and_refused_by_the_critic():
+    from collabui.trace import TraceError, validate_record
+    from collabui.training.critic import StepContext
+
+    device = FakeDevice([OBS], success_when=lambda a: a == Click("B"))
+    model = ScriptedChatModel(lambda r: 'Action: {"action": "click", "element_id": "B"}')
+    team = CollabAgentTeam(model, n_agents=N, rounds=M, topology="independent", stop_when_decided=True)
+    store = MemoryTraceStore()
+    assert team.run(None, device, trace=store, episode_id="ep").success
+    header, step = store.episodes["ep"].records[:2]
+    for record in (header, step):
+        validate_record(record)
+    last = [row[2] for row in step["proposals"]]
+    assert all(p["skipped"] is True and p["messages"] == [] for p in last)
+    assert not any("skipped" in row[0] for row in step["proposals"])
+    with pytest.raises(TraceError, match="skipped \\(stop_when_decided\\), which no critic can label"):
+        StepContext.from_trace_step(header, step)
+
+
+def test_stop_when_decided_and_an_arbiter_are_refused_together():
+    with pytest.raises(ConfigError, match="stop_when_decided and an arbiter do not combine"):
+        CollabAgentTeam(ScriptedChatModel(["x"]), arbiter="lexical", stop_when_decided=True)

@@ -2,7 +2,7 @@ import pytest
 
 from collabui.actions import Unknown
 from collabui.actions.web import Click, Finish, ScrollPage, TypeString
-from collabui.vote import arbitrate, majority_vote
+from collabui.vote import arbitrate, majority_vote, vote_decided
 
 
 def test_majority_over_whole_matrix_not_last_round():
@@ -192,3 +192,78 @@ def test_an_arbiter_answer_no_agent_proposed_leaves_the_vote():
     agreed = arbitrate(counted, matrix, Click("B"), name="x").arbiter
     assert agreed["chose"] is True and agreed["overruled"] is False
     assert "arbiter" not in counted.to_dict()  # traces without an arbiter keep their shape
+
+
+# -- a vote decided before every entry is in (TeamConfig.stop_when_decided) ----------------------
+
+_ALPHABET = (Click(element_id="A"), Click(element_id="B"), TypeString(element_id="A", content="x"),
+             TypeString(element_id="A", content="y"), Unknown(raw="?", reason="unparsable"))
+
+
+def _partial(rng, n=4, m=3):
+    """A random n x m matrix whose entries after a random cut (in reading order by round) are None."""
+    cells = [(j, i) for j in range(m) for i in range(n)]
+    cut = rng.randrange(len(cells) + 1)
+    matrix = [[None] * m for _ in range(n)]
+    for j, i in cells[:cut]:
+        matrix[i][j] = rng.choice(_ALPHABET[:2] if rng.random() < 0.6 else _ALPHABET)
+    return matrix
+
+
+def _completions(matrix):
+    import itertools
+
+    holes = [(i, j) for i, row in enumerate(matrix) for j, a in enumerate(row) if a is None]
+    for fill in itertools.product(_ALPHABET, repeat=len(holes)):
+        full = [list(row) for row in matrix]
+        for (i, j), a in zip(holes, fill, strict=True):
+            full[i][j] = a
+        yield full
+
+
+@pytest.mark.parametrize("rule", ["exact", "target"])
+def test_a_decided_vote_has_the_same_winner_whatever_the_missing_entries_say(rule):
+    import random
+
+    rng = random.Random(7)
+    decided = 0
+    for _ in range(400):
+        matrix = _partial(rng, n=3, m=2)
+        if sum(a is None for row in matrix for a in row) > 4 or not vote_decided(matrix, rule=rule):
+            continue
+        decided += 1
+        partial = majority_vote(matrix, rule=rule).action.key()
+        for full in _completions(matrix):
+            assert majority_vote(full, rule=rule).action.key() == partial, (matrix, full)
+    assert decided >= 40  # the property was checked on many decided matrices, not vacuously
+
+
+def test_a_vote_is_decided_only_when_the_lead_exceeds_the_entries_to_come():
+    a, b = Click(element_id="A"), Click(element_id="B")
+    # 4 x 3: round 0 unanimous for A and two of round 1: A has 6, 6 entries to come -> a tie is possible
+    matrix = [[a, a, None], [a, a, None], [a, None, None], [a, None, None]]
+    assert not vote_decided(matrix)
+    matrix[2][1] = a  # 7 against at most 5
+    assert vote_decided(matrix)
+    matrix[2][1] = b  # 6 against at most 1 + 5
+    assert not vote_decided(matrix)
+
+
+def test_unparsable_entries_and_an_empty_matrix_decide_nothing():
+    u = Unknown(raw="?", reason="unparsable")
+    assert not vote_decided([[None, None], [None, None]])
+    assert not vote_decided([[u, u], [u, None]])
+    assert vote_decided([[Click(element_id="A"), u], [u, u]])  # nothing left to come: A wins
+
+
+def test_the_target_rule_needs_the_wording_decided_too():
+    x, y = TypeString(element_id="A", content="x"), TypeString(element_id="A", content="y")
+    # the target (typing into A) has 4 of 4 with 2 to come, but its wording splits 2-2
+    assert not vote_decided([[x, None], [y, None], [x], [y]], rule="target")
+    assert vote_decided([[x, None], [x, None], [x], [x]], rule="target")
+
+
+def test_majority_vote_does_not_count_entries_that_did_not_run():
+    a, b = Click(element_id="A"), Click(element_id="B")
+    result = majority_vote([[a, None], [b, None], [a, None]])
+    assert result.action.key() == a.key() and result.votes == 2 and result.total == 3

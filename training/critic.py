@@ -127,13 +127,18 @@ class StepContext:
         ``executed`` dicts of the episode's earlier steps.
 
         Raises:
-            TraceError: the step's proposals are not a non-empty rectangular matrix.
+            TraceError: the step's proposals are not a non-empty rectangular matrix, or some
+                were skipped (``TeamConfig.stop_when_decided``).
         """
         rows = step.get("proposals") or []
         widths = {len(row) for row in rows}
         if not rows or len(widths) != 1 or 0 in widths:
             raise TraceError(f"step t={step.get('t')} of episode {header.get('episode_id')!r} has "
                              "no rectangular n x m proposal matrix; re-record the trace")
+        if any(p.get("skipped") for row in rows for p in row):
+            raise TraceError(f"step t={step.get('t')} of episode {header.get('episode_id')!r} has entries the team "
+                             "skipped (stop_when_decided), which no critic can label; record training episodes "
+                             "without --stop-when-decided")
         observation = step.get("rendered_observation") or step["observation"]["text"]
         typed = {tuple(e) for e in (step.get("task_password") or {}).get("proposals", ())}
         return cls(

@@ -31,7 +31,7 @@ RESUMABLE_CHANGES = ("iterations", "out_dir", "workers", "ray", "concurrency", "
 OBJECTIVES = ("dpo", "rft")
 #: Team fields a MARL run sets itself: the adapters of each iteration, the env's action space;
 #: the batch timer and screenshots change no outcome of its rollouts.
-_TEAM_FIELDS_SET_HERE = ("adapters", "action_space", "batch_fallback_s", "screenshots")
+_TEAM_FIELDS_SET_HERE = ("adapters", "action_space", "batch_fallback_s", "screenshots", "stop_when_decided")
 #: Team fields MARLConfig held itself before ``team`` (state.json files of older runs).
 _OLD_TEAM_FIELDS = ("n_agents", "rounds", "max_steps", "max_new_tokens", "prompt_style", "topology", "seed")
 
@@ -190,6 +190,9 @@ class MARLConfig:
             raise ConfigError(f"team.seed must be an integer (it seeds the episodes and DPO), got {team.seed!r}")
         if team.adapters is not None:
             raise ConfigError("team.adapters is set by the run (each iteration's trained adapters); leave it None")
+        if team.stop_when_decided:
+            raise ConfigError("MARL labels every entry of the action matrix, and stop_when_decided skips some: "
+                              "leave team.stop_when_decided False")
         object.__setattr__(self, "team", pin_action_space(team, _ENVS[self.env], f"env {self.env!r}"))
 
     @property

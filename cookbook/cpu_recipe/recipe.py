@@ -82,7 +82,7 @@ _SFT_FLAGS = ("num_train_epochs", "learning_rate", "per_device_train_batch_size"
               "lora_from_layer", "length_window", "full_finetune", "seed", "bf16")
 _EVAL_FLAGS = ("episodes", "serve", "serve_dtype", "serve_agents", "serve_backend")
 #: Fields of the evaluation's team with flags (added apart: flags reach one level of nesting).
-_EVAL_TEAM_FLAGS = ("seed", "max_steps")
+_EVAL_TEAM_FLAGS = ("seed", "max_steps", "stop_when_decided")
 #: Flags spelled otherwise than their fields: the recipe's flags from before the config existed.
 _RENAME = {"minutes": "demo_minutes", "workers": "demo_workers", "seeds": "demo_seeds", "num_train_epochs": "sft_epochs",
            "learning_rate": "lr", "per_device_train_batch_size": "batch", "seed": "sft_seed", "teams": "team"}
@@ -91,6 +91,8 @@ _EVAL_TEAM_RENAME = {**_RENAME, "seed": "eval_seed"}
 _EVAL_TEAM_DEST = "eval_team_"
 #: The recipe's help of the composed configs' flagged fields (their own help is written for other commands).
 _HELPS = {
+    "stop_when_decided": "held-out team rows skip a step's remaining agent calls once the vote is decided (the "
+                         "same actions, fewer calls; not the arbiter row, not MARL's rollouts or the validations)",
     "demo.minutes": "search time budget",
     "demo.workers": "browsers searching at once",
     "demo.seeds": "seeds searched per training task, round-robin over the tasks 8 seeds at a time; the search "

@@ -300,10 +300,11 @@ def _predict(team: Any, record: Record) -> dict[str, Any]:
         row.update(raw=None, error=f"{type(exc).__name__}: {exc}")
     else:
         prediction = step.action
-        last = [row_[-1] for row_ in step.proposals]
-        chosen = next((p for p in last if p.action.key() == prediction.key()), last[0])
+        # The latest round's wording of the prediction (entries skipped by stop_when_decided asked no model).
+        ran = sorted((p for r in step.proposals for p in r if not p.skipped), key=lambda p: -p.round)
+        chosen = next((p for p in ran if p.action.key() == prediction.key()), ran[0])
         row.update(raw=chosen.raw, error=None,
-                   proposals=[[p.action.to_call() for p in r] for r in step.proposals])
+                   proposals=[[None if p.skipped else p.action.to_call() for p in r] for r in step.proposals])
     row["prediction"] = None if isinstance(prediction, Unknown) else prediction.to_dict()
     row["unparsable"] = isinstance(prediction, Unknown) and row["error"] is None
     row.update(score_prediction(prediction, record.target))

@@ -364,8 +364,11 @@ def _team_config(config: MiniWoBEvalConfig, adapter_names: tuple[str | None, ...
 
 def _episode_counts(result: Any) -> dict[str, int]:
     """Per-episode counts kept in the manifest (so a resumed run still reports them)."""
-    proposals = [p for step in result.steps for row in step.team_step.proposals for p in row]
+    every = [p for step in result.steps for row in step.team_step.proposals for p in row]
+    proposals = [p for p in every if not p.skipped]  # skipped entries asked no model (stop_when_decided)
     counts = {"proposals": len(proposals), "unparsable": sum(p.parse_error is not None for p in proposals)}
+    if len(every) > len(proposals):
+        counts["skipped"] = len(every) - len(proposals)
     tokens = [p.prompt_tokens for p in proposals]
     if tokens and None not in tokens:  # a backend that reports them (the baselines read no tokens)
         counts["prompt_tokens"] = sum(tokens)
@@ -505,6 +508,7 @@ def build_results(config: MiniWoBEvalConfig, tasks: Sequence[str], records: Sequ
         "counts": {"episodes": len(records), "errors": sum(1 for r in records if r.get("error")),
                    "unparsable": sum(int(r.get("unparsable", 0)) for r in records),
                    "proposals": sum(int(r.get("proposals", 0)) for r in records),
+                   **({"skipped": sum(int(r.get("skipped", 0)) for r in records)} if team.stop_when_decided else {}),
                    "steps": sum(int(r.get("steps", 0)) for r in records),
                    **_prompt_tokens(records)},
         "run": {"concurrency": config.concurrency, "workers": config.workers,

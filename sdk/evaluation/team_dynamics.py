@@ -18,6 +18,10 @@ or its ``traces/``), over every team step (n x m > 1):
 - ``by_agent``: per agent (with its temperature) the share of its proposals equal to the
   executed action.
 
+A team run with ``stop_when_decided`` skips the entries that could no longer change a step's
+winner; the figures then read the entries that ran (``winner_share`` of the counted votes, the
+comparisons only between entries that both ran).
+
 Actions are compared as the vote compares them (``Action.key()``); secrets are masked in traces,
 so two different typed passwords read as the same proposal here.
 """
@@ -117,14 +121,14 @@ def team_dynamics(traces: Iterable[Trace]) -> TeamDynamics:
             if sum(len(r) for r in rows) < 2:
                 continue
             counted = True
-            key_rows = [[keys(space, p["action"]) for p in row] for row in rows]
+            key_rows = [[None if p.get("skipped") else keys(space, p["action"]) for p in row] for row in rows]
             winner = keys(space, step["executed"] if step.get("executed") else step["vote"]["action"])
             for tally in (overall, tasks[task]):
                 _add_step(tally, step, rows, key_rows, winner)
             for i, row in enumerate(rows):
                 seen = agents.setdefault(i, {"agent": i, "temperature": row[0].get("temperature"), "on": 0, "of": 0})
                 seen["on"] += sum(k == winner for k in key_rows[i])
-                seen["of"] += len(row)
+                seen["of"] += sum(k is not None for k in key_rows[i])
         episodes += counted
     by_agent = [{"agent": a["agent"], "temperature": a["temperature"],
                  "on_winner": round(a["on"] / a["of"], 3) if a["of"] else None}
@@ -134,7 +138,7 @@ def team_dynamics(traces: Iterable[Trace]) -> TeamDynamics:
 
 
 def _add_step(tally: _Tally, step: Mapping[str, Any], rows: Sequence[Sequence[Mapping[str, Any]]],
-              key_rows: Sequence[Sequence[tuple]], winner: tuple) -> None:
+              key_rows: Sequence[Sequence[tuple | None]], winner: tuple) -> None:
     vote = step["vote"]
     total = max(1, int(vote.get("total") or sum(len(r) for r in rows)))
     tally.steps += 1
@@ -144,15 +148,18 @@ def _add_step(tally: _Tally, step: Mapping[str, Any], rows: Sequence[Sequence[Ma
     tally.overruled += bool((vote.get("arbiter") or {}).get("overruled"))
     for i, row in enumerate(rows):
         for j, prop in enumerate(row):
-            if j > 0:
+            if key_rows[i][j] is None:  # skipped: nothing to compare
+                continue
+            if j > 0 and key_rows[i][j - 1] is not None:
                 tally.kept[0] += key_rows[i][j] == key_rows[i][j - 1]
                 tally.kept[1] += 1
-            preds = [p for p in prop.get("predecessors") or [] if 0 <= p < len(rows)]
+            preds = [p for p in prop.get("predecessors") or [] if 0 <= p < len(rows) and key_rows[p][j] is not None]
             if preds:
                 tally.predecessor[0] += any(key_rows[p][j] == key_rows[i][j] for p in preds)
                 tally.predecessor[1] += 1
-        tally.last_round[0] += key_rows[i][-1] == winner
-        tally.last_round[1] += 1
+        if key_rows[i][-1] is not None:
+            tally.last_round[0] += key_rows[i][-1] == winner
+            tally.last_round[1] += 1
 
 
 def read_team_traces(folder: str | Path) -> list[Trace]:

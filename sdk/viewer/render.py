@@ -56,7 +56,7 @@ def _colours(step: Mapping[str, Any], space: str | None) -> tuple[dict[str, str]
     keys: list[str] = []
     for row in step.get("proposals") or []:
         for prop in row:
-            if prop.get("parse_error") is None:
+            if prop.get("parse_error") is None and not prop.get("skipped"):
                 key = action_key(prop.get("action"), space)
                 call_key.setdefault(action_call(prop.get("action"), space), key)
                 keys.append(key)
@@ -84,6 +84,11 @@ def _reads(prop: Mapping[str, Any], edges: Sequence[Sequence[int]]) -> list[tupl
 def _cell(step_id: str, prop: Mapping[str, Any], space: str | None, colours: dict[str, str],
           vote_key: str | None, edges: Sequence[Sequence[int]]) -> str:
     i, j = int(prop.get("agent", 0)), int(prop.get("round", 0))
+    if prop.get("skipped"):  # TeamConfig.stop_when_decided: no model was asked
+        return (f'<div class="cell skipped" id="{step_id}-a{i}-r{j}" data-agent="{i}" data-round="{j}" data-reads="" '
+                f'style="grid-row:{i + 2};grid-column:{2 * j + 3};background:{_UNPARSABLE}">'
+                '<span class="cell-action">skipped</span><div class="cell-thought"><i>not run: the vote was '
+                "already decided</i></div></div>")
     parsed = prop.get("parse_error") is None
     key = action_key(prop.get("action"), space) if parsed else None
     colour = colours.get(key or "", _UNPARSABLE)

@@ -207,6 +207,7 @@ def test_rerun_with_another_config_is_a_one_line_error(base_dir, tmp_path):
     ({"team": TeamConfig(seed=None)}, "team.seed must be an integer"),
     ({"team": TeamConfig(adapters=("a", "b", "c", "d"))}, "team.adapters is set by the run"),
     ({"team": TeamConfig(action_space="mobile")}, "contradicts env 'miniwob'"),
+    ({"team": TeamConfig(stop_when_decided=True)}, "MARL labels every entry of the action matrix"),
     ({"team": {"n_agents": 2}}, "team must be a TeamConfig"),
 ])
 def test_bad_config(kw, needle, tmp_path):
