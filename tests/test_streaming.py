@@ -271,3 +271,14 @@ def test_an_async_step_whose_graph_stops_before_the_vote_fails_by_name(tmp_path,
     with pytest.raises(CollabUIError, match="ended before its vote"):
         asyncio.run(_drain(team.astream(None, _device(), trace=tmp_path, episode_id="cut")))
     assert "ended before its vote" in read_trace(tmp_path / "cut.jsonl").end["error"]
+
+
+def test_a_team_that_stops_when_decided_streams_only_the_entries_it_ran():
+    unanimous = ScriptedChatModel(lambda r: 'Action: {"action": "click", "element_id": "A"}')
+    team = _team(unanimous, n_agents=4, rounds=3, topology="independent", stop_when_decided=True, max_steps=1)
+    events = list(team.stream("Click Yes.", _device(1)))
+    made = [e for e in events if isinstance(e, ProposalMade)]
+    vote = next(e for e in events if isinstance(e, VoteDecided))
+    # two rounds of four agree: the third round is skipped, never asked, never reported
+    assert sorted((e.agent, e.round) for e in made) == [(i, j) for i in range(4) for j in range(2)]
+    assert (vote.votes, vote.total, vote.team_step.skipped) == (8, 8, 4) and len(unanimous.requests) == 8

@@ -535,3 +535,22 @@ def test_injected_model_output_stays_text_in_chromium(chromium, tmp_path):
     assert INJECT_RAW in cell.locator(".cell-raw pre").text_content()
     assert problems == []
     page.close()
+
+
+def test_entries_skipped_by_a_decided_vote_render_as_skipped_cells(tmp_path):
+    from collabui import CollabAgentTeam
+    from collabui.actions.web import Click
+    from collabui.devices.base import Observation
+    from collabui.devices.fake import FakeDevice
+    from collabui.models.fake import ScriptedChatModel
+    from collabui.trace import JsonlTraceStore
+
+    obs = Observation(text="<button[B]| Submit> <button[C]| Cancel>", task="Click Submit.")
+    team = CollabAgentTeam(ScriptedChatModel(lambda r: 'Action: {"action": "click", "element_id": "B"}'),
+                           n_agents=4, rounds=3, topology="independent", stop_when_decided=True)
+    result = team.run(None, FakeDevice([obs], success_when=lambda a: a == Click("B")),
+                      trace=JsonlTraceStore(tmp_path), episode_id="ep")
+    assert result.success
+    html = render_view(tmp_path / "ep.jsonl")
+    assert html.count('class="cell skipped"') == 4 and html.count('class="cell winner"') == 8
+    assert re.search(r"winner <code>[^<]*B[^<]*</code> 8/8 votes", html)
