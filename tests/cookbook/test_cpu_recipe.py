@@ -246,7 +246,7 @@ DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0,
                 "synthetic_pages": False, "team_share": 0.5, "sft_epochs": 1.0, "balance": True, "balance_steps": True, "hindsight": 0, "lr": 1e-4, "lora_r": 32,
                 "batch": 8, "lora_dropout": 0.0, "lora_from_layer": 0, "length_window": 32, "full_finetune": True, "sft_seed": 0, "sft_draws": 1,
                 "extract_rank": 48, "extract_embedding_rank": 32, "element_format": "text-first", "style": "terse", "episodes": 13,
-                "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "stop_when_decided": False, "critic_episodes": 6, "team": False,
+                "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "stop_when_decided": True, "critic_episodes": 6, "team": False,
                 "serve": False, "serve_dtype": "auto", "serve_agents": "lora", "serve_backend": "vllm", "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
                 "dpo_lr": 5e-5, "marl_iterations": 0, "marl_episodes": 2, "marl_pairs": 0, "marl_right_pairs": False,
                 "marl_mirror": False, "marl_anchor": 0.0, "marl_epochs": 1.0, "marl_rollouts_from": None,
@@ -875,12 +875,12 @@ def test_a_stage_refusing_its_folder_ends_the_run_with_one_line_and_exit_2(tmp_p
 
 def test_stop_when_decided_reaches_the_team_rows_but_not_the_arbiter_singles_or_marl(tmp_path):
     recipe = _recipe()
-    args = recipe._args(["--team", "--stop-when-decided", "--marl-iterations", "1"])
+    args = recipe._args(["--team", "--marl-iterations", "1"])  # the default
     rows = {name: EVAL_STAGE.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "m").items()}
     stops = {name for name, c in rows.items() if c.team.stop_when_decided}
     assert stops == {"base_team", "trained_team", "trained_team_unshuffled"}
     marl = MARL_STAGE.marl_config(args, tmp_path / "b", tmp_path / "m")
     assert not marl.team.stop_when_decided  # MARL labels every entry
-    default = recipe._args(["--team"])
-    assert not any(EVAL_STAGE.eval_config(default, f).team.stop_when_decided
-                   for f in recipe.systems(default, tmp_path / "m").values())
+    every = recipe._args(["--team", "--no-stop-when-decided"])
+    assert not any(EVAL_STAGE.eval_config(every, f).team.stop_when_decided
+                   for f in recipe.systems(every, tmp_path / "m").values())
