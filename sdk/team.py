@@ -37,9 +37,9 @@ from collabui.vote import VoteResult, arbitrate, majority_vote, vote_decided
 
 #: A step whose graph returned without its vote: a stop signal that a library's thread pool
 #: caught ends the stream early. Said as such, instead of failing later on a None vote.
+CUT_OFF = "the team step ended before its vote: the graph stopped early, as after a swallowed stop signal"
 #: The reason a skipped entry's ``Unknown`` action gives.
 SKIPPED = "not run: the vote was decided before this entry (stop_when_decided)"
-CUT_OFF = "the team step ended before its vote: the graph stopped early, as after a swallowed stop signal"
 
 if TYPE_CHECKING:  # pragma: no cover
     from collabui.events import ProposalMade, VoteDecided
@@ -530,7 +530,8 @@ class CollabAgentTeam:
         return TeamStep(matrix, state["vote"], inputs["observation"], time.perf_counter() - started)
 
     def step(self, task: str, observation: Observation | str, history: Sequence[str] = (), *, t: int = 0) -> TeamStep:
-        """Run one team step: every agent in every round proposes, then the vote decides."""
+        """Run one team step: every agent in every round proposes (with ``stop_when_decided``, until
+        the vote is decided), then the vote decides."""
         started = time.perf_counter()
         inputs = self._inputs(task, observation, history, t)
         state = self.graph.invoke(inputs, config=self._run_config())
