@@ -276,8 +276,9 @@ class RecipeConfig:
         if self.sft_draws > 1 and not self.sft.full_finetune:
             raise ConfigError("--sft-draws averages fully fine-tuned models; the mean of LoRA adapters' factors is not "
                               "the mean of their changes: drop --no-full-finetune or --sft-draws")
-        if self.marl_episodes < 1:
-            raise ConfigError(f"--marl-episodes must be >= 1, got {self.marl_episodes}")
+        for name in ("marl_episodes", "critic_episodes"):  # checked here, not after the stages before them ran
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{flag_of(name)} must be >= 1, got {getattr(self, name)}")
         if self.extract_rank < 0 or self.extract_embedding_rank < 0:
             raise ConfigError(f"--extract-rank and --extract-embedding-rank must be >= 0, got {self.extract_rank} "
                               f"and {self.extract_embedding_rank}")

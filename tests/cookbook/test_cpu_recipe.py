@@ -441,6 +441,9 @@ def test_marl_rows_use_the_marl_teams_and_ablations_need_a_team(tmp_path, capsys
         with pytest.raises(SystemExit):
             recipe._args(argv)
     assert "--marl-episodes must be >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # refused before any stage runs, naming the flag
+        recipe._args(["--critic-episodes", "0"])
+    assert "--critic-episodes must be >= 1, got 0" in capsys.readouterr().err
     full = MARL_STAGE.marl_config(config, tmp_path / "bundle", tmp_path / "marl" / "x")
     assert full.model == f"trained:{tmp_path / 'bundle'}" and full.train_tasks == TRAIN_TASKS
     assert (full.critic, full.adversary, full.objective, full.edge_update) == ("verified", "own", "dpo", True)
