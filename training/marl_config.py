@@ -29,8 +29,9 @@ _ENVS = {"miniwob": "web", "miniwob-mobile": "mobile"}
 RESUMABLE_CHANGES = ("iterations", "out_dir", "workers", "ray", "concurrency", "serve", "serve_backend")  # where episodes run changes no outcome
 #: The per-agent update of an iteration: the paper's DPO, or its "PO -> RFT" ablation.
 OBJECTIVES = ("dpo", "rft")
-#: Team fields a MARL run sets itself: the adapters of each iteration, the env's action space;
-#: the batch timer and screenshots change no outcome of its rollouts.
+#: Team fields without a flag here: those a MARL run sets itself (the adapters of each iteration,
+#: the env's action space), those that change no outcome of its rollouts (the batch timer,
+#: screenshots), and stop_when_decided, which MARL refuses (its critic labels every entry).
 _TEAM_FIELDS_SET_HERE = ("adapters", "action_space", "batch_fallback_s", "screenshots", "stop_when_decided")
 #: Team fields MARLConfig held itself before ``team`` (state.json files of older runs).
 _OLD_TEAM_FIELDS = ("n_agents", "rounds", "max_steps", "max_new_tokens", "prompt_style", "topology", "seed")

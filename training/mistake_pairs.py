@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from datasets import Dataset
 
 __all__ = ["build_mistake_pairs", "mistake_pairs_for_step", "right_pairs_for_step", "balance_pairs",
-           "mirror_corrections", "correction_kind", "correction_counts", "with_correction_kinds", "traces_action_space", "verified_sft_rows",
-           "anchor_pairs", "MISTAKE_COLUMNS"]
+           "mirror_corrections", "correction_kind", "correction_counts", "with_correction_kinds",
+           "traces_action_space", "verified_sft_rows", "anchor_pairs", "MISTAKE_COLUMNS", "CORRECTION_COLUMN"]
 
 MISTAKE_COLUMNS = (*PAIR_COLUMNS, "chosen_source")
 
