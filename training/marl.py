@@ -47,6 +47,7 @@ from collabui.training.marl_bundle import (
     effective_config,
     is_bundle_spec,
     merged_base,
+    team_adapter_slots,
     write_marl_bundle,
 )
 from collabui.training.marl_config import (
@@ -291,6 +292,8 @@ class _Run:
 
         init = self.out / f"iter{k - 1}" / "adapters" if k > 0 else None
         pairs, agents = load_pairs(it / "pairs.jsonl"), list(range(self.config.team.n_agents))
+        if self.config.shared_adapter:  # every agent's pairs, each in its own context, train agent0's adapter
+            pairs, agents = pairs.map(lambda _: {"agent": 0}), [0]
         if self.config.objective == "rft":
             return _rft(self.config, pairs, self.base_dir, it, agents, init, self.progress)
         from collabui.training.dpo import train_agents_dpo
@@ -394,7 +397,7 @@ class _TeamPerEpisode:
 def _team(c: MARLConfig, model: Any, topology: Any, adapters: Mapping[str, Path], seed: int) -> Any:
     from collabui.team import CollabAgentTeam
 
-    names = tuple(f"agent{i}" if f"agent{i}" in adapters else None for i in range(c.team.n_agents))
+    names = team_adapter_slots(c, adapters)
     return CollabAgentTeam(model, config=dataclasses.replace(c.team, topology=topology, seed=seed,
                                                              adapters=names if any(names) else None))
 

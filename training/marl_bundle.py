@@ -24,7 +24,7 @@ from typing import Any
 from collabui.errors import ConfigError
 
 __all__ = ["is_bundle_spec", "bundle_folder", "check_bundle_start", "merged_base", "effective_config",
-           "write_marl_bundle", "BASE_DIR", "BUNDLE_DIR"]
+           "write_marl_bundle", "team_adapter_slots", "BASE_DIR", "BUNDLE_DIR"]
 
 #: Where a bundle's shared model is merged (inside the run folder).
 BASE_DIR = "base"
@@ -118,15 +118,25 @@ def write_marl_bundle(config: Any, out_dir: Path, adapters: Mapping[str, Path], 
     else:
         base = c.model if c.model == "smollm2" else f"hf:{Path(c.model[3:]).expanduser().resolve()}"
         merge = {}
-    slots = [f"agent{i}" if f"agent{i}" in adapters else None for i in range(c.team.n_agents)]
+    slots = list(team_adapter_slots(c, adapters))
     if not any(slots):
         log.warning("marl: no agent had a pair to learn from in any iteration; %s is the start model "
                     "(see marl_report.json for the pair counts)", out_dir / BUNDLE_DIR)
     marl = {"iterations": iterations, "critic": c.critic, "adversary": c.adversary, "objective": c.objective,
-            "edge_update": c.edge_update, "start": c.model, "out_dir": str(out_dir)}
+            "edge_update": c.edge_update, "shared_adapter": c.shared_adapter, "start": c.model, "out_dir": str(out_dir)}
     return write_bundle(out_dir / BUNDLE_DIR, base=base, merge=merge, agents=dict(adapters), slots=slots,
-                        team=team, made_by=f"collabui train marl --model {c.model} --iterations {iterations}",
+                        team=team, made_by=f"collabui train marl --model {c.model} --iterations {iterations}"
+                        + (" --shared-adapter" if c.shared_adapter else ""),
                         marl=marl, train_tasks=list(c.train_tasks))
+
+
+def team_adapter_slots(config: Any, adapters: Mapping[str, Any]) -> tuple[str | None, ...]:
+    """The adapter each agent of ``config``'s team runs: its own ``agent{i}`` (None, the start
+    model, when it never had a pair), or with ``shared_adapter`` the team's one, ``agent0``."""
+    n = config.team.n_agents
+    if config.shared_adapter:
+        return ("agent0" if "agent0" in adapters else None,) * n
+    return tuple(f"agent{i}" if f"agent{i}" in adapters else None for i in range(n))
 
 
 def keep_earlier_bundle(out_dir: Path, iterations: int) -> Path | None:

@@ -96,6 +96,10 @@ class MARLConfig:
         "metavar": "R", "help": "anchor rows: per agent, R x its pair count of its own verified-right answers (at steps "
         "drawn evenly) trained through DPO's SFT term alone (chosen = rejected), so what the agents already do right "
         "keeps its likelihood where no pair touches it; needs loss_type with sft (default 0: none)"})
+    shared_adapter: bool = field(default=False, metadata={
+        "help": "one adapter for the whole team, trained on every agent's pairs (each in the context that agent saw), "
+        "so the agents stay one model that differs by temperature and DAG place, as the SFT team's do; served as one "
+        "model (default: one adapter per agent, the paper's Eq. 8)"})
     objective: str = field(default="dpo", metadata={
         "choices": OBJECTIVES, "help": "per-agent update: dpo (the paper) | rft (SFT on the chosen answers only, the PO -> RFT "
                 "ablation; it uses the --dpo options SFT shares: learning rate, steps, batch, LoRA)"})

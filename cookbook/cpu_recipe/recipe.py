@@ -238,6 +238,10 @@ class RecipeConfig:
         "help": "MARL: each agent keeps no more pairs rejecting one action for another (typing for a click) than "
         "of the reverse, so DPO learns which element and when, not to prefer clicks (v46m's team submitted forms "
         "after the first field)"})
+    marl_shared: bool = field(default=False, metadata={
+        "help": "MARL: one adapter for the whole team, trained on every agent's pairs in the context each agent saw "
+        "(4 times the pairs of a per-agent adapter), served as one model; the agents differ by temperature and DAG "
+        "place as the SFT team's do (default: one adapter per agent, the paper's)"})
     marl_anchor: float = field(default=0.0, metadata={
         "metavar": "R", "help": "MARL: per agent, R x its pair count of its own verified-right answers trained "
         "through the SFT term alone, so what the team already does right keeps its likelihood (default 0: none)"})

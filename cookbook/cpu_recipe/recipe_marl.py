@@ -44,7 +44,7 @@ def marl_config(config: RecipeConfig, start: Path, out: Path, **change: Any) -> 
                          "eval_episodes_per_task": 0, "episodes_per_task": config.marl_episodes,
                          "iterations": config.marl_iterations, "team": team, "critic": "verified",
                          "adversary": "own", "right_pairs": config.marl_right_pairs, "max_pairs": config.marl_pairs,
-                         "mirror_corrections": config.marl_mirror,
+                         "mirror_corrections": config.marl_mirror, "shared_adapter": config.marl_shared,
                          "anchor": config.marl_anchor,
                          "shuffle_elements": True, "out_dir": str(out),
                          "serve": config.evaluation.serve, "serve_dtype": config.evaluation.serve_dtype,

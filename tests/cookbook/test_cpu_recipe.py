@@ -249,7 +249,7 @@ DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0,
                 "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "stop_when_decided": True, "critic_episodes": 6, "team": False,
                 "serve": False, "serve_dtype": "auto", "serve_agents": "lora", "serve_backend": "vllm", "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
                 "dpo_lr": 5e-5, "marl_iterations": 0, "marl_episodes": 2, "marl_pairs": 0, "marl_right_pairs": False,
-                "marl_mirror": False, "marl_anchor": 0.0, "marl_epochs": 1.0, "marl_rollouts_from": None,
+                "marl_mirror": False, "marl_shared": False, "marl_anchor": 0.0, "marl_epochs": 1.0, "marl_rollouts_from": None,
                 # bf16 mixed precision where this machine computes it natively (AVX512-BF16/AMX, CUDA)
                 "bf16": default_bf16(),
                 "ablations": False, "validate": 0,
@@ -887,3 +887,12 @@ def test_stop_when_decided_reaches_the_team_rows_but_not_the_arbiter_singles_or_
     every = recipe._args(["--team", "--no-stop-when-decided"])
     assert not any(EVAL_STAGE.eval_config(every, f).team.stop_when_decided
                    for f in recipe.systems(every, tmp_path / "m").values())
+
+
+def test_marl_update_flags_reach_the_marl_config(tmp_path):
+    recipe = _recipe()
+    marl = MARL_STAGE.marl_config(recipe._args(["--team", "--marl-iterations", "1", "--marl-shared", "--marl-mirror",
+                                                "--marl-pairs", "7", "--marl-anchor", "1.5"]), tmp_path / "b", tmp_path / "m")
+    assert (marl.shared_adapter, marl.mirror_corrections, marl.max_pairs, marl.anchor) == (True, True, 7, 1.5)
+    assert not MARL_STAGE.marl_config(recipe._args(["--team", "--marl-iterations", "1"]), tmp_path / "b",
+                                      tmp_path / "m").shared_adapter  # the paper's per-agent adapters by default

@@ -102,3 +102,27 @@ def test_a_bundle_with_per_agent_adapters_is_not_a_start(tmp_path, base_dir, ada
     with pytest.raises(ConfigError, match="already has per-agent adapters"):
         run_marl(config, progress=False, env_factory=factories(new_log())[1])
     assert not (tmp_path / "run").exists()
+
+
+def test_a_shared_adapter_learns_every_agents_pairs_and_every_agent_runs_it(tmp_path, base_dir, stage1):
+    from collabui.training.pairs import load_pairs
+
+    out = tmp_path / "run"
+    config = small_config(None, out, model=f"trained:{stage1}", n_agents=3, iterations=2, eval_tasks=(),
+                          eval_episodes_per_task=0, shared_adapter=True)
+    log = new_log()
+    model_factory, env_factory = factories(log)
+    report = run_marl(config, progress=False, env_factory=env_factory, model_factory=model_factory)
+    for k, it in enumerate(report.iterations):
+        pairs = load_pairs(out / f"iter{k}" / "pairs.jsonl")
+        assert len(set(pairs["agent"])) > 1  # the pairs keep whose mistake they were...
+        (trained,) = it.dpo["agents"]  # ...and one adapter learns them all
+        assert (trained["agent"], trained["n_pairs"]) == (0, len(pairs))
+        assert sorted(p.name for p in (out / f"iter{k}" / "adapters").iterdir() if p.is_dir()) == ["agent0"]
+    assert report.iterations[1].dpo["agents"][0]["init_from"]  # the second iteration continues it
+    assert log["adapters"] >= {"agent0"} and not log["adapters"] & {"agent1", "agent2"}
+    bundle = read_bundle(out / "bundle")
+    assert bundle["agents"] == ["agent0"] * 3 and bundle["marl"]["shared_adapter"] is True
+    assert sorted(p.name for p in (out / "bundle").iterdir() if p.is_dir()) == ["agent0", "stage1"]
+    team = CollabAgentTeam(load_model(f"trained:{out / 'bundle'}", device="cpu"), n_agents=3, rounds=1)
+    assert team.config.adapters == ("agent0",) * 3
