@@ -353,7 +353,7 @@ _TAUGHT = ("balance_steps", "batch", "bf16", "demo_minutes", "demo_seeds", "dpo_
            "sft_draws", "sft_epochs", "sft_examples", "sft_seed", "style", "synthetic_pages", "team_share")
 #: MARL's settings, in the MARL team's ``made_by`` (they shape the team, not the SFT model).
 _TAUGHT_MARL = ("marl_anchor", "marl_episodes", "marl_epochs", "marl_iterations", "marl_mirror", "marl_pairs",
-                "marl_right_pairs")
+                "marl_right_pairs", "marl_shared")
 
 
 def made_by_command(config: RecipeConfig, *, marl: bool = False) -> str:

@@ -124,6 +124,7 @@ def share_first_rollouts(source: Path, target: Path, change: dict[str, Any]) -> 
 #: MARL settings that change no rollout of iteration 0: how it is labelled, paired and learnt
 #: from, how many iterations follow, and where the episodes run.
 _UPDATE_ONLY = ("dpo", "objective", "adversary", "right_pairs", "max_pairs", "mirror_corrections", "anchor", "critic",
+                "shared_adapter",
                 "iterations", "out_dir", "model", "eval_tasks", "eval_episodes_per_task")
 
 

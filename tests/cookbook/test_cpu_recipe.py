@@ -831,7 +831,7 @@ def test_marl_rollouts_from_another_run_trains_another_update_on_its_episodes(tm
     first = tmp_path / "first"
     stage([], first)
     assert logs[0]["requests"] > 0
-    sweep = ["--dpo-lr", "1e-3", "--marl-epochs", "2", "--marl-rollouts-from", str(first)]
+    sweep = ["--dpo-lr", "1e-3", "--marl-epochs", "2", "--marl-shared", "--marl-rollouts-from", str(first)]
     found = stage(sweep, tmp_path / "sweep")
     assert logs[1]["requests"] == 0  # the episodes were copied, not rolled out again
     for name in ("rollouts.jsonl", "labels.jsonl", *(f"traces/{t.name}" for t in (first / "marl" / "trained_team" /
@@ -841,7 +841,8 @@ def test_marl_rollouts_from_another_run_trains_another_update_on_its_episodes(tm
     state = json.loads((tmp_path / "sweep" / "marl" / "trained_team" / "state.json").read_text())
     assert (state["config"]["dpo"]["learning_rate"], state["config"]["dpo"]["num_train_epochs"]) == (1e-3, 2.0)
     made_by = read_bundle(found["trained_team"])["made_by"]
-    assert "--dpo-lr 0.001" in made_by and "--marl-epochs 2.0" in made_by
+    assert "--dpo-lr 0.001" in made_by and "--marl-epochs 2.0" in made_by and "--marl-shared" in made_by
+    assert state["config"]["shared_adapter"] is True  # an update setting: the per-agent run's episodes serve it
     assert recipe._args(made_by.split()[1:]).marl_epochs == 2.0 and "rollouts-from" not in made_by
 
     refusals = {"no MARL run": (["--marl-rollouts-from", str(tmp_path / "sweep" / "marl")], tmp_path / "x"),
