@@ -543,9 +543,14 @@ def run_marl(config: MARLConfig, *, progress: bool = True, env_factory: EnvFacto
         base_dir = merged_base(config.model, out)
     run_config = effective_config(config)
     if model_factory is None and config.serve:
-        from collabui.serving.managed import llamacpp_model_factory, vllm_model_factory
+        from collabui.serving.managed import (
+            llamacpp_model_factory,
+            rollout_backend,
+            vllm_model_factory,
+        )
 
-        factory = llamacpp_model_factory if config.serve_backend == "llamacpp" else vllm_model_factory
+        backend = rollout_backend(config.serve_backend)
+        factory = llamacpp_model_factory if backend == "llamacpp" else vllm_model_factory
         model_factory = factory(dtype=config.serve_dtype)
     run = _Run(run_config, out, base_dir, state, EnvPool(config.env, env_factory, options=_env_options(run_config)),
                TeamModels(base_dir, model_factory), critic or _make_critic(config),

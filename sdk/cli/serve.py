@@ -90,9 +90,9 @@ def add_commands(sub: Any) -> None:
                        "or name=path,name=path")
     from collabui.evaluation.miniwob import SERVE_DTYPE_HELP, SERVE_DTYPES
     from collabui.serving.llamacpp_server import LlamaCppServer
-    from collabui.serving.managed import SERVE_BACKENDS
+    from collabui.serving.managed import SERVERS
 
-    serve.add_argument("--backend", default="vllm", choices=SERVE_BACKENDS,
+    serve.add_argument("--backend", default="vllm", choices=SERVERS,
                        help="vllm (per-agent adapters by name, GPUs) or llamacpp (one whole model, quick to start, "
                        "fast on a CPU; the llamacpp extra)")
     serve.add_argument("--dtype", default="auto", choices=SERVE_DTYPES, help=SERVE_DTYPE_HELP)

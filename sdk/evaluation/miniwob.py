@@ -139,7 +139,8 @@ SERVE_AGENTS_HELP = ("(--serve) a trained bundle's per-agent adapters: lora (one
 
 SERVE_BACKEND_HELP = ("(--serve) the server: vllm (LoRA adapters by name; the faster one for a single model, and on "
                       "GPUs) or llamacpp (llama.cpp, needs the llamacpp extra: each agent's whole model on a server of "
-                      "its own, starts in seconds; on 2 cores 2x vLLM's speed for a team of per-agent models)")
+                      "its own, starts in seconds; on 2 cores 2x vLLM's speed for a team of per-agent models) or auto "
+                      "(vLLM on a GPU; on a CPU vLLM for one model, llama.cpp for per-agent models, among those installed)")
 
 
 def check_serve(model: str, serve: bool, serve_dtype: str, serve_agents: str = "lora",

@@ -258,3 +258,39 @@ def test_per_agent_servers_get_cores_of_their_own_on_a_cpu(monkeypatch):
     assert fields["dtype"] == "float32"
     monkeypatch.setattr(setup, "default_flavor", lambda: "gpu")
     assert managed._core_slices(4) == []
+
+
+@pytest.mark.parametrize(("what", "flavor", "installed", "chosen"), [
+    ("plain", "cpu", {"vllm": True, "llamacpp": True}, ("vllm", "lora")),
+    ("sft bundle", "cpu", {"vllm": True, "llamacpp": True}, ("vllm", "lora")),
+    ("shared adapter", "cpu", {"vllm": True, "llamacpp": True}, ("vllm", "merged")),
+    ("per-agent bundle", "cpu", {"vllm": True, "llamacpp": True}, ("llamacpp", "lora")),
+    ("per-agent bundle", "cpu", {"vllm": True, "llamacpp": False}, ("vllm", "lora")),
+    ("shared adapter", "cpu", {"vllm": False, "llamacpp": True}, ("llamacpp", "lora")),
+    ("per-agent bundle", "gpu", {"vllm": True, "llamacpp": True}, ("vllm", "lora")),
+    ("adapters folder", "cpu", {"vllm": True, "llamacpp": True}, ("vllm", "lora")),
+    ("plain", "cpu", {"vllm": False, "llamacpp": False}, ("vllm", "lora")),
+])
+def test_auto_serves_one_model_on_vllm_and_per_agent_models_on_llamacpp(tmp_path, tiny_model_dir, adapter_dirs,
+                                                                        monkeypatch, what, flavor, installed, chosen):
+    from collabui.serving import managed, setup
+    from collabui.serving.managed import choose_backend, rollout_backend
+
+    monkeypatch.setattr(managed, "_installed", lambda: installed)
+    monkeypatch.setattr(setup, "default_flavor", lambda: flavor)
+    import shutil
+
+    folder = tmp_path / "adapters"
+    shutil.copytree(adapter_dirs["a1"], folder / "agent0")
+    base = f"hf:{tiny_model_dir}"
+    sft = write_bundle(tmp_path / "s", base=base, merge={"stage1": adapter_dirs["a1"]}, agents={}, team={})
+    shared = write_bundle(tmp_path / "h", base=base, merge={}, team={}, agents={"agent0": adapter_dirs["a2"]},
+                          slots=["agent0"] * 3)
+    specs = {"plain": (base, None), "adapters folder": (base, folder), "sft bundle": (f"trained:{sft}", None),
+             "shared adapter": (f"trained:{shared}", None),
+             "per-agent bundle": (f"trained:{_bundle(tmp_path / 'p', tiny_model_dir, adapter_dirs)}", None)}
+    spec, adapters = specs[what]
+    assert choose_backend(served_spec(spec, adapters)) == chosen
+    # MARL's rollouts: per-agent models from iteration 1 on, so llama.cpp wherever it is installed
+    assert rollout_backend("auto") == ("llamacpp" if installed["llamacpp"] else "vllm")
+    assert rollout_backend("vllm") == "vllm"

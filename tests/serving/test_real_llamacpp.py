@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from collabui._hardware import usable_cores
 from collabui.config import TeamConfig
 from collabui.errors import ConfigError
 from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
@@ -78,10 +79,14 @@ def test_an_adapters_folder_needs_vllm(smollm2_dir: Path, tmp_path: Path) -> Non
 
 
 @pytest.mark.browser
-def test_eval_serve_llamacpp_runs_the_bundle_team(bundle: Path, tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("backend", ["llamacpp", "auto"])  # auto: a bundle of two agent models goes to llama.cpp
+def test_eval_serve_llamacpp_runs_the_bundle_team(bundle: Path, tmp_path: Path, monkeypatch, backend: str) -> None:
+    from collabui.serving import setup
+
     monkeypatch.setenv("COLLABUI_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(setup, "default_flavor", lambda: "cpu")  # on a GPU auto would take vLLM
     config = MiniWoBEvalConfig(tasks="click-test", episodes=1, model=f"trained:{bundle}", serve=True,
-                               serve_backend="llamacpp", serve_dtype="float16",
+                               serve_backend=backend, serve_dtype="float16",
                                team=TeamConfig(n_agents=2, rounds=2, topology="chain", max_steps=1))
     results = evaluate_miniwob(config, tmp_path / "run", progress=False)
     assert results["overall"]["success_rate"]["n"] == 1
@@ -154,6 +159,8 @@ def test_llamacpp_model_factory_serves_each_agents_merged_model(bundle: Path, sm
         assert isinstance(served, AgentRouter) and set(served.routes) == {"agent0", None}
         assert [r.text for r in served.generate(requests)] == want
         servers = [route.server for route in served.routes.values()]
+        # the one agent model gets every core; the shared model's server only stands by
+        assert {s.threads for s in servers} == {len(usable_cores())}
     finally:
         served.close()
     assert not any(s.running for s in servers)
