@@ -897,3 +897,12 @@ def test_marl_update_flags_reach_the_marl_config(tmp_path):
     assert (marl.shared_adapter, marl.mirror_corrections, marl.max_pairs, marl.anchor) == (True, True, 7, 1.5)
     assert not MARL_STAGE.marl_config(recipe._args(["--team", "--marl-iterations", "1"]), tmp_path / "b",
                                       tmp_path / "m").shared_adapter  # the paper's per-agent adapters by default
+
+
+def test_serve_backend_auto_reaches_every_served_row_and_marl(tmp_path):
+    recipe = _recipe()
+    args = recipe._args(["--team", "--serve", "--serve-backend", "auto", "--marl-iterations", "1", "--validate", "3"])
+    rows = {name: EVAL_STAGE.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "m").items()}
+    assert {n for n, c in rows.items() if c.serve_backend == "auto"} == set(rows) - {"random", "lexical"}
+    assert EVAL_STAGE.validation_config(args, tmp_path / "b", team=True).serve_backend == "auto"
+    assert MARL_STAGE.marl_config(args, tmp_path / "b", tmp_path / "m").serve_backend == "auto"
