@@ -60,7 +60,7 @@ from collabui.evaluation.stats import rate_entry
 from collabui.models.base import ChatModel
 from collabui.models.spec import is_baseline, load_model, team_adapter_names
 from collabui.redaction import redact_url
-from collabui.serving.managed import AGENT_SERVING, SERVE_BACKENDS, check_backend
+from collabui.serving.managed import AGENT_SERVING, SERVE_BACKENDS, check_backend, server_labels
 
 __all__ = ["EASY_TASKS", "SUITES", "MiniWoBEvalConfig", "default_team", "load_run_config", "resolve_tasks",
            "evaluate_miniwob", "system_label"]
@@ -408,12 +408,13 @@ def evaluate_miniwob(config: MiniWoBEvalConfig, out_dir: str | Path, *, model: C
     log.info("eval miniwob: %d tasks x %d episodes, %s, %s, out %s", len(tasks), config.episodes, label,
              _parallelism(config), out)
     run = _run_on_workers if config.uses_workers else _run_here
-    records = finished_records(specs, out / "episodes.jsonl")
+    records, servers = finished_records(specs, out / "episodes.jsonl"), None
     if records is None:  # else a finished run resumed: no model to load, no server to start
         with _served(config, model, server_options or {}) as served:
+            servers = server_labels(served) if served is not None else None
             records = run(config, specs, out, model=served or model, env_factory=env_factory, progress=progress)
     results = build_results(config, tasks, records, started=started_at,
-                            seconds=time.perf_counter() - t0, command=command)
+                            seconds=time.perf_counter() - t0, command=command, servers=servers)
     _write_outputs(results, out, plot)
     overall = results["overall"]["success_rate"]
     log.info("eval miniwob: success %s/%s = %s (95%% CI %.2f-%.2f); %s", overall["successes"], overall["n"],
@@ -480,8 +481,10 @@ def _run_on_workers(config: MiniWoBEvalConfig, specs: Sequence[EpisodeSpec], out
 
 
 def build_results(config: MiniWoBEvalConfig, tasks: Sequence[str], records: Sequence[dict[str, Any]], *,
-                  started: str, seconds: float, command: str | None) -> dict[str, Any]:
-    """The common results JSON from manifest records (pure: no files, no browsers)."""
+                  started: str, seconds: float, command: str | None,
+                  servers: Sequence[str] | None = None) -> dict[str, Any]:
+    """The common results JSON from manifest records (pure: no files, no browsers); ``servers``:
+    what ``serve`` started (:func:`collabui.serving.managed.server_labels`)."""
     team = config.team
     n, m, topology = team.n_agents, team.rounds, topology_name(team)
 
@@ -514,7 +517,9 @@ def build_results(config: MiniWoBEvalConfig, tasks: Sequence[str], records: Sequ
                    **_prompt_tokens(records)},
         "run": {"concurrency": config.concurrency, "workers": config.workers,
                 "backend": ("ray" if config.ray is not None else "processes") if config.uses_workers else "this process",
-                "episode_seconds": round(sum(float(r.get("seconds", 0.0)) for r in records), 3)},
+                "episode_seconds": round(sum(float(r.get("seconds", 0.0)) for r in records), 3),
+                # what --serve started (--serve-backend auto chooses per model): one entry per server
+                **({"servers": list(servers)} if servers is not None else {})},
         "started": started, "seconds": round(seconds, 3), "command": command,
     }
 

@@ -44,7 +44,7 @@ from collabui.errors import ConfigError
 from collabui.models.base import ChatModel, ChatRequest, ChatResult
 
 __all__ = ["ServedSpec", "ServedModel", "AgentRouter", "AGENT_SERVING", "SERVERS", "SERVE_BACKENDS", "check_backend",
-           "choose_backend", "rollout_backend", "served_spec", "serve_model", "vllm_model_factory", "llamacpp_model_factory"]
+           "choose_backend", "rollout_backend", "server_labels", "served_spec", "serve_model", "vllm_model_factory", "llamacpp_model_factory"]
 
 log = logging.getLogger(__name__)
 
@@ -240,6 +240,13 @@ def choose_backend(served: ServedSpec, agents: str = "lora") -> tuple[str, str]:
     if have["llamacpp"]:
         return "llamacpp", "lora"
     return "vllm", agents
+
+
+def server_labels(model: ChatModel) -> list[str]:
+    """What serves ``model``: ``"<server> <served name>"`` for each server behind it (one, or an
+    :class:`AgentRouter`'s per agent model), e.g. ``["llama.cpp trained-team-agent0", ...]``."""
+    routes = model.routes.values() if isinstance(model, AgentRouter) else [model]
+    return [f"{r.server.label} {r.server.name}" for r in routes if isinstance(r, ServedModel)]
 
 
 def rollout_backend(backend: str) -> str:

@@ -97,6 +97,9 @@ def _served_episode(tmp_path: Path, root: Path, fake_pkg: Path, log_file: Path |
     [trace] = (tmp_path / "run" / "traces").glob("*.jsonl")
     step = read_trace(trace).steps[0]
     assert [[p["adapter"] for p in row] for row in step["proposals"]] == [["agent0", "agent0"], [None, None]]
+    merged = serving.get("serve_agents") == "merged"  # results.json says what served the team
+    assert results["run"]["servers"] == (["vLLM trained-bundle-agent0", "vLLM trained-bundle-shared"] if merged
+                                         else ["vLLM trained-bundle"])
     return step, [json.loads(line) for line in record.read_text().splitlines()]
 
 

@@ -99,7 +99,9 @@ def test_eval_serve_llamacpp_runs_the_bundle_team(bundle: Path, tmp_path: Path, 
     logs = sorted((tmp_path / "cache" / "logs").glob("*.log"))
     assert [p.name.split("-")[0] for p in logs] == ["llamacpp", "llamacpp"]
     assert len(list((tmp_path / "cache" / "gguf").glob("*-f16.gguf"))) == 2
-    assert json.loads((tmp_path / "run" / "results.json").read_text())["overall"]["success_rate"]["n"] == 1
+    saved = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert saved["overall"]["success_rate"]["n"] == 1
+    assert sorted(saved["run"]["servers"]) == ["llama.cpp trained-team-agent0", "llama.cpp trained-team-shared"]
 
 
 def test_collabui_serve_llamacpp_serves_a_bundle_until_ctrl_c(bundle: Path, tmp_path: Path) -> None:
