@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from collabui._hardware import usable_cores
-from collabui.errors import ConfigError
+from collabui.errors import ConfigError, ModelLoadError
 from collabui.models.base import ChatModel, ChatRequest, ChatResult
 
 __all__ = ["ServedSpec", "ServedModel", "AgentRouter", "AGENT_SERVING", "SERVERS", "SERVE_BACKENDS", "check_backend",
@@ -205,7 +205,6 @@ def check_backend(backend: str, agents: str = "lora") -> None:
 
 
 def _installed() -> dict[str, bool]:
-    from collabui.errors import ModelLoadError
     from collabui.serving.llamacpp_server import llama_server_binary
     from collabui.serving.setup import is_set_up
 
@@ -230,11 +229,11 @@ def choose_backend(served: ServedSpec, agents: str = "lora") -> tuple[str, str]:
     """
     from collabui.serving.setup import default_flavor
 
-    have = _installed()
-    slots = set(served.team_defaults.get("adapters") or ()) if served.bundle is not None else set()
-    models = max(1, len(slots))  # None in a slot: that agent runs the bundle's shared model
     if default_flavor() == "gpu" or (served.adapters and served.bundle is None):
         return "vllm", agents
+    have = _installed()
+    # A bundle's slots name each agent's adapter (None: the shared model); no slots, one model.
+    models = len(set(served.team_defaults.get("adapters") or ())) or 1
     if models == 1 and (have["vllm"] or not have["llamacpp"]):
         return "vllm", "merged" if served.adapters else agents
     if have["llamacpp"]:
