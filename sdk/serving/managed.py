@@ -237,6 +237,10 @@ def choose_backend(served: ServedSpec, agents: str = "lora") -> tuple[str, str]:
     if models == 1 and (have["vllm"] or not have["llamacpp"]):
         return "vllm", "merged" if served.adapters else agents
     if have["llamacpp"]:
+        if agents == "merged":
+            # llama.cpp always serves each agent's model whole; say so rather than drop the flag quietly.
+            log.warning("--serve-agents merged is ignored: --serve-backend auto chose llama.cpp for %d agent "
+                        "models, which serves each one merged already; give --serve-backend vllm to keep it", models)
         return "llamacpp", "lora"
     return "vllm", agents
 

@@ -297,3 +297,19 @@ def test_auto_serves_one_model_on_vllm_and_per_agent_models_on_llamacpp(tmp_path
     # MARL's rollouts: per-agent models from iteration 1 on, so llama.cpp wherever it is installed
     assert rollout_backend("auto") == ("llamacpp" if installed["llamacpp"] else "vllm")
     assert rollout_backend("vllm") == "vllm"
+
+
+def test_auto_says_when_it_drops_merged(tmp_path, tiny_model_dir, adapter_dirs, monkeypatch, caplog):
+    from collabui.serving import managed, setup
+    from collabui.serving.managed import choose_backend
+
+    monkeypatch.setattr(managed, "_installed", lambda: {"vllm": True, "llamacpp": True})
+    monkeypatch.setattr(setup, "default_flavor", lambda: "cpu")
+    spec = served_spec(f"trained:{_bundle(tmp_path / 'p', tiny_model_dir, adapter_dirs)}", None)
+    with caplog.at_level("WARNING", logger=managed.__name__):
+        assert choose_backend(spec, "merged") == ("llamacpp", "lora")
+    assert "--serve-agents merged is ignored" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger=managed.__name__):
+        assert choose_backend(spec, "lora") == ("llamacpp", "lora")
+    assert not caplog.text
