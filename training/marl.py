@@ -253,7 +253,7 @@ class _Run:
         else:
             ds = build_pairs(it / "traces", it / "labels.jsonl", self.adversary, critic=self.critic.name,
                              progress=self.progress)
-        ds = with_correction_kinds(ds, c.action_space)  # parsed once for the draws and counts below
+        ds = with_correction_kinds(ds, c.action_space, elements=c.element_kinds)  # parsed once for the draws and counts
         built = correction_counts(ds, c.action_space)
         if c.mirror_corrections:
             ds = mirror_corrections(ds, c.action_space, seed=c.team.seed)
@@ -287,11 +287,17 @@ class _Run:
         return concatenate_datasets([ds, anchors]), {str(a): found.get(a, 0) for a in range(c.team.n_agents)}
 
     def update(self, k: int, it: Path) -> dict[str, Any]:
-        """Each agent's update on this iteration's pairs, from its adapter of iteration k-1."""
+        """Each agent's update on this iteration's pairs, from its adapter of iteration k-1 (with
+        ``pool_pairs``: from the start model, on the pairs of iterations 0..k)."""
         from collabui.training.pairs import load_pairs
 
-        init = self.out / f"iter{k - 1}" / "adapters" if k > 0 else None
+        pooled = self.config.pool_pairs
+        init = self.out / f"iter{k - 1}" / "adapters" if k > 0 and not pooled else None
         pairs, agents = load_pairs(it / "pairs.jsonl"), list(range(self.config.team.n_agents))
+        if pooled and k > 0:
+            from datasets import concatenate_datasets
+
+            pairs = concatenate_datasets([load_pairs(self.out / f"iter{j}" / "pairs.jsonl") for j in range(k)] + [pairs])
         if self.config.shared_adapter:  # every agent's pairs, each in its own context, train agent0's adapter
             pairs, agents = pairs.map(lambda _: {"agent": 0}), [0]
         if self.config.objective == "rft":

@@ -92,6 +92,9 @@ class MARLConfig:
         "help": "each agent keeps no more pairs of a correction from one action to another (type_string -> click) "
                 "than of its reverse (click -> type_string), so the update teaches which element and text, not one "
                 "action over the other; applied before max_pairs"})
+    element_kinds: bool = field(default=False, metadata={
+        "help": "kinds of correction name the element acted on by its tag (click(button) -> click(label)), so "
+                "--mirror-corrections and --max-pairs also balance within one action: Submit against ticking a box"})
     anchor: float = field(default=0.0, metadata={
         "metavar": "R", "help": "anchor rows: per agent, R x its pair count of its own verified-right answers (at steps "
         "drawn evenly) trained through DPO's SFT term alone (chosen = rejected), so what the agents already do right "
@@ -100,6 +103,10 @@ class MARLConfig:
         "help": "one adapter for the whole team, trained on every agent's pairs (each in the context that agent saw), "
         "so the agents stay one model that differs by temperature and DAG place, as the SFT team's do; served as one "
         "model (default: one adapter per agent, the paper's Eq. 8)"})
+    pool_pairs: bool = field(default=False, metadata={
+        "help": "each iteration trains its adapters afresh from the start model on the pairs of every iteration so "
+                "far, instead of continuing the last adapters on this iteration's pairs alone: what one iteration "
+                "taught is still asked of the next, not only worn down by it (default: continue)"})
     objective: str = field(default="dpo", metadata={
         "choices": OBJECTIVES, "help": "per-agent update: dpo (the paper) | rft (SFT on the chosen answers only, the PO -> RFT "
                 "ablation; it uses the --dpo options SFT shares: learning rate, steps, batch, LoRA)"})

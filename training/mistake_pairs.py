@@ -208,15 +208,34 @@ def build_mistake_pairs(trace_paths: PathLike | Iterable[PathLike], labels_path:
                                     ("agent", "prompt", "chosen", "rejected")))
 
 
-def correction_kind(row: Mapping[str, Any], space: str) -> str:
+def correction_kind(row: Mapping[str, Any], space: str, *, elements: bool = False) -> str:
     """``"<rejected action> -> <chosen action>"`` of a pair record, e.g. ``click -> type_string``
-    (``unknown`` for an answer that does not parse)."""
+    (``unknown`` for an answer that does not parse).
+
+    ``elements``: an action on an element is named with the element's tag as the prompt's screen
+    lists it, ``click(button) -> click(label)`` (``click(?)`` for an id the screen does not
+    list), so the draws below tell a click on Submit from a click on a list item."""
     from collabui.parsing import parse_action
 
+    tags = _screen_tags(row["prompt"]) if elements else {}
+
     def kind(turns: Any) -> str:
-        return str(parse_action(str(turns[-1]["content"]) if turns else "", space).to_dict()["action"])
+        action = parse_action(str(turns[-1]["content"]) if turns else "", space).to_dict()
+        name = str(action["action"])
+        target = action.get("element_id")
+        return f"{name}({tags.get(str(target), '?')})" if elements and target and name != "unknown" else name
 
     return f"{kind(row['rejected'])} -> {kind(row['chosen'])}"
+
+
+def _screen_tags(prompt: Any) -> dict[str, str]:
+    """``{element id: tag}`` of the screen in a pair's prompt (its last user turn), read back by
+    the device's own parser of either page format."""
+    from collabui.devices.simplify import parse_elements
+
+    turns = [m for m in prompt or () if m.get("role") == "user"]
+    text = str(turns[-1]["content"]) if turns else ""
+    return {e.id: e.tag for e in parse_elements(text) if e.id}
 
 
 def correction_counts(ds: Dataset, space: str) -> dict[str, int]:
@@ -228,13 +247,15 @@ def correction_counts(ds: Dataset, space: str) -> dict[str, int]:
 CORRECTION_COLUMN = "correction"
 
 
-def with_correction_kinds(ds: Dataset, space: str) -> Dataset:
-    """``ds`` with each pair's :func:`correction_kind` in a ``correction`` column, so a chain of
-    draws (:func:`mirror_corrections`, then :func:`balance_pairs`, then the counts) parses every
-    answer once instead of once per step. Drop the column before training on the pairs."""
+def with_correction_kinds(ds: Dataset, space: str, *, elements: bool = False) -> Dataset:
+    """``ds`` with each pair's :func:`correction_kind` (``elements``: naming the element's tag) in
+    a ``correction`` column, so a chain of draws (:func:`mirror_corrections`, then
+    :func:`balance_pairs`, then the counts) parses every answer once instead of once per step,
+    and every draw reads the same kinds. Drop the column before training on the pairs."""
     if CORRECTION_COLUMN in ds.column_names:
         return ds
-    return ds.add_column(CORRECTION_COLUMN, [correction_kind(row, space) for row in ds])
+    kinds = [correction_kind(row, space, elements=True) if elements else correction_kind(row, space) for row in ds]
+    return ds.add_column(CORRECTION_COLUMN, kinds)
 
 
 def _kinds(ds: Dataset, space: str) -> list[str]:
@@ -278,7 +299,13 @@ def mirror_corrections(ds: Dataset, space: str, *, seed: int = 0) -> Dataset:
     typed into a filled field five times as often as they clicked Submit too early), and DPO on
     those pairs learns the shortcut "after typing, click" instead of "after the last field":
     its team submitted multi-field forms after the first one. Mirrored, the pairs still say
-    which element and which text, but push no action over another."""
+    which element and which text, but push no action over another.
+
+    On kinds that name the element (:func:`with_correction_kinds` ``elements``) the same holds
+    within one action: ``click(button) -> click(label)`` (Submit rejected, ticking a box chosen)
+    is cut to its reverse, which v51's second iteration lacked (its checkbox pairs chose ticking
+    over Submit 37 to 24, and its team unticked boxes until the step limit). A rejected answer
+    naming an id its screen does not list (``click(?)``) stays, as an unparsable one does."""
     import random
 
     groups = _kind_groups(ds, space)
@@ -286,7 +313,7 @@ def mirror_corrections(ds: Dataset, space: str, *, seed: int = 0) -> Dataset:
     keep: list[int] = []
     for (agent, kind), rows in sorted(groups.items()):
         rejected, chosen = kind.split(" -> ")
-        if rejected == chosen or "unknown" in (rejected, chosen):
+        if rejected == chosen or "unknown" in (rejected, chosen) or "(?)" in rejected:
             keep += rows
             continue
         most = len(groups.get((agent, f"{chosen} -> {rejected}"), ()))

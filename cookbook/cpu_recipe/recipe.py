@@ -238,6 +238,13 @@ class RecipeConfig:
         "help": "MARL: each agent keeps no more pairs rejecting one action for another (typing for a click) than "
         "of the reverse, so DPO learns which element and when, not to prefer clicks (v46m's team submitted forms "
         "after the first field)"})
+    marl_element_kinds: bool = field(default=False, metadata={
+        "help": "MARL: the kinds of correction that --marl-mirror and --marl-pairs balance name the element's tag "
+        "(click(button) -> click(label)), so the pairs push no element kind over another either (v51's second "
+        "iteration chose ticking over Submit 37 to 24 and its team unticked boxes)"})
+    marl_pool: bool = field(default=False, metadata={
+        "help": "MARL: each iteration retrains from the SFT model on the pairs of all iterations so far instead of "
+        "continuing the last adapters (second iterations that continued fell on validation: v48m x2, v51)"})
     marl_shared: bool = field(default=False, metadata={
         "help": "MARL: one adapter for the whole team, trained on every agent's pairs in the context each agent saw "
         "(4 times the pairs of a per-agent adapter), served as one model; the agents differ by temperature and DAG "
@@ -352,8 +359,8 @@ _TAUGHT = ("balance_steps", "batch", "bf16", "demo_minutes", "demo_seeds", "dpo_
            "length_window", "lora_dropout", "lora_from_layer", "lora_r", "lr", "onpolicy_dpo", "onpolicy_episodes", "round2_demo_rows",
            "sft_draws", "sft_epochs", "sft_examples", "sft_seed", "style", "synthetic_pages", "team_share")
 #: MARL's settings, in the MARL team's ``made_by`` (they shape the team, not the SFT model).
-_TAUGHT_MARL = ("marl_anchor", "marl_episodes", "marl_epochs", "marl_iterations", "marl_mirror", "marl_pairs",
-                "marl_right_pairs", "marl_shared")
+_TAUGHT_MARL = ("marl_anchor", "marl_element_kinds", "marl_episodes", "marl_epochs", "marl_iterations", "marl_mirror",
+                "marl_pairs", "marl_pool", "marl_right_pairs", "marl_shared")
 
 
 def made_by_command(config: RecipeConfig, *, marl: bool = False) -> str:

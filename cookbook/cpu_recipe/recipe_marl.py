@@ -44,7 +44,8 @@ def marl_config(config: RecipeConfig, start: Path, out: Path, **change: Any) -> 
                          "eval_episodes_per_task": 0, "episodes_per_task": config.marl_episodes,
                          "iterations": config.marl_iterations, "team": team, "critic": "verified",
                          "adversary": "own", "right_pairs": config.marl_right_pairs, "max_pairs": config.marl_pairs,
-                         "mirror_corrections": config.marl_mirror, "shared_adapter": config.marl_shared,
+                         "mirror_corrections": config.marl_mirror, "element_kinds": config.marl_element_kinds,
+                         "shared_adapter": config.marl_shared, "pool_pairs": config.marl_pool,
                          "anchor": config.marl_anchor,
                          "shuffle_elements": True, "out_dir": str(out),
                          "serve": config.evaluation.serve, "serve_dtype": config.evaluation.serve_dtype,
@@ -123,8 +124,8 @@ def share_first_rollouts(source: Path, target: Path, change: dict[str, Any]) -> 
 
 #: MARL settings that change no rollout of iteration 0: how it is labelled, paired and learnt
 #: from, how many iterations follow, and where the episodes run.
-_UPDATE_ONLY = ("dpo", "objective", "adversary", "right_pairs", "max_pairs", "mirror_corrections", "anchor", "critic",
-                "shared_adapter",
+_UPDATE_ONLY = ("dpo", "objective", "adversary", "right_pairs", "max_pairs", "mirror_corrections", "element_kinds",
+                "anchor", "critic", "shared_adapter", "pool_pairs",
                 "iterations", "out_dir", "model", "eval_tasks", "eval_episodes_per_task")
 
 

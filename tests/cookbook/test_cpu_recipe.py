@@ -249,7 +249,7 @@ DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0,
                 "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "stop_when_decided": True, "critic_episodes": 6, "team": False,
                 "serve": False, "serve_dtype": "auto", "serve_agents": "lora", "serve_backend": "vllm", "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
                 "dpo_lr": 5e-5, "marl_iterations": 0, "marl_episodes": 2, "marl_pairs": 0, "marl_right_pairs": False,
-                "marl_mirror": False, "marl_shared": False, "marl_anchor": 0.0, "marl_epochs": 1.0, "marl_rollouts_from": None,
+                "marl_mirror": False, "marl_element_kinds": False, "marl_pool": False, "marl_shared": False, "marl_anchor": 0.0, "marl_epochs": 1.0, "marl_rollouts_from": None,
                 # bf16 mixed precision where this machine computes it natively (AVX512-BF16/AMX, CUDA)
                 "bf16": default_bf16(),
                 "ablations": False, "validate": 0,

@@ -445,6 +445,40 @@ def test_rft_learns_from_own_mistakes_and_keeps_an_adapter_with_nothing_new(base
     assert json.loads((out / "bundle" / "team.json").read_text())["agents"] == [None, "agent1"]
 
 
+def test_pooled_pairs_retrain_from_the_start_model_on_every_iteration_so_far(base_dir, tmp_path):
+    """pool_pairs: agent 1 errs only before it has an adapter, so iteration 1 builds no pair; its
+    update still trains afresh from the start model (no init) on iteration 0's pair, where a
+    continued run keeps the old adapter (the RFT test above)."""
+    import dataclasses as dc
+
+    from tests.training.marl_kit import OK
+
+    wrong = 'Thought: Cancel.\nAction: {"action": "click", "element_id": "C"}'
+    model_factory, env_factory = _factories(_log())
+
+    def erring_before_training(base, adapters):
+        model = model_factory(base, adapters)
+        inner = model.generate
+
+        def generate(requests):  # agent 1 (T = 0.3) errs until it has an adapter
+            return [dc.replace(r, text=wrong if q.temperature == 0.3 and not adapters else OK)
+                    for q, r in zip(requests, inner(requests), strict=True)]
+
+        model.generate = generate
+        return model
+
+    out = tmp_path / "run"
+    config = _config(base_dir, out, adversary="own", pool_pairs=True, iterations=2, eval_tasks=(),
+                     eval_episodes_per_task=0,
+                     dpo={"max_steps": 1, "per_device_train_batch_size": 1, "loss_type": ["sigmoid", "sft"]})
+    report = run_marl(config, progress=False, env_factory=env_factory, model_factory=erring_before_training)
+    first, second = ({a["agent"]: a for a in it.dpo["agents"]} for it in report.iterations)
+    assert report.iterations[1].pairs_per_agent() == {0: 0, 1: 0}  # nothing new in iteration 1
+    assert first[1]["status"] == second[1]["status"] == "trained"
+    assert second[1]["n_pairs"] == first[1]["n_pairs"] == 1 and second[1]["init_from"] is None
+    assert second[0]["status"] == "no_pairs"
+
+
 def test_anchor_rows_join_the_pairs_and_the_dpo(base_dir, tmp_path):
     out = tmp_path / "run"
     dpo = {"max_steps": 1, "per_device_train_batch_size": 1, "loss_type": ["sigmoid", "sft"]}

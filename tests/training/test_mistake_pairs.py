@@ -183,6 +183,46 @@ def test_mirror_corrections_keeps_no_more_of_one_cross_action_correction_than_of
 
 
 
+def test_element_kinds_name_the_tag_and_mirror_submit_against_ticking_a_box():
+    """A checkbox page in both page formats: with ``elements`` the kinds name the tag each id has
+    on the prompt's screen, and mirroring then cuts "Submit rejected, a box chosen" to as many as
+    its reverse, which action-level kinds (click -> click) leave alone."""
+    from datasets import Dataset
+
+    from collabui.training.mistake_pairs import (
+        correction_counts,
+        mirror_corrections,
+        with_correction_kinds,
+    )
+
+    text_first = ('Task: Select Sz and click Submit.\nCurrent screen:\nlabel "Sz" [L]\n'
+                  'input "checkbox; false" (Sz) [M]\nlabel "azMa" [X]\nbutton "Submit" [P]')
+    html = "Task: Select Sz and click Submit.\nCurrent screen:\n<div| <label[L]| Sz> <label[X]| azMa> <button[P]| Submit>>"
+    box, other, submit, ghost = ({"action": "click", "element_id": i} for i in ("L", "X", "P", "Z"))
+
+    def pair(screen: str, rejected: dict, chosen: dict, k: int) -> dict:
+        return {"k": k, "agent": 0, "prompt": [{"role": "system", "content": "You operate a web browser."},
+                                               {"role": "user", "content": screen}],
+                "rejected": [{"role": "assistant", "content": _answer(rejected)}],
+                "chosen": [{"role": "assistant", "content": _answer(chosen)}]}
+
+    rows = ([(text_first, submit, box)] * 3 + [(html, submit, box)] * 2 + [(text_first, box, submit)] * 2
+            + [(html, other, box)] * 2 + [(text_first, ghost, box)] + [(text_first, TYPE_A, submit)])
+    ds = Dataset.from_list([pair(screen, r, c, k) for k, (screen, r, c) in enumerate(rows)])
+    tagged = with_correction_kinds(ds, "web", elements=True)
+    assert correction_counts(tagged, "web") == {
+        "click(?) -> click(label)": 1, "click(button) -> click(label)": 5, "click(label) -> click(button)": 2,
+        "click(label) -> click(label)": 2, "type_string(?) -> click(button)": 1}
+    kept = correction_counts(mirror_corrections(tagged, "web", seed=0), "web")
+    # Submit rejected for a box: cut to the 2 of its reverse; a box for another box and an id the
+    # screen does not list stay; typing into a field the page lacks names no tag to mirror against.
+    assert kept == {"click(?) -> click(label)": 1, "click(button) -> click(label)": 2,
+                    "click(label) -> click(button)": 2, "click(label) -> click(label)": 2,
+                    "type_string(?) -> click(button)": 1}
+    plain = with_correction_kinds(ds, "web")
+    assert correction_counts(mirror_corrections(plain, "web", seed=0), "web")["click -> click"] == 10
+
+
 def test_draws_on_a_dataset_with_its_kinds_parse_each_answer_once(monkeypatch):
     from datasets import Dataset
 
@@ -198,7 +238,8 @@ def test_draws_on_a_dataset_with_its_kinds_parse_each_answer_once(monkeypatch):
     plain = balance_pairs(mirror_corrections(ds, "web", seed=2), 4, "web", seed=2)
     calls = []
     parse = mistake_pairs.correction_kind
-    monkeypatch.setattr(mistake_pairs, "correction_kind", lambda row, space: calls.append(1) or parse(row, space))
+    monkeypatch.setattr(mistake_pairs, "correction_kind",
+                        lambda row, space, **kw: calls.append(1) or parse(row, space, **kw))
     tagged = mistake_pairs.with_correction_kinds(ds, "web")
     drawn = balance_pairs(mirror_corrections(tagged, "web", seed=2), 4, "web", seed=2)
     counts = correction_counts(drawn, "web")
