@@ -414,9 +414,8 @@ def test_without_an_evaluation_in_the_loop_only_training_runs(base_dir, tmp_path
                        tmp_path / "ev", env_factory=_factories(_log())[1])
 
 
-def test_rft_learns_from_own_mistakes_and_keeps_an_adapter_with_nothing_new(base_dir, tmp_path):
-    """RFT on own-mistake pairs trains the agent that erred (its chosen side is verified right,
-    whatever the pair's score); an iteration with nothing new keeps its adapter, as DPO does."""
+def _erring_until_trained():
+    """The kit's factories, agent 1 (T = 0.3) clicking Cancel until it has an adapter, then OK."""
     import dataclasses as dc
 
     from tests.training.marl_kit import OK
@@ -424,16 +423,24 @@ def test_rft_learns_from_own_mistakes_and_keeps_an_adapter_with_nothing_new(base
     wrong = 'Thought: Cancel.\nAction: {"action": "click", "element_id": "C"}'
     model_factory, env_factory = _factories(_log())
 
-    def erring_before_training(base, adapters):
+    def factory(base, adapters):
         model = model_factory(base, adapters)
         inner = model.generate
 
-        def generate(requests):  # agent 1 (T = 0.3) errs until it has an adapter
+        def generate(requests):
             return [dc.replace(r, text=wrong if q.temperature == 0.3 and not adapters else OK)
                     for q, r in zip(requests, inner(requests), strict=True)]
 
         model.generate = generate
         return model
+
+    return factory, env_factory
+
+
+def test_rft_learns_from_own_mistakes_and_keeps_an_adapter_with_nothing_new(base_dir, tmp_path):
+    """RFT on own-mistake pairs trains the agent that erred (its chosen side is verified right,
+    whatever the pair's score); an iteration with nothing new keeps its adapter, as DPO does."""
+    erring_before_training, env_factory = _erring_until_trained()
 
     out = tmp_path / "run"
     config = _config(base_dir, out, adversary="own", objective="rft", iterations=2, eval_tasks=(),
@@ -449,23 +456,7 @@ def test_pooled_pairs_retrain_from_the_start_model_on_every_iteration_so_far(bas
     """pool_pairs: agent 1 errs only before it has an adapter, so iteration 1 builds no pair; its
     update still trains afresh from the start model (no init) on iteration 0's pair, where a
     continued run keeps the old adapter (the RFT test above)."""
-    import dataclasses as dc
-
-    from tests.training.marl_kit import OK
-
-    wrong = 'Thought: Cancel.\nAction: {"action": "click", "element_id": "C"}'
-    model_factory, env_factory = _factories(_log())
-
-    def erring_before_training(base, adapters):
-        model = model_factory(base, adapters)
-        inner = model.generate
-
-        def generate(requests):  # agent 1 (T = 0.3) errs until it has an adapter
-            return [dc.replace(r, text=wrong if q.temperature == 0.3 and not adapters else OK)
-                    for q, r in zip(requests, inner(requests), strict=True)]
-
-        model.generate = generate
-        return model
+    erring_before_training, env_factory = _erring_until_trained()
 
     out = tmp_path / "run"
     config = _config(base_dir, out, adversary="own", pool_pairs=True, iterations=2, eval_tasks=(),
