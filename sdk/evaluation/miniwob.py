@@ -367,13 +367,34 @@ def _episode_counts(result: Any) -> dict[str, int]:
     """Per-episode counts kept in the manifest (so a resumed run still reports them)."""
     every = [p for step in result.steps for row in step.team_step.proposals for p in row]
     proposals = [p for p in every if not p.skipped]  # skipped entries asked no model (stop_when_decided)
-    counts = {"proposals": len(proposals), "unparsable": sum(p.parse_error is not None for p in proposals)}
+    counts = {"proposals": len(proposals), "unparsable": sum(p.parse_error is not None for p in proposals),
+              "typing_loop": int(typing_loop([step.executed.to_dict() for step in result.steps]))}
     if len(every) > len(proposals):
         counts["skipped"] = len(every) - len(proposals)
     tokens = [p.prompt_tokens for p in proposals]
     if tokens and None not in tokens:  # a backend that reports them (the baselines read no tokens)
         counts["prompt_tokens"] = sum(tokens)
     return counts
+
+
+#: Executed steps in a row typing one text that make a typing loop (no MiniWoB++ task asks for a
+#: third: enter-password types its password twice, into two fields).
+TYPING_LOOP_STEPS = 3
+
+
+def typing_loop(executed: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether an episode's executed actions (``Action.to_dict()`` each) type one text
+    :data:`TYPING_LOOP_STEPS` times running: the failure strong MARL updates made on held-out
+    forms (the password typed into field after field until the step limit), which a success
+    rate on a few validation episodes hardly shows."""
+    run, last = 0, None
+    for action in executed:
+        text = action.get("content") if action.get("action") == "type_string" else None
+        run = run + 1 if text is not None and text == last else (1 if text is not None else 0)
+        last = text
+        if run >= TYPING_LOOP_STEPS:
+            return True
+    return False
 
 
 def evaluate_miniwob(config: MiniWoBEvalConfig, out_dir: str | Path, *, model: ChatModel | None = None,
@@ -494,6 +515,8 @@ def build_results(config: MiniWoBEvalConfig, tasks: Sequence[str], records: Sequ
         proposals = sum(int(r.get("proposals", 0)) for r in rows)
         if proposals:
             metrics["unparsable_rate"] = rate_entry(sum(int(r.get("unparsable", 0)) for r in rows), proposals)
+        if any("typing_loop" in r for r in rows):  # manifests written before the count lack it
+            metrics["typing_loop_rate"] = rate_entry(sum(int(r.get("typing_loop", 0)) for r in rows), len(rows))
         return metrics
 
     per_task = {t: entry([r for r in records if r["task"] == t]) for t in tasks}

@@ -294,6 +294,28 @@ def test_unparsable_proposals_are_counted(tmp_path):
     assert results["breakdown"]["per_task"]["click-button"]["unparsable_rate"]["n"] == 2
 
 
+def test_typing_one_text_three_times_running_is_a_typing_loop(tmp_path):
+    """The loop strong MARL updates made held out: a text typed again and again. An episode that
+    types it three times running counts; one of two typings (enter-password's) does not."""
+    from collabui.evaluation.miniwob import typing_loop
+
+    def typing(request):  # focus-text's episodes type their text into the OK button's place
+        if "focus-text" in request.messages[-1]["content"]:
+            return 'Action: {"action": "type_string", "element_id": "C", "content": "hi", "press_enter": false}'
+        return 'Action: {"action": "click", "element_id": "C"}'
+
+    results = evaluate_miniwob(_config(episodes=1, team={"max_steps": 3}), tmp_path, model=ScriptedChatModel(typing),
+                               env_factory=_fake_factory([]), progress=False)
+    assert results["overall"]["typing_loop_rate"]["successes"] == 1 and results["overall"]["typing_loop_rate"]["n"] == 2
+    per_task = results["breakdown"]["per_task"]
+    assert per_task["focus-text"]["typing_loop_rate"]["value"] == 1.0
+    assert per_task["click-button"]["typing_loop_rate"]["value"] == 0.0
+    hi, bye = ({"action": "type_string", "element_id": e, "content": t} for e, t in (("A", "hi"), ("B", "bye")))
+    assert not typing_loop([hi, hi, bye, hi])  # twice running, then again after another text
+    assert typing_loop([bye, hi, {**hi, "element_id": "Z"}, hi])  # three fields, one text
+    assert not typing_loop([hi, {"action": "click", "element_id": "A"}, hi, hi])
+
+
 def test_prompt_tokens_per_answer_is_the_mean_over_the_traced_answers(tmp_path):
     import json
 
