@@ -254,8 +254,7 @@ def with_correction_kinds(ds: Dataset, space: str, *, elements: bool = False) ->
     and every draw reads the same kinds. Drop the column before training on the pairs."""
     if CORRECTION_COLUMN in ds.column_names:
         return ds
-    kinds = [correction_kind(row, space, elements=True) if elements else correction_kind(row, space) for row in ds]
-    return ds.add_column(CORRECTION_COLUMN, kinds)
+    return ds.add_column(CORRECTION_COLUMN, [correction_kind(row, space, elements=elements) for row in ds])
 
 
 def _kinds(ds: Dataset, space: str) -> list[str]:

@@ -390,7 +390,7 @@ def typing_loop(executed: Sequence[Mapping[str, Any]]) -> bool:
     run, last = 0, None
     for action in executed:
         text = action.get("content") if action.get("action") == "type_string" else None
-        run = run + 1 if text is not None and text == last else (1 if text is not None else 0)
+        run = 0 if text is None else run + 1 if text == last else 1
         last = text
         if run >= TYPING_LOOP_STEPS:
             return True
