@@ -258,6 +258,10 @@ class RecipeConfig:
         "metavar": "RUN", "help": "MARL: take iteration 0's rollouts (and labels) from the recipe run folder RUN, "
         "which trained MARL from the same bundle with the same team, tasks and episodes: a sweep of the update "
         "(--dpo-lr, --marl-epochs, ...) on the same episodes, without rolling them out again"})
+    marl_reuse_iterations: int = field(default=1, metadata={
+        "metavar": "K", "help": "with --marl-rollouts-from: reuse the rollouts (and labels) of RUN's first K "
+        "iterations. From iteration 1 on they are the episodes RUN's own updated team played, not this run's: "
+        "every update of the sweep then learns from the same data"})
     ablations: bool = field(default=False, metadata={
         "help": "with --marl-iterations and --team: also train the paper's ablations from the same SFT model at "
         "the same compute (ablation_no_cr: outcome critic; ablation_no_edge_update; ablation_rft: SFT on "
@@ -312,6 +316,12 @@ class RecipeConfig:
             raise ConfigError(f"--marl-epochs must be > 0, got {self.marl_epochs}")
         if self.marl_rollouts_from is not None and not self.marl_iterations:
             raise ConfigError("--marl-rollouts-from reuses MARL rollouts: give --marl-iterations N with it")
+        if not 1 <= self.marl_reuse_iterations <= max(self.marl_iterations, 1):
+            raise ConfigError(f"--marl-reuse-iterations must be between 1 and --marl-iterations "
+                              f"({self.marl_iterations}), got {self.marl_reuse_iterations}")
+        if self.marl_reuse_iterations > 1 and self.marl_rollouts_from is None:
+            raise ConfigError("--marl-reuse-iterations says how many of another run's iterations to reuse: give "
+                              "--marl-rollouts-from RUN with it")
         if self.ablations and not (self.marl_iterations and self.teams):
             raise ConfigError("--ablations compares MARL teams: give --marl-iterations N and --team with it")
         if self.publish_ablations and not self.ablations:
@@ -380,6 +390,9 @@ def made_by_command(config: RecipeConfig, *, marl: bool = False) -> str:
                 words.append(flag if value else "--no-" + flag[2:])
         else:
             words += [flag, str(value)]
+    if marl and config.marl_reuse_iterations > 1:  # later iterations learnt from that run's team's episodes
+        words += ["--marl-rollouts-from", str(config.marl_rollouts_from),
+                  "--marl-reuse-iterations", str(config.marl_reuse_iterations)]
     return " ".join(words)
 
 
@@ -443,14 +456,6 @@ def bundle(config: RecipeConfig, sft_dir: Path, out: Path, dpo_dir: Path | None 
     agents = {"agent0": dpo_dir} if dpo_dir is not None else {}
     return write_bundle(out, base="smollm2", merge={"stage1": sft_dir}, agents=agents, team=team,
                         made_by=made_by, train_tasks=list(TRAIN_TASKS))
-
-
-def _stamp(bundle_dir: Path, made_by: str) -> None:
-    """The recipe's own command as the bundle's ``made_by`` (what reproduces it)."""
-    path = bundle_dir / "team.json"
-    manifest = json.loads(path.read_text())
-    manifest["made_by"] = made_by
-    path.write_text(json.dumps(manifest, indent=1) + "\n")
 
 
 def train(config: RecipeConfig, out: Path, clock: _Clock) -> Path:

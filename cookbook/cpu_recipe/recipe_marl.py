@@ -64,7 +64,7 @@ def train_marl(config: RecipeConfig, start: Path, out: Path, clock: Clock) -> di
         reuse_rollouts(config, Path(config.marl_rollouts_from), start, out / "trained_team")
     for row, change in runs.items():
         if row != "trained_team":
-            share_first_rollouts(out / "trained_team", out / row, change)
+            share_rollouts(out / "trained_team", out / row, change)
             change = same_pairs_as(out / "trained_team", change, config)
         clock.run(marl_stage(row, config.marl_iterations),
                   lambda r=row, c=change: run_marl(marl_config(config, start, out / r, **c)), once=True)
@@ -106,20 +106,22 @@ def same_pairs_as(full: Path, change: dict[str, Any], config: RecipeConfig) -> d
     return {**change, "max_pairs": most} if most else change
 
 
-def share_first_rollouts(source: Path, target: Path, change: dict[str, Any]) -> None:
+def share_rollouts(source: Path, target: Path, change: dict[str, Any], iterations: int = 1) -> None:
     """Iteration 0 of an ablation that keeps the DAG rolls out exactly the trained team's
     episodes (same model, DAG and seeds): copy them (and the labels when the critic is the same)
-    instead of spending that compute twice. The run's resume logic skips what is there."""
-    if "edge_update" in change or (target / "iter0" / "rollouts.jsonl").exists():
+    instead of spending that compute twice; ``iterations`` > 1 copies later iterations' too (an
+    update sweep on fixed data). The run's resume logic skips what is there."""
+    if "edge_update" in change:
         return
-    done = source / "iter0"
-    if not (done / "rollouts.jsonl").is_file():
-        return
-    (target / "iter0").mkdir(parents=True, exist_ok=True)
-    shutil.copytree(done / "traces", target / "iter0" / "traces", dirs_exist_ok=True)
-    if "critic" not in change and (done / "labels.jsonl").is_file():
-        shutil.copyfile(done / "labels.jsonl", target / "iter0" / "labels.jsonl")
-    shutil.copyfile(done / "rollouts.jsonl", target / "iter0" / "rollouts.jsonl")  # last: it marks them done
+    for k in range(iterations):
+        done, into = source / f"iter{k}", target / f"iter{k}"
+        if (into / "rollouts.jsonl").exists() or not (done / "rollouts.jsonl").is_file():
+            continue
+        into.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(done / "traces", into / "traces", dirs_exist_ok=True)
+        if "critic" not in change and (done / "labels.jsonl").is_file():
+            shutil.copyfile(done / "labels.jsonl", into / "labels.jsonl")
+        shutil.copyfile(done / "rollouts.jsonl", into / "rollouts.jsonl")  # last: it marks them done
 
 
 #: MARL settings that change no rollout of iteration 0: how it is labelled, paired and learnt
@@ -130,13 +132,13 @@ _UPDATE_ONLY = ("dpo", "objective", "adversary", "right_pairs", "max_pairs", "mi
 
 
 def reuse_rollouts(config: RecipeConfig, run: Path, start: Path, target: Path) -> None:
-    """``--marl-rollouts-from RUN``: iteration 0's rollouts of RUN's MARL team copied into
-    ``target`` (labels too when the critic is the same), so a sweep of the update compares
-    updates on the same episodes.
+    """``--marl-rollouts-from RUN``: the rollouts of RUN's MARL team's first
+    ``--marl-reuse-iterations`` iterations copied into ``target`` (labels too when the critic is
+    the same), so a sweep of the update compares updates on the same episodes.
 
     Raises:
-        ConfigError: RUN has no finished rollouts of iteration 0, started from another bundle or
-            rolled out other episodes (another team, tasks, seeds, page format or DAG).
+        ConfigError: RUN has not finished those iterations' rollouts, started from another bundle
+            or rolled out other episodes (another team, tasks, seeds, page format or DAG).
     """
     from collabui.training.marl import RESUMABLE_CHANGES, STATE_FILE
     from collabui.training.marl_config import changed_fields, flat_fields
@@ -147,9 +149,10 @@ def reuse_rollouts(config: RecipeConfig, run: Path, start: Path, target: Path) -
     except (OSError, ValueError, KeyError, TypeError):
         raise ConfigError(f"--marl-rollouts-from {run}: no MARL run in {source}; name a recipe run folder that "
                           "trained MARL (--marl-iterations)") from None
-    if not (source / "iter0" / "rollouts.jsonl").is_file():
-        raise ConfigError(f"--marl-rollouts-from {run}: its MARL iteration 0 has not rolled out yet; finish that "
-                          "run first")
+    missing = [k for k in range(config.marl_reuse_iterations) if not (source / f"iter{k}" / "rollouts.jsonl").is_file()]
+    if missing:
+        raise ConfigError(f"--marl-rollouts-from {run}: its MARL iteration {missing[0]} has not rolled out yet; "
+                          "finish that run first, or lower --marl-reuse-iterations")
     ours = json.loads(json.dumps(marl_config(config, start, target).to_dict()))
     differ = changed_fields(theirs, ours, _UPDATE_ONLY + tuple(RESUMABLE_CHANGES))
     mine, other = flat_fields(ours), flat_fields(theirs)
@@ -160,7 +163,8 @@ def reuse_rollouts(config: RecipeConfig, run: Path, start: Path, target: Path) -
     if _fingerprint(run / "bundle") != _fingerprint(start):
         raise ConfigError(f"--marl-rollouts-from {run}: it trained MARL from another bundle than {start}; use the "
                           "same --from-bundle (or SFT flags), or drop --marl-rollouts-from")
-    share_first_rollouts(source, target, {} if mine["critic"] == other["critic"] else {"critic": mine["critic"]})
+    share_rollouts(source, target, {} if mine["critic"] == other["critic"] else {"critic": mine["critic"]},
+                   config.marl_reuse_iterations)
 
 
 def _fingerprint(bundle_dir: Path) -> str:

@@ -250,6 +250,7 @@ DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0,
                 "serve": False, "serve_dtype": "auto", "serve_agents": "lora", "serve_backend": "vllm", "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
                 "dpo_lr": 5e-5, "marl_iterations": 0, "marl_episodes": 2, "marl_pairs": 0, "marl_right_pairs": False,
                 "marl_mirror": False, "marl_element_kinds": False, "marl_pool": False, "marl_shared": False, "marl_anchor": 0.0, "marl_epochs": 1.0, "marl_rollouts_from": None,
+                "marl_reuse_iterations": 1,
                 # bf16 mixed precision where this machine computes it natively (AVX512-BF16/AMX, CUDA)
                 "bf16": default_bf16(),
                 "ablations": False, "validate": 0,
@@ -857,6 +858,47 @@ def test_marl_rollouts_from_another_run_trains_another_update_on_its_episodes(tm
             recipe._args(["--team", *argv] if argv[0] != "--marl-epochs" else ["--marl-iterations", "1", *argv])
     err = capsys.readouterr().err
     assert "--marl-epochs must be > 0" in err and "give --marl-iterations N" in err
+
+
+def test_marl_reuse_iterations_copies_later_iterations_episodes_too(tmp_path, monkeypatch, tiny_model_dir,
+                                                                  adapter_dirs, capsys):
+    """--marl-reuse-iterations 2: a two-iteration sweep plays no episode of its own (iteration 1's
+    are the first run's, copied); with the default 1 it rolls iteration 1 out itself. Asking for
+    iterations the run lacks, or the flag without --marl-rollouts-from, is refused."""
+    from collabui.models.bundle import read_bundle, write_bundle
+
+    recipe, logs = _recipe(), []
+    _small_marl_stage(recipe, monkeypatch, logs)
+
+    def stage(argv, run):
+        config = recipe._args(["--team", *argv])
+        start = write_bundle(run / "bundle", base=f"hf:{tiny_model_dir}", merge={"stage1": adapter_dirs["a1"]},
+                             agents={}, team={"prompt_style": "trained", "max_new_tokens": 8, "element_format": "html"},
+                             made_by="recipe.py")
+        return recipe.marl(config, start, run / "marl", recipe._Clock(run / "recipe.json", config))
+
+    first = tmp_path / "first"
+    stage(["--marl-iterations", "2"], first)
+    sweep = ["--marl-iterations", "2", "--dpo-lr", "1e-3", "--marl-rollouts-from", str(first)]
+    found = stage([*sweep, "--marl-reuse-iterations", "2"], tmp_path / "both")
+    assert logs[1]["requests"] == 0
+    # iteration 1 learnt from the first run's episodes: the command that reproduces it names them
+    assert read_bundle(found["trained_team"])["made_by"].endswith(
+        f"--marl-rollouts-from {first} --marl-reuse-iterations 2")
+    ours, theirs = (run / "marl" / "trained_team" / "iter1" for run in (tmp_path / "both", first))
+    assert (ours / "rollouts.jsonl").read_bytes() == (theirs / "rollouts.jsonl").read_bytes()
+    assert (ours / "labels.jsonl").read_bytes() == (theirs / "labels.jsonl").read_bytes()
+    stage(sweep, tmp_path / "one")
+    assert logs[2]["requests"] > 0  # iteration 1 played by this run's own updated team
+    (theirs / "rollouts.jsonl").unlink()  # as if the first run stopped before iteration 1's episodes
+    with pytest.raises(recipe.ConfigError, match="iteration 1 has not rolled out"):
+        stage([*sweep, "--marl-reuse-iterations", "2"], tmp_path / "refused")
+    assert len(logs) == 3
+    for argv in (["--marl-iterations", "2", "--marl-reuse-iterations", "2"], [*sweep, "--marl-reuse-iterations", "3"]):
+        with pytest.raises(SystemExit):
+            recipe._args(["--team", *argv])
+    err = capsys.readouterr().err
+    assert "give --marl-rollouts-from RUN with it" in err and "between 1 and --marl-iterations (2), got 3" in err
 
 
 def test_a_stage_refusing_its_folder_ends_the_run_with_one_line_and_exit_2(tmp_path, tiny_model_dir, monkeypatch,
