@@ -171,7 +171,7 @@ class MARLConfig:
         if self.right_pairs and self.adversary != "own":
             raise ConfigError("right_pairs pairs right proposals with the team's own wrong ones: use it with "
                               "--adversary own")
-        self._check_anchor()
+        self._check_pair_options()
         if self.model != "smollm2" and not (self.model.startswith("hf:") and len(self.model) > 3) \
                 and not is_bundle_spec(self.model):
             raise ConfigError("training needs a local model: use smollm2, hf:PATH, smollm2-trained or "
@@ -183,11 +183,15 @@ class MARLConfig:
         object.__setattr__(self, "dpo", dict(self.dpo))
         self._check_team()
 
-    def _check_anchor(self) -> None:
+    def _check_pair_options(self) -> None:
         if isinstance(self.anchor, bool) or not isinstance(self.anchor, int | float) or not self.anchor >= 0:
             raise ConfigError(f"anchor must be a number >= 0 (anchor rows per pair), got {self.anchor!r}")
         losses = self.dpo.get("loss_type", "sigmoid") if isinstance(self.dpo, Mapping) else ()
         losses = [losses] if isinstance(losses, str) else list(losses or ())
+        if self.element_kinds and not (self.mirror_corrections or self.max_pairs):
+            # the finer kinds only steer the mirror cut and the even draw; alone they change no pair
+            raise ConfigError("element_kinds balances pairs within mirror_corrections or max_pairs and changes "
+                              "nothing alone: add one of them (--mirror-corrections, --max-pairs N) or drop it")
         if self.anchor and self.objective == "dpo" and "sft" not in losses:
             # chosen = rejected leaves the preference loss without a gradient: only an SFT term teaches them
             raise ConfigError("anchor rows teach through DPO's SFT term only: add it, e.g. "

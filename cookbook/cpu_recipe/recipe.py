@@ -314,6 +314,9 @@ class RecipeConfig:
             raise ConfigError(f"--marl-anchor must be >= 0, got {self.marl_anchor}")
         if self.marl_epochs <= 0:
             raise ConfigError(f"--marl-epochs must be > 0, got {self.marl_epochs}")
+        if self.marl_element_kinds and not (self.marl_mirror or self.marl_pairs):
+            raise ConfigError("--marl-element-kinds balances pairs within --marl-mirror or --marl-pairs and changes "
+                              "nothing alone: add one of them or drop it")
         if self.marl_rollouts_from is not None and not self.marl_iterations:
             raise ConfigError("--marl-rollouts-from reuses MARL rollouts: give --marl-iterations N with it")
         if not 1 <= self.marl_reuse_iterations <= max(self.marl_iterations, 1):

@@ -864,7 +864,8 @@ def test_marl_reuse_iterations_copies_later_iterations_episodes_too(tmp_path, mo
                                                                   adapter_dirs, capsys):
     """--marl-reuse-iterations 2: a two-iteration sweep plays no episode of its own (iteration 1's
     are the first run's, copied); with the default 1 it rolls iteration 1 out itself. Asking for
-    iterations the run lacks, or the flag without --marl-rollouts-from, is refused."""
+    iterations the run lacks, the flag without --marl-rollouts-from, or --marl-element-kinds with
+    nothing to balance (no --marl-mirror, no --marl-pairs) is refused."""
     from collabui.models.bundle import read_bundle, write_bundle
 
     recipe, logs = _recipe(), []
@@ -894,11 +895,13 @@ def test_marl_reuse_iterations_copies_later_iterations_episodes_too(tmp_path, mo
     with pytest.raises(recipe.ConfigError, match="iteration 1 has not rolled out"):
         stage([*sweep, "--marl-reuse-iterations", "2"], tmp_path / "refused")
     assert len(logs) == 3
-    for argv in (["--marl-iterations", "2", "--marl-reuse-iterations", "2"], [*sweep, "--marl-reuse-iterations", "3"]):
+    for argv in (["--marl-iterations", "2", "--marl-reuse-iterations", "2"], [*sweep, "--marl-reuse-iterations", "3"],
+                 ["--marl-iterations", "1", "--marl-element-kinds"]):
         with pytest.raises(SystemExit):
             recipe._args(["--team", *argv])
     err = capsys.readouterr().err
     assert "give --marl-rollouts-from RUN with it" in err and "between 1 and --marl-iterations (2), got 3" in err
+    assert "--marl-element-kinds balances pairs within --marl-mirror or --marl-pairs" in err
 
 
 def test_a_stage_refusing_its_folder_ends_the_run_with_one_line_and_exit_2(tmp_path, tiny_model_dir, monkeypatch,

@@ -489,3 +489,12 @@ def test_anchor_rows_need_the_sft_term(tmp_path):
         MARLConfig(train_tasks=("task-a",), eval_tasks=("task-b",), out_dir=str(tmp_path), anchor=1.0)
     with pytest.raises(ConfigError, match="anchor must be a number >= 0"):
         MARLConfig(train_tasks=("task-a",), eval_tasks=("task-b",), out_dir=str(tmp_path), anchor=-1)
+
+
+def test_element_kinds_alone_is_refused(tmp_path):
+    """Element kinds only steer the mirror cut and the per-kind draw: asked for alone, the run
+    would train on the very pairs it would have without them."""
+    with pytest.raises(ConfigError, match="changes nothing alone: add one of them"):
+        MARLConfig(train_tasks=("task-a",), out_dir=str(tmp_path), element_kinds=True)
+    for balance in ({"mirror_corrections": True}, {"max_pairs": 10}):
+        assert MARLConfig(train_tasks=("task-a",), out_dir=str(tmp_path), element_kinds=True, **balance).element_kinds
