@@ -102,18 +102,32 @@ def eval_config(config: RecipeConfig, fields: dict[str, Any]) -> MiniWoBEvalConf
     return row
 
 
-def validate(config: RecipeConfig, trained: Path, out: Path, *, team: bool = False) -> dict[str, Any]:
+#: The training forms with several fields to fill (``--validate-forms``): where updates too strong
+#: for the team type one text into field after field, as they do on the held-out login forms.
+FORM_TASKS = ("login-user-popup", "multi-layouts")
+
+
+def validate(config: RecipeConfig, trained: Path, out: Path, *, team: bool = False,
+             forms: bool = False) -> dict[str, Any]:
     """The trained model (``team``: as the 4 x 3 team of the held-out team rows) on new seeds
-    (from 100; demonstrations use 1000 on) of the training tasks: the figure to choose formats
-    and hyperparameters by. On the vLLM server with ``--serve``, as the held-out rows."""
+    (team seed 100; demonstrations use 1000 on) of the training tasks: the figure to choose
+    formats and hyperparameters by. ``forms``: the team on ``--validate-forms`` seeds (team seed
+    200) of :data:`FORM_TASKS` alone, whose results count typing loops. On the vLLM server with
+    ``--serve``, as the held-out rows."""
     from collabui.evaluation.miniwob import evaluate_miniwob
 
-    return evaluate_miniwob(validation_config(config, trained, team=team), out, command="recipe.py --validate")
+    command = "recipe.py --validate-forms" if forms else "recipe.py --validate"
+    return evaluate_miniwob(validation_config(config, trained, team=team, forms=forms), out, command=command)
 
 
-def validation_config(config: RecipeConfig, trained: Path, *, team: bool = False) -> MiniWoBEvalConfig:
+def validation_config(config: RecipeConfig, trained: Path, *, team: bool = False,
+                      forms: bool = False) -> MiniWoBEvalConfig:
     """The evaluation :func:`validate` runs."""
-    rollouts = on_training_tasks(config, trained, seed=100, episodes=config.validate, team=team)
+    if forms:
+        rollouts = on_training_tasks(config, trained, seed=200, episodes=config.validate_forms, team=True,
+                                     tasks=FORM_TASKS)
+    else:
+        rollouts = on_training_tasks(config, trained, seed=100, episodes=config.validate, team=team)
     if not config.evaluation.serve:
         return rollouts
     return dataclasses.replace(rollouts, serve=True, serve_dtype=config.evaluation.serve_dtype,
@@ -130,8 +144,10 @@ def _format(config: RecipeConfig, model: str) -> str:
 def row(results: dict[str, Any]) -> dict[str, Any]:
     rate = results["overall"]["success_rate"]
     tokens = results.get("counts", {}).get("prompt_tokens_per_answer")  # none for the baselines
+    loops = results["overall"].get("typing_loop_rate")  # none in results written before it was counted
     return {"successes": rate["successes"], "episodes": rate["n"], "rate": rate["value"],
             "ci95": rate["ci95"], **({"prompt_tokens": tokens} if tokens is not None else {}),
+            **({"typing_loops": loops["successes"]} if loops is not None else {}),
             "per_task": {t: v["success_rate"]["value"] for t, v in results["breakdown"]["per_task"].items()}}
 
 
@@ -164,7 +180,7 @@ def team_figures(folder: Path) -> dict[str, Any]:
 MARL_ROW = "trained_team_marl"
 
 #: What ``--publish-row`` keeps of a run beside its trained team row (under ``runs.<row>``).
-_RUN_FACTS = ("start", "marl", "minutes", "eval_minutes", "validation", "validation_team")
+_RUN_FACTS = ("start", "marl", "minutes", "eval_minutes", "validation", "validation_team", "validation_forms_team")
 
 
 def check_row_name(name: str, taken: Iterable[str] = ()) -> None:

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -84,12 +85,13 @@ def _sft_config(config: RecipeConfig, out: Path) -> AgentSFTConfig:
 
 
 def on_training_tasks(config: RecipeConfig, trained: Path, *, seed: int, episodes: int,
-                       team: bool = False) -> MiniWoBEvalConfig:
-    """The trained model as a single agent (``team``: 4 x 3) on every training task, shuffled
-    pages in the format it learned (validation and on-policy rollouts; the seed ranges differ)."""
+                       team: bool = False, tasks: Sequence[str] = TRAIN_TASKS) -> MiniWoBEvalConfig:
+    """The trained model as a single agent (``team``: 4 x 3) on the training tasks (``tasks``,
+    all by default), shuffled pages in the format it learned (validation and on-policy rollouts;
+    the seed ranges differ)."""
     shape = {"n_agents": 4, "rounds": 3, "max_new_tokens": 128} if team else \
         {"n_agents": 1, "rounds": 1, "max_new_tokens": 96}
-    return MiniWoBEvalConfig(tasks=",".join(TRAIN_TASKS), episodes=episodes, shuffle_elements=True,
+    return MiniWoBEvalConfig(tasks=",".join(tasks), episodes=episodes, shuffle_elements=True,
                              element_format=config.element_format, concurrency=2, model=f"trained:{trained}",
                              team=TeamConfig(**shape, seed=seed, max_steps=config.evaluation.team.max_steps))
 

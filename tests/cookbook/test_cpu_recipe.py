@@ -75,6 +75,11 @@ def test_serve_puts_the_model_rows_on_vllm_and_keeps_the_baselines_here(tmp_path
     assert (single.team.n_agents, single.team.rounds, team.team.n_agents, team.team.rounds) == (1, 1, 4, 3)
     assert team.tasks.split(",") == list(recipe.TRAIN_TASKS) and team.episodes == 5 and team.team.seed == 100
     assert not EVAL_STAGE.validation_config(recipe._args(["--validate", "5"]), tmp_path / "b").serve
+    # --validate-forms: the team on its own seeds of the multi-field training forms, served likewise.
+    forms = EVAL_STAGE.validation_config(recipe._args(["--team", "--serve", "--validate-forms", "20"]), tmp_path / "b",
+                                         forms=True)
+    assert forms.tasks.split(",") == list(EVAL_STAGE.FORM_TASKS) and set(EVAL_STAGE.FORM_TASKS) < set(recipe.TRAIN_TASKS)
+    assert (forms.episodes, forms.team.seed, forms.team.n_agents, forms.serve) == (20, 200, 4, True)
     # --serve-dtype reaches every served row and the validations; the baselines run here, as always.
     args = recipe._args(["--team", "--serve", "--serve-dtype", "float32", "--validate", "5"])
     rows = {name: EVAL_STAGE.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "m").items()}
@@ -115,7 +120,9 @@ RANDOM_ROW = {"successes": 3, "episodes": 25, "rate": 0.12, "ci95": [0.04, 0.3],
 
 def _fake_results(successes: int) -> dict:
     return {"overall": {"success_rate": {"successes": successes, "n": 10, "value": successes / 10,
-                                         "ci95": [0.0, 1.0]}},
+                                         "ci95": [0.0, 1.0]},
+                        "typing_loop_rate": {"successes": successes // 2, "n": 10, "value": successes / 20,
+                                             "ci95": [0.0, 1.0]}},
             "counts": {"prompt_tokens_per_answer": 150.5} if successes % 2 else {},
             "breakdown": {"per_task": {"click-test": {"success_rate": {"value": successes / 10}}}}}
 
@@ -253,7 +260,7 @@ DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0,
                 "marl_reuse_iterations": 1,
                 # bf16 mixed precision where this machine computes it natively (AVX512-BF16/AMX, CUDA)
                 "bf16": default_bf16(),
-                "ablations": False, "validate": 0,
+                "ablations": False, "validate": 0, "validate_forms": 0,
                 "publish": False, "publish_row": None, "publish_ablations": False, "table": False}
 
 
@@ -731,7 +738,8 @@ def test_a_marl_team_grown_to_more_iterations_is_measured_into_folders_of_its_ow
                                                                        "entries_both": 1})
     measured = []
 
-    def fake_validate(config, model, folder, team=False):
+    def fake_validate(config, model, folder, team=False, forms=False):
+        assert team or not forms  # the forms' figure is the team's
         measured.append(folder.name)
         return _fake_results(len(measured))
 
@@ -739,15 +747,18 @@ def test_a_marl_team_grown_to_more_iterations_is_measured_into_folders_of_its_ow
     monkeypatch.setattr(recipe, "evaluate", lambda config, folder, fields, where: (
         measured.append(f"eval/{folder}") or _fake_results(len(measured))))
     monkeypatch.setattr(recipe, "team_figures", lambda folder: {"folder": folder.name})
-    argv = ["--out", str(out), "--from-bundle", str(source), "--team", "--validate", "1",
+    argv = ["--out", str(out), "--from-bundle", str(source), "--team", "--validate", "1", "--validate-forms", "2",
             "--systems", "trained_team,trained_single"]
     assert recipe.main([*argv, "--marl-iterations", "1"]) == 0
-    assert measured == ["validation", "validation-marl-team", "eval/trained_single", "eval/trained_team"]
+    assert measured == ["validation", "validation-marl-team", "validation-forms-marl-team", "eval/trained_single",
+                        "eval/trained_team"]
     measured.clear()
     assert recipe.main([*argv, "--marl-iterations", "2"]) == 0
-    assert measured == ["validation", "validation-marl-team-x2", "eval/trained_single", "eval/trained_team-x2"]
+    assert measured == ["validation", "validation-marl-team-x2", "validation-forms-marl-team-x2",
+                        "eval/trained_single", "eval/trained_team-x2"]
     results = json.loads((out / "results.json").read_text())
-    assert results["systems"]["trained_team"]["successes"] == 4 and results["validation_team"]["successes"] == 2
+    assert results["systems"]["trained_team"]["successes"] == 5 and results["validation_team"]["successes"] == 2
+    assert (results["validation_forms_team"]["successes"], results["validation_forms_team"]["typing_loops"]) == (3, 1)
     assert results["team_dynamics"]["trained_team"] == {"folder": "trained_team-x2"}
     assert recipe.marl_suffix(1) == "" and recipe.marl_suffix(3) == "-x3"
 
