@@ -273,7 +273,7 @@ class RecipeConfig:
         "metavar": "N", "help": "with --team: also evaluate the trained team (the MARL team when there is one) on "
         "N new seeds of each training form with several fields (login-user-popup, multi-layouts) and count its "
         "typing loops: updates too strong for the team loop there as on the held-out login forms, which "
-        "--validate's 3 seeds a task hardly show (v52p looped in 7 of 13 login-user-popup episodes, v41 in 0 of 15)"})
+        "--validate's 3 seeds a task hardly show (v52p looped in 9 of 15 login-user-popup episodes, v41 in 0)"})
     publish: bool = field(default=False, metadata={"help": "copy results.json next to this file"})
     publish_row: str | None = field(default=None, metadata={
         "metavar": "NAME", "help": "add this run's trained_team row to the results.json next to this file as row "
