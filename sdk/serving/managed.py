@@ -252,12 +252,21 @@ def server_labels(model: ChatModel) -> list[str]:
     return [f"{r.server.label} {r.server.name}" for r in routes if isinstance(r, ServedModel)]
 
 
-def rollout_backend(backend: str) -> str:
-    """The server MARL's rollouts run on for ``backend``: ``auto`` is llama.cpp where it is
-    installed (from iteration 1 on every agent runs a model of its own), else vLLM."""
+def rollout_backend(backend: str, *, one_model: bool = False) -> str:
+    """The server MARL's rollouts run on for ``backend``. ``auto``: vLLM on a GPU; on a CPU,
+    per-agent models (from iteration 1 on every agent runs a model of its own) on llama.cpp
+    where it is installed, else vLLM; with ``one_model`` (a team sharing one adapter) vLLM where
+    it is installed, which serves that adapter folded into the model on its compiled path
+    (:func:`vllm_model_factory` with ``merged=True``), as :func:`choose_backend` serves one-model
+    rows."""
+    from collabui.serving.setup import default_flavor
+
     if backend != "auto":
         return backend
-    return "llamacpp" if _installed()["llamacpp"] else "vllm"
+    have = _installed()
+    if default_flavor() == "gpu" or (one_model and (have["vllm"] or not have["llamacpp"])):
+        return "vllm"
+    return "llamacpp" if have["llamacpp"] else "vllm"
 
 
 class AgentRouter(ChatModel):
@@ -310,7 +319,8 @@ class AgentRouter(ChatModel):
 
     def close(self) -> None:
         errors = []
-        for model in self.routes.values():
+        # Several adapter names may route to one model (a shared adapter): close each model once.
+        for model in {id(m): m for m in self.routes.values()}.values():
             try:
                 model.close()
             except Exception as exc:  # noqa: BLE001 - close the others, then report
@@ -437,17 +447,34 @@ def serve_model(spec: str, adapters: str | Path | None = None, *, client: Mappin
         model.close()
 
 
-def _served_folder(server_fields: Mapping[str, Any], base_dir: Path, adapters: Mapping[str, Path]) -> ServedModel:
+def _served_folder(server_fields: Mapping[str, Any], merged: bool, base_dir: Path,
+                   adapters: Mapping[str, Path]) -> ChatModel:
     from collabui.serving.vllm_server import VLLMServer
 
-    return ServedModel(VLLMServer(model=str(base_dir), adapters=dict(adapters), **server_fields))
+    if not (merged and len({str(folder) for folder in adapters.values()}) == 1):
+        return ServedModel(VLLMServer(model=str(base_dir), adapters=dict(adapters), **server_fields))
+    from collabui.models.bundle import merged_folder
+
+    # One adapter for the whole team, folded into its own copy of the model (made once, cached by
+    # weights) and served plain: vLLM-CPU compiles a plain model, and runs LoRA uncompiled.
+    folder = merged_folder(base_dir, [next(iter(adapters.values()))])
+    name = _request_safe(f"{Path(base_dir).resolve().name}-{next(iter(adapters))}")
+    model = ServedModel(VLLMServer(model=str(folder), served_name=name, **server_fields))
+    return AgentRouter(dict.fromkeys(adapters, model), name=name)
 
 
-def vllm_model_factory(**server_fields: Any) -> Callable[[Path, Mapping[str, Path]], ServedModel]:
+def vllm_model_factory(*, merged: bool = False, **server_fields: Any) -> Callable[[Path, Mapping[str, Path]], ChatModel]:
     """A rollout model factory (``(base_dir, {"agent0": folder, ...}) -> ChatModel``, as MARL's
     ``model_factory``) that serves each set of adapters on a vLLM server of its own; closing the
-    model stops it. It pickles (rollout workers build their own)."""
-    return functools.partial(_served_folder, dict(server_fields))
+    model stops it. It pickles (rollout workers build their own).
+
+    Args:
+        merged: serve a set that is one adapter folder (a team sharing one adapter) folded into
+            the model, answering under each of the set's adapter names; a request for the model
+            without an adapter is then refused (:class:`AgentRouter`). Other sets keep LoRA.
+        server_fields: :class:`VLLMServer`'s fields.
+    """
+    return functools.partial(_served_folder, dict(server_fields), merged)
 
 
 def _llamacpp_folder(server_fields: Mapping[str, Any], base_dir: Path, adapters: Mapping[str, Path]) -> ChatModel:

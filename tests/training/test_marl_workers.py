@@ -125,3 +125,33 @@ def test_serve_backend_llamacpp_rolls_out_on_its_factory(base_dir, tmp_path, sto
     assert len(_episodes(tmp_path / "run")) == 3
     with pytest.raises(ConfigError, match="serve_backend would be ignored without serve"):
         _config(base_dir, tmp_path / "x", serve_backend="llamacpp")
+
+
+def test_auto_rolls_a_shared_adapter_out_merged_on_vllm(base_dir, tmp_path, stop_after_rollouts, monkeypatch):
+    """With ``shared_adapter`` the team is one model, so ``auto`` takes vLLM's factory with the
+    adapter merged in (the factory is tested on the fake server in tests/serving/test_managed.py);
+    per-agent adapters take llama.cpp's where it is installed."""
+    from collabui.models.local import LocalModel
+    from collabui.serving import managed, setup
+
+    built = []
+
+    def factory(backend):
+        def make(**fields):
+            def build(base, adapters):
+                built.append((backend, fields))
+                return LocalModel(str(base), adapters=dict(adapters))
+            return build
+        return make
+
+    monkeypatch.setattr(managed, "_installed", lambda: {"vllm": True, "llamacpp": True})
+    monkeypatch.setattr(setup, "default_flavor", lambda: "cpu")
+    monkeypatch.setattr(managed, "llamacpp_model_factory", factory("llamacpp"))
+    monkeypatch.setattr(managed, "vllm_model_factory", factory("vllm"))
+    for name, shared, expected in (("shared", True, ("vllm", {"merged": True, "dtype": "auto"})),
+                                   ("per-agent", False, ("llamacpp", {"dtype": "auto"}))):
+        built.clear()
+        with pytest.raises(StopAfterRollouts):
+            run_marl(_config(base_dir, tmp_path / name, serve=True, serve_backend="auto", shared_adapter=shared),
+                     progress=False, env_factory=fake_env)
+        assert built and set(map(str, built)) == {str(expected)}
