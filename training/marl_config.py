@@ -72,7 +72,8 @@ class MARLConfig:
                                          metadata={"help": "comma-separated training tasks"})
     eval_tasks: tuple[str, ...] = field(default=("focus-text",),
                                         metadata={"help": "comma-separated held-out evaluation tasks"})
-    episodes_per_task: int = field(default=2, metadata={"help": "training episodes per task and iteration"})
+    episodes_per_task: int = field(default=2, metadata={
+        "metavar": "N", "help": "rollout episodes per training task and iteration"})
     eval_episodes_per_task: int = field(default=2, metadata={
         "help": "evaluation episodes per held-out task (0: no evaluation in the loop; the caller evaluates)"})
     iterations: int = field(default=2, metadata={"help": "MARL iterations (may grow on a rerun)"})
@@ -83,18 +84,19 @@ class MARLConfig:
         "help": "where rejected answers come from: rule | llm:<model spec> (invented mistakes) | own "
         "(the agents' own wrong proposals, chosen = a verified-right answer; pair with --critic verified)"})
     right_pairs: bool = field(default=False, metadata={
-        "help": "(--adversary own) also pair each verified-right proposal with the team's most common wrong one at "
-                "that step, so what the agents already do right keeps its weight beside the corrections"})
+        "help": "(with the own adversary) also pair each verified-right proposal with the team's most common wrong "
+                "one at that step, so what the agents already do right keeps its weight beside the corrections"})
     max_pairs: int = field(default=0, metadata={
         "metavar": "N", "help": "at most N pairs per agent and iteration, drawn evenly over the kinds of correction "
                                 "(click -> type_string, type_string -> click, ...); 0: all"})
     mirror_corrections: bool = field(default=False, metadata={
         "help": "each agent keeps no more pairs of a correction from one action to another (type_string -> click) "
                 "than of its reverse (click -> type_string), so the update teaches which element and text, not one "
-                "action over the other; applied before max_pairs"})
+                "action over the other; applied before the pair cap"})
     element_kinds: bool = field(default=False, metadata={
         "help": "kinds of correction name the element acted on by its tag (click(button) -> click(label)), so "
-                "--mirror-corrections and --max-pairs also balance within one action: Submit against ticking a box"})
+                "the mirror cut and the pair cap also balance within one action: Submit against ticking a box (v51's "
+                "second iteration chose ticking over Submit 37 to 24, and its team unticked boxes)"})
     anchor: float = field(default=0.0, metadata={
         "metavar": "R", "help": "anchor rows: per agent, R x its pair count of its own verified-right answers (at steps "
         "drawn evenly) trained through DPO's SFT term alone (chosen = rejected), so what the agents already do right "
@@ -186,13 +188,13 @@ class MARLConfig:
 
     def _check_pair_options(self) -> None:
         if isinstance(self.anchor, bool) or not isinstance(self.anchor, int | float) or not self.anchor >= 0:
-            raise ConfigError(f"anchor must be a number >= 0 (anchor rows per pair), got {self.anchor!r}")
+            raise ConfigError(f"anchor must be a number >= 0 (rows per pair), got {self.anchor!r}")
         losses = self.dpo.get("loss_type", "sigmoid") if isinstance(self.dpo, Mapping) else ()
         losses = [losses] if isinstance(losses, str) else list(losses or ())
         if self.element_kinds and not (self.mirror_corrections or self.max_pairs):
             # the finer kinds only steer the mirror cut and the even draw; alone they change no pair
-            raise ConfigError("element_kinds balances pairs within mirror_corrections or max_pairs and changes "
-                              "nothing alone: add one of them (--mirror-corrections, --max-pairs N) or drop it")
+            raise ConfigError("--element-kinds balances pairs within --mirror-corrections or --max-pairs and "
+                              "changes nothing alone: add one of them or drop it")
         if self.anchor and self.objective == "dpo" and "sft" not in losses:
             # chosen = rejected leaves the preference loss without a gradient: only an SFT term teaches them
             raise ConfigError("anchor rows teach through DPO's SFT term only: add it, e.g. "

@@ -26,6 +26,7 @@ import dataclasses
 import datetime
 import functools
 import json
+import re
 import shutil
 import sys
 import time
@@ -48,7 +49,7 @@ from recipe_eval import (
     validate,
 )
 from recipe_eval import row as _row
-from recipe_marl import ABLATIONS, marl_runs, marl_suffix, train_marl
+from recipe_marl import ABLATIONS, MARL_FLAGS, marl_runs, marl_suffix, marl_template, train_marl
 from recipe_sft import (
     ALL_LINEAR,
     demonstrate,
@@ -67,6 +68,7 @@ from collabui.devices.simplify import ELEMENT_FORMATS
 from collabui.errors import ConfigError, ModelLoadError
 from collabui.evaluation.miniwob import MiniWoBEvalConfig
 from collabui.training.demonstrate import DemoConfig
+from collabui.training.marl_config import MARLConfig
 from collabui.training.sft import AgentSFTConfig
 from collabui.training.task_lists import HELDOUT_TASKS, TRAIN_TASKS
 
@@ -85,7 +87,10 @@ _EVAL_FLAGS = ("episodes", "serve", "serve_dtype", "serve_agents", "serve_backen
 _EVAL_TEAM_FLAGS = ("seed", "max_steps", "stop_when_decided")
 #: Flags spelled otherwise than their fields: the recipe's flags from before the config existed.
 _RENAME = {"minutes": "demo_minutes", "workers": "demo_workers", "seeds": "demo_seeds", "num_train_epochs": "sft_epochs",
-           "learning_rate": "lr", "per_device_train_batch_size": "batch", "seed": "sft_seed", "teams": "team"}
+           "learning_rate": "lr", "per_device_train_batch_size": "batch", "seed": "sft_seed", "teams": "team",
+           "episodes_per_task": "marl_episodes", "max_pairs": "marl_pairs", "right_pairs": "marl_right_pairs",
+           "mirror_corrections": "marl_mirror", "element_kinds": "marl_element_kinds", "pool_pairs": "marl_pool",
+           "shared_adapter": "marl_shared", "anchor": "marl_anchor"}
 #: The evaluation team's flags: its ``seed`` is the held-out rows' (dests prefixed: SFT has a seed too).
 _EVAL_TEAM_RENAME = {**_RENAME, "seed": "eval_seed"}
 _EVAL_TEAM_DEST = "eval_team_"
@@ -157,8 +162,10 @@ class RecipeConfig:
     """Every setting of the CPU recipe; the command line is generated from it (``_parser``).
 
     It composes the configs of its stages instead of copying their fields: ``demo`` (the search,
-    :class:`DemoConfig`), ``sft`` (:class:`AgentSFTConfig`, also the on-policy round's SFT) and
-    ``evaluation`` (:class:`MiniWoBEvalConfig`, the held-out evaluation with its team). The
+    :class:`DemoConfig`), ``sft`` (:class:`AgentSFTConfig`, also the on-policy round's SFT),
+    ``evaluation`` (:class:`MiniWoBEvalConfig`, the held-out evaluation with its team) and ``marl``
+    (:class:`MARLConfig`, stage 6: its pair options have ``--marl-*`` flags, and
+    ``recipe_marl.marl_config`` sets its start, team, iterations, DPO step and serving). The
     recipe sets some of their fields itself: ``demo.out_dir`` (OUT/demo), ``sft.output_dir``
     (per stage), ``sft.lora_alpha`` (2 x ``lora_r``), ``sft.train_sampling_strategy``
     (``group_by_length``, used when ``length_window`` is 0), and per evaluated row the model,
@@ -226,32 +233,8 @@ class RecipeConfig:
         "metavar": "N", "help": "MARL on the SFT model (paper Sec. 3.2): N iterations of 4 x 3 team rollouts on new "
         "seeds of the training tasks, the verified critic, each agent's own wrong proposals against verified-"
         "right answers, per-agent DPO (+ SFT term), edge update; the trained team rows then use it (default 0)"})
-    marl_episodes: int = field(default=2, metadata={
-        "metavar": "N", "help": "MARL rollout episodes per training task and iteration"})
-    marl_pairs: int = field(default=0, metadata={
-        "metavar": "N", "help": "MARL: at most N pairs per agent and iteration, drawn evenly over the kinds of "
-        "correction (click -> type_string, type_string -> click, ...) (default 0: all)"})
-    marl_right_pairs: bool = field(default=False, metadata={
-        "help": "MARL: also pair each verified-right proposal with the team's wrong one at that step and with "
-        "typing the previous step's text again (the pairs that say when to stop typing)"})
-    marl_mirror: bool = field(default=False, metadata={
-        "help": "MARL: each agent keeps no more pairs rejecting one action for another (typing for a click) than "
-        "of the reverse, so DPO learns which element and when, not to prefer clicks (v46m's team submitted forms "
-        "after the first field)"})
-    marl_element_kinds: bool = field(default=False, metadata={
-        "help": "MARL: the kinds of correction that --marl-mirror and --marl-pairs balance name the element's tag "
-        "(click(button) -> click(label)), so the pairs push no element kind over another either (v51's second "
-        "iteration chose ticking over Submit 37 to 24 and its team unticked boxes)"})
-    marl_pool: bool = field(default=False, metadata={
-        "help": "MARL: each iteration retrains from the SFT model on the pairs of all iterations so far instead of "
-        "continuing the last adapters (second iterations that continued fell on validation: v48m x2, v51)"})
-    marl_shared: bool = field(default=False, metadata={
-        "help": "MARL: one adapter for the whole team, trained on every agent's pairs in the context each agent saw "
-        "(4 times the pairs of a per-agent adapter), served as one model; the agents differ by temperature and DAG "
-        "place as the SFT team's do (default: one adapter per agent, the paper's)"})
-    marl_anchor: float = field(default=0.0, metadata={
-        "metavar": "R", "help": "MARL: per agent, R x its pair count of its own verified-right answers trained "
-        "through the SFT term alone, so what the team already does right keeps its likelihood (default 0: none)"})
+    marl: MARLConfig = field(default_factory=marl_template, metadata={
+        "help": "stage 6", "skip_flags": _skip_all_but(MARLConfig, MARL_FLAGS)})
     marl_epochs: float = field(default=1.0, metadata={
         "metavar": "E", "help": "MARL: DPO epochs over each agent's pairs per iteration"})
     marl_rollouts_from: str | None = field(default=None, metadata={
@@ -286,8 +269,7 @@ class RecipeConfig:
     table: bool = field(default=False, metadata={"help": "print the README table of results.json and exit"})
 
     def __post_init__(self) -> None:
-        for name in ("validate", "validate_forms", "onpolicy_episodes", "round2_demo_rows", "hindsight", "marl_iterations",
-                     "marl_pairs"):
+        for name in ("validate", "validate_forms", "onpolicy_episodes", "round2_demo_rows", "hindsight", "marl_iterations"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{flag_of(name)} must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.team_share <= 1.0:
@@ -297,9 +279,8 @@ class RecipeConfig:
         if self.sft_draws > 1 and not self.sft.full_finetune:
             raise ConfigError("--sft-draws averages fully fine-tuned models; the mean of LoRA adapters' factors is not "
                               "the mean of their changes: drop --no-full-finetune or --sft-draws")
-        for name in ("marl_episodes", "critic_episodes"):  # checked here, not after the stages before them ran
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{flag_of(name)} must be >= 1, got {getattr(self, name)}")
+        if self.critic_episodes < 1:  # checked here, not after the stages before it ran
+            raise ConfigError(f"--critic-episodes must be >= 1, got {self.critic_episodes}")
         if self.extract_rank < 0 or self.extract_embedding_rank < 0:
             raise ConfigError(f"--extract-rank and --extract-embedding-rank must be >= 0, got {self.extract_rank} "
                               f"and {self.extract_embedding_rank}")
@@ -316,13 +297,8 @@ class RecipeConfig:
             if not self.teams:
                 raise ConfigError("--publish-row copies the run's trained_team row: give --team with it")
             check_row_name(self.publish_row)
-        if self.marl_anchor < 0:
-            raise ConfigError(f"--marl-anchor must be >= 0, got {self.marl_anchor}")
         if self.marl_epochs <= 0:
             raise ConfigError(f"--marl-epochs must be > 0, got {self.marl_epochs}")
-        if self.marl_element_kinds and not (self.marl_mirror or self.marl_pairs):
-            raise ConfigError("--marl-element-kinds balances pairs within --marl-mirror or --marl-pairs and changes "
-                              "nothing alone: add one of them or drop it")
         if self.marl_rollouts_from is not None and not self.marl_iterations:
             raise ConfigError("--marl-rollouts-from reuses MARL rollouts: give --marl-iterations N with it")
         if not 1 <= self.marl_reuse_iterations <= max(self.marl_iterations, 1):
@@ -364,7 +340,15 @@ def _args(argv: list[str] | None = None) -> RecipeConfig:
                                    **{n: getattr(args, _EVAL_TEAM_DEST + n) for n in _EVAL_TEAM_FLAGS})
         return dataclasses.replace(config, evaluation=dataclasses.replace(config.evaluation, team=team))
     except ConfigError as e:
-        ap.error(str(e))
+        ap.error(_in_recipe_flags(str(e)))
+
+
+def _in_recipe_flags(message: str) -> str:
+    """A MARL config's error in the recipe's words: its fields (``max_pairs``, ``--max-pairs``)
+    named by the recipe's flags (``--marl-pairs``)."""
+    for name in MARL_FLAGS:
+        message = re.sub(rf"(?<![\w-])(--{name.replace('_', '-')}|{name})(?![\w-])", flag_of(name, _RENAME), message)
+    return message
 
 
 def flag_values(config: RecipeConfig) -> dict[str, Any]:

@@ -3,6 +3,7 @@ paper's ablations at the same compute, and the facts results.json states about t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -12,6 +13,7 @@ from recipe_sft import ALL_LINEAR
 
 from collabui.config import TeamConfig
 from collabui.errors import ConfigError
+from collabui.training.marl_config import MARLConfig
 from collabui.training.task_lists import TRAIN_TASKS
 
 if TYPE_CHECKING:
@@ -22,36 +24,41 @@ if TYPE_CHECKING:
 #: The paper's ablations (its Table 4), each a MARL run from the same SFT model at the same compute.
 #: Without CR every entry of an episode scores its outcome, so no step holds an agent's own
 #: mistake beside a right answer: the adversary writes the rejected answers (the paper's own
-#: way of making pairs), as many per agent as the full run had.
-ABLATIONS: dict[str, dict[str, Any]] = {"ablation_no_cr": {"critic": "outcome", "adversary": "rule"},
+#: way of making pairs), as many per agent as the full run had, and none says what was right
+#: beside the team's own wrong proposal (``right_pairs``, which needs them).
+ABLATIONS: dict[str, dict[str, Any]] = {"ablation_no_cr": {"critic": "outcome", "adversary": "rule", "right_pairs": False},
                                         "ablation_no_edge_update": {"edge_update": False},
                                         "ablation_rft": {"objective": "rft"}}
+#: MARLConfig's fields with recipe flags (``--marl-episodes``, ``--marl-mirror``...: recipe._RENAME);
+#: the recipe sets the others (``marl_config``).
+MARL_FLAGS = ("episodes_per_task", "right_pairs", "max_pairs", "mirror_corrections", "element_kinds", "pool_pairs",
+              "shared_adapter", "anchor")
+#: Every MARL update's DPO, with an SFT term on chosen; small per-agent adapters (rank 8: four of
+#: them and the SFT adapter stay under 40 MB in fp16). Learning rate and epochs: --dpo-lr, --marl-epochs.
+_DPO = {"loss_type": ["sigmoid", "sft"], "beta": 0.1, "per_device_train_batch_size": 4, "lora_r": 8, "lora_alpha": 16,
+        "lora_target_modules": list(ALL_LINEAR), "max_length": 512}
 
 
-def marl_config(config: RecipeConfig, start: Path, out: Path, **change: Any) -> Any:
-    """The MARL run of the trained team (``change``: an ablation's): the 4 x 3 team of the
-    held-out rows on shuffled training pages, the SFT bundle's prompt style and format, own-
-    mistake pairs labelled by the verified critic, DPO with an SFT term, small per-agent adapters
-    (rank 8: four of them and the SFT adapter stay under 40 MB in fp16)."""
-    from collabui.training.marl import MARLConfig
+def marl_template() -> MARLConfig:
+    """Stage 6's MARL run before the recipe sets its start, folder, team, iterations and serving
+    (``marl_config``): the agents' own mistakes labelled by the verified critic on shuffled
+    training pages, each against a verified-right answer."""
+    return MARLConfig(train_tasks=TRAIN_TASKS, eval_tasks=(), eval_episodes_per_task=0, critic="verified",
+                      adversary="own", shuffle_elements=True, dpo=_DPO)
 
+
+def marl_config(config: RecipeConfig, start: Path, out: Path, **change: Any) -> MARLConfig:
+    """The MARL run of the trained team (``change``: an ablation's): ``config.marl`` (its flags)
+    with the 4 x 3 team of the held-out rows, the SFT bundle's prompt style and format, and the
+    evaluation's serving."""
     team = TeamConfig(n_agents=4, rounds=3, max_new_tokens=128, prompt_style="auto",
                       max_steps=config.evaluation.team.max_steps, seed=config.evaluation.team.seed)
-    dpo = {"loss_type": ["sigmoid", "sft"], "beta": 0.1, "learning_rate": config.dpo_lr,
-           "num_train_epochs": config.marl_epochs, "per_device_train_batch_size": 4, "lora_r": 8, "lora_alpha": 16,
-           "lora_target_modules": list(ALL_LINEAR), "max_length": 512}
-    return MARLConfig(**{"model": f"trained:{start}", "train_tasks": TRAIN_TASKS, "eval_tasks": (),
-                         "eval_episodes_per_task": 0, "episodes_per_task": config.marl_episodes,
-                         "iterations": config.marl_iterations, "team": team, "critic": "verified",
-                         "adversary": "own", "right_pairs": config.marl_right_pairs, "max_pairs": config.marl_pairs,
-                         "mirror_corrections": config.marl_mirror, "element_kinds": config.marl_element_kinds,
-                         "shared_adapter": config.marl_shared, "pool_pairs": config.marl_pool,
-                         "anchor": config.marl_anchor,
-                         "shuffle_elements": True, "out_dir": str(out),
-                         "serve": config.evaluation.serve, "serve_dtype": config.evaluation.serve_dtype,
-                         "serve_backend": config.evaluation.serve_backend,
-                         "concurrency": 4 if config.evaluation.serve else 2,
-                         "dpo": dpo, **change})
+    dpo = {**config.marl.dpo, "learning_rate": config.dpo_lr, "num_train_epochs": config.marl_epochs}
+    serving = config.evaluation
+    return dataclasses.replace(config.marl, model=f"trained:{start}", iterations=config.marl_iterations, team=team,
+                               out_dir=str(out), serve=serving.serve, serve_dtype=serving.serve_dtype,
+                               serve_backend=serving.serve_backend, concurrency=4 if serving.serve else 2,
+                               dpo=dpo, **change)
 
 
 def train_marl(config: RecipeConfig, start: Path, out: Path, clock: Clock) -> dict[str, Path]:
@@ -99,7 +106,7 @@ def trained_ablations(config: RecipeConfig) -> dict[str, dict[str, Any]]:
 def same_pairs_as(full: Path, change: dict[str, Any], config: RecipeConfig) -> dict[str, Any]:
     """An ablation whose pairs are not the agents' own mistakes (``adversary``) gets at most as
     many pairs per agent as the full run trained on: the same compute, not more data."""
-    if "adversary" not in change or config.marl_pairs:
+    if "adversary" not in change or config.marl.max_pairs:
         return change
     report = json.loads((full / "marl_report.json").read_text())
     most = max((max(it["pairs"].get("per_agent", {}).values(), default=0) for it in report["iterations"]), default=0)

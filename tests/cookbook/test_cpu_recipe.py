@@ -1,6 +1,7 @@
 """The CPU recipe's configuration: valid and disjoint task lists, every evaluated system a valid
 evaluation on shuffled held-out pages, and the README table rendered from results.json."""
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -448,7 +449,7 @@ def test_marl_rows_use_the_marl_teams_and_ablations_need_a_team(tmp_path, capsys
     for argv in (["--ablations", "--team"], ["--marl-iterations", "1", "--ablations"], ["--marl-episodes", "0"]):
         with pytest.raises(SystemExit):
             recipe._args(argv)
-    assert "--marl-episodes must be >= 1" in capsys.readouterr().err
+    assert "--marl-episodes must be an integer >= 1, got 0" in capsys.readouterr().err  # MARLConfig's check
     with pytest.raises(SystemExit):  # refused before any stage runs, naming the flag
         recipe._args(["--critic-episodes", "0"])
     assert "--critic-episodes must be >= 1, got 0" in capsys.readouterr().err
@@ -461,7 +462,8 @@ def test_marl_rows_use_the_marl_teams_and_ablations_need_a_team(tmp_path, capsys
         ablated = MARL_STAGE.marl_config(config, tmp_path / "bundle", tmp_path / name, **change)
         keys = ("critic", "adversary", "edge_update", "objective")
         differs = {k for k in keys if getattr(ablated, k) != getattr(full, k)}
-        assert differs == set(change)  # one thing changed (no CR: the critic, so its pairs' source), the rest kept
+        # one thing changed (no CR: the critic, so its pairs' source, and no right pairs), the rest kept
+        assert differs == set(change) - {"right_pairs"}
 
 
 @pytest.mark.slow
@@ -953,6 +955,33 @@ def test_marl_update_flags_reach_the_marl_config(tmp_path):
     assert (marl.shared_adapter, marl.mirror_corrections, marl.max_pairs, marl.anchor) == (True, True, 7, 1.5)
     assert not MARL_STAGE.marl_config(recipe._args(["--team", "--marl-iterations", "1"]), tmp_path / "b",
                                       tmp_path / "m").shared_adapter  # the paper's per-agent adapters by default
+    # Every pair option on at once still builds each ablation (no_cr's rule adversary drops right pairs).
+    every = recipe._args(["--team", "--marl-iterations", "1", "--marl-right-pairs", "--marl-mirror", "--marl-pairs", "7",
+                          "--marl-element-kinds", "--marl-anchor", "1", "--marl-shared", "--marl-pool"])
+    for name, change in MARL_STAGE.ABLATIONS.items():
+        built = MARL_STAGE.marl_config(every, tmp_path / "b", tmp_path / name, **change)
+        assert (built.mirror_corrections, built.element_kinds, built.anchor) == (True, True, 1.0)
+        assert built.right_pairs == (name != "ablation_no_cr")
+
+
+def test_the_recipe_composes_marl_config_its_flags_help_and_checks(capsys):
+    """The --marl-* pair options are MARLConfig's fields under the recipe's names: their help is
+    MARLConfig's, and a bad value is refused by MARLConfig's own check, named by the recipe's flag."""
+    recipe = _recipe()
+    from collabui.training.marl_config import MARLConfig
+
+    helps = {f.name: f.metadata["help"] for f in dataclasses.fields(MARLConfig)}
+    ap, flags = recipe._parser()
+    actions = {a.dest: a for a in ap._actions}
+    for name in MARL_STAGE.MARL_FLAGS:
+        assert flags[f"marl.{name}"].startswith("marl_")
+        assert actions[name].help.startswith(helps[name][:40].replace("%", "%%"))
+    assert recipe._args(["--marl-pairs", "5"]).marl.max_pairs == 5
+    for argv, said in ((["--marl-anchor", "-1"], "--marl-anchor must be a number >= 0"),
+                       (["--marl-pairs", "-2"], "--marl-pairs must be an integer >= 0, got -2")):
+        with pytest.raises(SystemExit):
+            recipe._args(argv)
+        assert said in capsys.readouterr().err
 
 
 def test_serve_backend_auto_reaches_every_served_row_and_marl(tmp_path):
