@@ -229,20 +229,30 @@ def choose_backend(served: ServedSpec, agents: str = "lora") -> tuple[str, str]:
     """
     from collabui.serving.setup import default_flavor
 
-    if default_flavor() == "gpu" or (served.adapters and served.bundle is None):
+    if served.adapters and served.bundle is None:
         return "vllm", agents
-    have = _installed()
     # A bundle's slots name each agent's adapter (None: the shared model); no slots, one model.
     models = len(set(served.team_defaults.get("adapters") or ())) or 1
-    if models == 1 and (have["vllm"] or not have["llamacpp"]):
-        return "vllm", "merged" if served.adapters else agents
-    if have["llamacpp"]:
+    if _auto_server(one_model=models == 1) == "llamacpp":
         if agents == "merged":
             # llama.cpp always serves each agent's model whole; say so rather than drop the flag quietly.
             log.warning("--serve-agents merged is ignored: --serve-backend auto chose llama.cpp for %d agent "
                         "models, which serves each one merged already; give --serve-backend vllm to keep it", models)
         return "llamacpp", "lora"
-    return "vllm", agents
+    one_cpu_model = models == 1 and default_flavor() != "gpu"
+    return "vllm", "merged" if one_cpu_model and served.adapters else agents
+
+
+def _auto_server(*, one_model: bool) -> str:
+    """``auto``'s server, among those installed (vLLM when neither is: its error says how to set
+    it up): vLLM on a GPU; on a CPU vLLM for one model (its compiled path), llama.cpp for
+    several (vLLM-CPU runs LoRA uncompiled)."""
+    from collabui.serving.setup import default_flavor
+
+    have = _installed()
+    if default_flavor() == "gpu" or (one_model and (have["vllm"] or not have["llamacpp"])):
+        return "vllm"
+    return "llamacpp" if have["llamacpp"] else "vllm"
 
 
 def server_labels(model: ChatModel) -> list[str]:
@@ -259,14 +269,7 @@ def rollout_backend(backend: str, *, one_model: bool = False) -> str:
     it is installed, which serves that adapter folded into the model on its compiled path
     (:func:`vllm_model_factory` with ``merged=True``), as :func:`choose_backend` serves one-model
     rows."""
-    from collabui.serving.setup import default_flavor
-
-    if backend != "auto":
-        return backend
-    have = _installed()
-    if default_flavor() == "gpu" or (one_model and (have["vllm"] or not have["llamacpp"])):
-        return "vllm"
-    return "llamacpp" if have["llamacpp"] else "vllm"
+    return _auto_server(one_model=one_model) if backend == "auto" else backend
 
 
 class AgentRouter(ChatModel):
