@@ -210,8 +210,9 @@ class _Run:
         self.stage(f"iter{k}/edge_update", lambda: topo.to_dict())
 
         def rollout() -> dict[str, Any]:
-            specs = episode_specs(c.train_tasks, c.episodes_per_task, tag=f"iter{k}",
-                                  seed_parts=(c.team.seed, "train", k))
+            specs = [spec for task in c.train_tasks
+                     for spec in episode_specs((task,), c.episodes_of(task), tag=f"iter{k}",
+                                               seed_parts=(c.team.seed, "train", k))]
             records = _rollouts(c, self.models, self.envs, self.adapters(k - 1), topo,
                                 derive_seed(c.team.seed, "team", k),
                                 specs, trace_dir=it / "traces", manifest=it / "rollouts.jsonl",
@@ -523,11 +524,10 @@ def run_marl(config: MARLConfig, *, progress: bool = True, env_factory: EnvFacto
         env_factory: builds ``Device`` objects from ``<env>/<task>`` (tests inject FakeDevices);
             default: one MiniWoB++ browser for every task.
         model_factory: builds the rollout chat model from ``(base_dir, {"agent{i}": folder})``;
-            default: with ``config.serve`` a vLLM server per adapter set
-            (:func:`collabui.serving.managed.vllm_model_factory`; ``serve_backend="llamacpp"``:
-            llama.cpp servers of the agents' merged models, ``llamacpp_model_factory``; a shared adapter
-            on vLLM is served merged into the model), else a ``LocalModel`` loaded
-            once and reloaded only to swap adapter sets.
+            default: with ``config.serve`` servers per adapter set on ``config.serve_backend``
+            (:func:`collabui.serving.managed.rollout_model_factory`: ``auto`` puts the start model
+            and a shared adapter on vLLM, per-agent models on llama.cpp), else a ``LocalModel``
+            loaded once and reloaded only to swap adapter sets.
         critic, adversary: objects replacing ``config.critic`` / ``config.adversary`` (tests);
             the config's specs are still what a rerun is compared against.
 
@@ -550,17 +550,10 @@ def run_marl(config: MARLConfig, *, progress: bool = True, env_factory: EnvFacto
         base_dir = merged_base(config.model, out)
     run_config = effective_config(config)
     if model_factory is None and config.serve:
-        from collabui.serving.managed import (
-            llamacpp_model_factory,
-            rollout_backend,
-            vllm_model_factory,
-        )
+        from collabui.serving.managed import rollout_model_factory
 
-        one_model = config.shared_adapter
-        if rollout_backend(config.serve_backend, one_model=one_model) == "llamacpp":
-            model_factory = llamacpp_model_factory(dtype=config.serve_dtype)
-        else:
-            model_factory = vllm_model_factory(merged=one_model, dtype=config.serve_dtype)
+        model_factory = rollout_model_factory(config.serve_backend, shared=config.shared_adapter,
+                                              dtype=config.serve_dtype)
     run = _Run(run_config, out, base_dir, state, EnvPool(config.env, env_factory, options=_env_options(run_config)),
                TeamModels(base_dir, model_factory), critic or _make_critic(config),
                adversary if adversary is not None else _make_adversary(config), progress, iteration_topologies(config))

@@ -55,6 +55,24 @@ def _tasks(value: Any, name: str) -> tuple[str, ...]:
     return tasks
 
 
+def _task_episodes(value: Any, train: tuple[str, ...]) -> tuple[str, ...]:
+    """``task_episodes`` as ``("task=N", ...)``, each task a training task named once, N >= 1."""
+    items = value.split(",") if isinstance(value, str) else list(value or ())
+    seen: dict[str, int] = {}
+    for item in (str(i).strip() for i in items):
+        if not item:
+            continue
+        task, _, count = item.partition("=")
+        if not count.strip().isdigit() or int(count) < 1:
+            raise ConfigError(f"task_episodes entry {item!r} is not TASK=N with N >= 1; write e.g. "
+                              "login-user-popup=18")
+        if task.strip() not in train or task.strip() in seen:
+            why = "is named twice" if task.strip() in seen else "is not one of train_tasks"
+            raise ConfigError(f"task_episodes: {task.strip()!r} {why}; give each training task at most once")
+        seen[task.strip()] = int(count)
+    return tuple(f"{task}={n}" for task, n in seen.items())
+
+
 @dataclass(frozen=True, kw_only=True)
 class MARLConfig:
     """One iterative MARL run. The ``collabui train marl`` flags are generated from these fields
@@ -74,6 +92,10 @@ class MARLConfig:
                                         metadata={"help": "comma-separated held-out evaluation tasks"})
     episodes_per_task: int = field(default=2, metadata={
         "metavar": "N", "help": "rollout episodes per training task and iteration"})
+    task_episodes: tuple[str, ...] = field(default=(), metadata={
+        "metavar": "TASK=N,...", "help": "rollout episodes per iteration of these training tasks instead of "
+        "the episodes per task, e.g. login-user-popup=18,multi-layouts=18: more of the agents' own mistakes at the "
+        "decisions of a task the others seldom reach (which field next, or submit)"})
     eval_episodes_per_task: int = field(default=2, metadata={
         "help": "evaluation episodes per held-out task (0: no evaluation in the loop; the caller evaluates)"})
     iterations: int = field(default=2, metadata={"help": "MARL iterations (may grow on a rerun)"})
@@ -95,8 +117,8 @@ class MARLConfig:
                 "action over the other; applied before the pair cap"})
     element_kinds: bool = field(default=False, metadata={
         "help": "kinds of correction name the element acted on by its tag (click(button) -> click(label)), so "
-                "the mirror cut and the pair cap also balance within one action: Submit against ticking a box (v51's "
-                "second iteration chose ticking over Submit 37 to 24, and its team unticked boxes)"})
+                "the mirror cut and the pair cap also balance within one action: Submit against ticking a box (unbalanced, "
+                "a later iteration's checkbox pairs can favour ticking, and the team unticks boxes it had ticked)"})
     anchor: float = field(default=0.0, metadata={
         "metavar": "R", "help": "anchor rows: per agent, R x its pair count of its own verified-right answers (at steps "
         "drawn evenly) trained through DPO's SFT term alone (chosen = rejected), so what the agents already do right "
@@ -130,8 +152,9 @@ class MARLConfig:
     serve_backend: str = field(default="vllm", metadata={
         "choices": SERVE_BACKENDS, "help": "(--serve) vllm (one server, each agent's adapter by name) or llamacpp "
         "(each agent's adapter merged into a model of its own on a llama.cpp server: on 2 cores twice vLLM-CPU's "
-        "LoRA speed for the iterations after the first; the llamacpp extra) or auto (llama.cpp where installed; with "
-        "shared_adapter vLLM, serving the one adapter merged into the model)"})
+        "LoRA speed for the iterations after the first; the llamacpp extra) or auto (each iteration's team on the faster "
+        "server installed: one model, the start model or a shared_adapter merged into it, on vLLM; per-agent "
+        "adapters on llama.cpp)"})
     ray: str | None = field(default=None, metadata={
         "metavar": "ADDRESS", "help": "run the workers as Ray actors on this cluster (host:port, auto, local); "
                                       "needs the ray extra"})
@@ -165,6 +188,7 @@ class MARLConfig:
             raise ConfigError(f"eval task(s) {overlap} are also training tasks; held-out tasks must differ")
         object.__setattr__(self, "train_tasks", train)
         object.__setattr__(self, "eval_tasks", held_out)
+        object.__setattr__(self, "task_episodes", _task_episodes(self.task_episodes, train))
         _check_spec(self.critic, ("outcome", "reference", "oracle", "verified"), "critic")
         _check_spec(self.adversary, ("rule", "own"), "adversary")
         if self.critic == "outcome" and self.adversary == "own":
@@ -185,6 +209,11 @@ class MARLConfig:
             raise ConfigError("dpo must not set output_dir: run_marl puts TRL's folder in out_dir/iter{k}/trl")
         object.__setattr__(self, "dpo", dict(self.dpo))
         self._check_team()
+
+    def episodes_of(self, task: str) -> int:
+        """Rollout episodes of ``task`` per iteration: its ``task_episodes`` count, else ``episodes_per_task``."""
+        counts = dict(item.split("=") for item in self.task_episodes)
+        return int(counts.get(task, self.episodes_per_task))
 
     def _check_pair_options(self) -> None:
         if isinstance(self.anchor, bool) or not isinstance(self.anchor, int | float) or not self.anchor >= 0:

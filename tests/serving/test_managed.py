@@ -315,7 +315,7 @@ def test_per_agent_servers_get_cores_of_their_own_on_a_cpu(monkeypatch):
 def test_auto_serves_one_model_on_vllm_and_per_agent_models_on_llamacpp(tmp_path, tiny_model_dir, adapter_dirs,
                                                                         monkeypatch, what, flavor, installed, chosen):
     from collabui.serving import managed, setup
-    from collabui.serving.managed import choose_backend, rollout_backend
+    from collabui.serving.managed import choose_backend, rollout_model_factory
 
     monkeypatch.setattr(managed, "_installed", lambda: installed)
     monkeypatch.setattr(setup, "default_flavor", lambda: flavor)
@@ -332,13 +332,24 @@ def test_auto_serves_one_model_on_vllm_and_per_agent_models_on_llamacpp(tmp_path
              "per-agent bundle": (f"trained:{_bundle(tmp_path / 'p', tiny_model_dir, adapter_dirs)}", None)}
     spec, adapters = specs[what]
     assert choose_backend(served_spec(spec, adapters)) == chosen
-    # MARL's rollouts: per-agent models from iteration 1 on, so llama.cpp wherever it is installed on a
-    # CPU; a team sharing one adapter as the one-model rows are served
-    per_agent = "vllm" if flavor == "gpu" or not installed["llamacpp"] else "llamacpp"
-    assert rollout_backend("auto") == per_agent
+    # MARL's rollouts choose per adapter set: the start model alone (iteration 0) and a shared
+    # adapter are one model; per-agent adapters are several
     one = "vllm" if flavor == "gpu" or installed["vllm"] or not installed["llamacpp"] else "llamacpp"
-    assert rollout_backend("auto", one_model=True) == one
-    assert rollout_backend("vllm") == "vllm"
+    several = "vllm" if flavor == "gpu" or not installed["llamacpp"] else "llamacpp"
+    built = []
+
+    def factory(backend):
+        return lambda **fields: lambda base, adapters: built.append((backend, fields.get("merged", False))) or backend
+
+    monkeypatch.setattr(managed, "llamacpp_model_factory", factory("llamacpp"))
+    monkeypatch.setattr(managed, "vllm_model_factory", factory("vllm"))
+    pair = {"agent0": adapter_dirs["a1"], "agent1": adapter_dirs["a2"]}
+    per_agent, shared = rollout_model_factory("auto", dtype="auto"), rollout_model_factory("auto", shared=True)
+    assert [per_agent(tiny_model_dir, {}), per_agent(tiny_model_dir, pair)] == [one, several]
+    assert shared(tiny_model_dir, dict.fromkeys(pair, adapter_dirs["a1"])) == one
+    assert built[-1] == (one, one == "vllm")  # a shared adapter on vLLM is folded into the model
+    assert rollout_model_factory("vllm")(tiny_model_dir, pair) == "vllm"
+    assert rollout_model_factory("llamacpp", shared=True)(tiny_model_dir, {}) == "llamacpp"
 
 
 def test_auto_says_when_it_drops_merged(tmp_path, tiny_model_dir, adapter_dirs, monkeypatch, caplog):

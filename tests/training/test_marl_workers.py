@@ -36,7 +36,8 @@ def stop_after_rollouts(monkeypatch):
 
 
 def _config(base_dir: Path, out: Path, **kw: Any) -> MARLConfig:
-    return MARLConfig(model=f"hf:{base_dir}", train_tasks=("task-a",), eval_tasks=("task-b",), episodes_per_task=2,
+    kw.setdefault("train_tasks", ("task-a",))
+    return MARLConfig(model=f"hf:{base_dir}", eval_tasks=("task-b",), episodes_per_task=2,
                       eval_episodes_per_task=1, iterations=1, critic="reference", out_dir=str(out),
                       team=TeamConfig(n_agents=2, rounds=1, max_steps=2, max_new_tokens=6, prompt_style="react"), **kw)
 
@@ -127,10 +128,11 @@ def test_serve_backend_llamacpp_rolls_out_on_its_factory(base_dir, tmp_path, sto
         _config(base_dir, tmp_path / "x", serve_backend="llamacpp")
 
 
-def test_auto_rolls_a_shared_adapter_out_merged_on_vllm(base_dir, tmp_path, stop_after_rollouts, monkeypatch):
-    """With ``shared_adapter`` the team is one model, so ``auto`` takes vLLM's factory with the
-    adapter merged in (the factory is tested on the fake server in tests/serving/test_managed.py);
-    per-agent adapters take llama.cpp's where it is installed."""
+def test_auto_rolls_one_model_out_on_vllm(base_dir, tmp_path, stop_after_rollouts, monkeypatch):
+    """Iteration 0's team is the start model alone, shared adapter or not, so ``auto`` rolls it out
+    on vLLM's factory (merged when the team will share one adapter; the factories are tested on
+    the fake server in tests/serving/test_managed.py, the per-set choice there too: per-agent
+    adapters from iteration 1 on take llama.cpp's where it is installed)."""
     from collabui.models.local import LocalModel
     from collabui.serving import managed, setup
 
@@ -149,9 +151,34 @@ def test_auto_rolls_a_shared_adapter_out_merged_on_vllm(base_dir, tmp_path, stop
     monkeypatch.setattr(managed, "llamacpp_model_factory", factory("llamacpp"))
     monkeypatch.setattr(managed, "vllm_model_factory", factory("vllm"))
     for name, shared, expected in (("shared", True, ("vllm", {"merged": True, "dtype": "auto"})),
-                                   ("per-agent", False, ("llamacpp", {"dtype": "auto"}))):
+                                   ("per-agent", False, ("vllm", {"merged": False, "dtype": "auto"}))):
         built.clear()
         with pytest.raises(StopAfterRollouts):
             run_marl(_config(base_dir, tmp_path / name, serve=True, serve_backend="auto", shared_adapter=shared),
                      progress=False, env_factory=fake_env)
         assert built and set(map(str, built)) == {str(expected)}
+
+
+def test_task_episodes_rolls_out_more_of_the_named_tasks(base_dir, tmp_path, stop_after_rollouts):
+    """``task_episodes`` overrides ``episodes_per_task`` for the tasks it names: their extra episodes
+    get new seeds, the first ones keep the seeds the plain count would give them."""
+    runs = {}
+    for name, extra in (("plain", ()), ("more", "task-c=4")):
+        config = _config(base_dir, tmp_path / name, train_tasks=("task-a", "task-c"), task_episodes=extra)
+        with pytest.raises(StopAfterRollouts):
+            run_marl(config, progress=False, env_factory=fake_env)
+        manifest = (tmp_path / name / "iter0" / "rollouts.jsonl").read_text().splitlines()
+        runs[name] = {r["episode_id"]: r["seed"] for r in map(json.loads, manifest)}
+    assert sorted(runs["more"]) == ["iter0-task-a-0", "iter0-task-a-1", *(f"iter0-task-c-{e}" for e in range(4))]
+    assert all(runs["more"][k] == seed for k, seed in runs["plain"].items())
+    assert len(set(runs["more"].values())) == 6
+    assert config.task_episodes == ("task-c=4",) and config.episodes_of("task-a") == 2
+
+
+@pytest.mark.parametrize("extra, error", [("task-b=2", "'task-b' is not one of train_tasks"),
+                                          ("task-a=0", "'task-a=0' is not TASK=N with N >= 1"),
+                                          ("task-a", "'task-a' is not TASK=N"),
+                                          ("task-a=2,task-a=3", "'task-a' is named twice")])
+def test_task_episodes_names_a_bad_entry(tmp_path, extra, error):
+    with pytest.raises(ConfigError, match=error):
+        _config(tmp_path, tmp_path / "x", task_episodes=extra)
