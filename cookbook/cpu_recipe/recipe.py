@@ -497,7 +497,7 @@ def checks(config: RecipeConfig, trained: Path, out: Path, clock: _Clock,
               f"{val['episodes']} {json.dumps(val['per_task'])}", file=sys.stderr)
     if config.validate_forms:
         val = found["validation_forms_team"] = _row(clock.run("5 validation forms", lambda: validate(
-            config, team, out / f"validation-forms-{name}", forms=True)))
+            config, team, out / f"validation-forms-{name}", team=True, forms=True)))
         print(f"[recipe] validation of the trained team on the training forms (new seeds): {val['successes']}/"
               f"{val['episodes']}, typing loops in {val.get('typing_loops')} {json.dumps(val['per_task'])}",
               file=sys.stderr)

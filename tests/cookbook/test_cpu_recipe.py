@@ -256,7 +256,7 @@ DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0,
                 "extract_rank": 48, "extract_embedding_rank": 32, "element_format": "text-first", "style": "terse", "episodes": 13,
                 "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "stop_when_decided": True, "critic_episodes": 6, "team": False,
                 "serve": False, "serve_dtype": "auto", "serve_agents": "lora", "serve_backend": "vllm", "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
-                "dpo_lr": 5e-5, "marl_iterations": 0, "marl_episodes": 2, "marl_pairs": 0, "marl_right_pairs": False,
+                "dpo_lr": 5e-5, "marl_iterations": 0, "marl_episodes": 2, "marl_task_episodes": (), "marl_pairs": 0, "marl_right_pairs": False,
                 "marl_mirror": False, "marl_element_kinds": False, "marl_pool": False, "marl_shared": False, "marl_anchor": 0.0, "marl_epochs": 1.0, "marl_rollouts_from": None,
                 "marl_reuse_iterations": 1,
                 # bf16 mixed precision where this machine computes it natively (AVX512-BF16/AMX, CUDA)
@@ -331,7 +331,7 @@ def test_stage_configs_are_the_ones_the_recipe_always_built(tmp_path, monkeypatc
         "--sft-examples 1600 --sft-seed 0 --style terse --team-share 0.5")
     clock = recipe._Clock(tmp_path / "recipe.json", config)
     clock.run("x", lambda: None)
-    assert json.loads((tmp_path / "recipe.json").read_text())["args"] == DEFAULT_ARGS
+    assert json.loads((tmp_path / "recipe.json").read_text())["args"] == json.loads(json.dumps(DEFAULT_ARGS))  # tuples read back as lists
 
 
 def test_a_whole_model_bundle_is_never_published_and_an_extract_is(tmp_path, capsys):
