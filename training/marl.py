@@ -55,8 +55,8 @@ from collabui.training.marl_config import (
     MARLConfig,
     changed_fields,
     flat_fields,
-    nest_team_fields,
     rft_config,
+    stored_fields,
 )
 from collabui.training.marl_report import IterationReport, MARLReport, plot_marl_report
 from collabui.training.rollout import (
@@ -132,9 +132,7 @@ class _State:
             return state
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            # Fields added after a run started take their defaults (a new option never
-            # invalidates an old run folder).
-            old = {**flat_fields(MARLConfig().to_dict()), **flat_fields(nest_team_fields(data["config"]))}
+            old = stored_fields(data["config"])  # fields added since the run started read as defaults
             data["stages"]  # noqa: B018 - presence check
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             raise ConfigError(f"{path} is unreadable; delete it (or the folder) to start over") from None

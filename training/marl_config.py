@@ -4,6 +4,7 @@ DPO overrides; its JSON form is what ``state.json`` keeps and a rerun is compare
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -306,9 +307,18 @@ def flat_fields(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def changed_fields(old: Mapping[str, Any], new: Mapping[str, Any], ignore: Sequence[str] = ()) -> list[str]:
     """The fields (``team.x`` for the team's) whose values differ between two stored configs
-    (JSON form), sorted, leaving out ``ignore``."""
-    a, b = flat_fields(old), flat_fields(new)
+    (JSON form), sorted, leaving out ``ignore``. A field either side lacks reads as its default:
+    a config stored before an option existed ran with that option's default, so adding an
+    option never makes an old run folder differ."""
+    a, b = stored_fields(old), stored_fields(new)
     return sorted(k for k in set(a) | set(b) if k not in ignore and a.get(k) != b.get(k))
+
+
+def stored_fields(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored config (JSON form, flat team fields of old runs allowed) as ``flat_fields``,
+    every field it lacks filled with the default's JSON form."""
+    defaults = json.loads(json.dumps(MARLConfig().to_dict()))
+    return {**flat_fields(defaults), **flat_fields(nest_team_fields(config))}
 
 
 def _check_spec(spec: str, names: Sequence[str], what: str) -> None:

@@ -365,7 +365,7 @@ _TAUGHT = ("balance_steps", "batch", "bf16", "demo_minutes", "demo_seeds", "dpo_
            "sft_draws", "sft_epochs", "sft_examples", "sft_seed", "style", "synthetic_pages", "team_share")
 #: MARL's settings, in the MARL team's ``made_by`` (they shape the team, not the SFT model).
 _TAUGHT_MARL = ("marl_anchor", "marl_element_kinds", "marl_episodes", "marl_epochs", "marl_iterations", "marl_mirror",
-                "marl_pairs", "marl_pool", "marl_right_pairs", "marl_shared")
+                "marl_pairs", "marl_pool", "marl_right_pairs", "marl_shared", "marl_task_episodes")
 
 
 def made_by_command(config: RecipeConfig, *, marl: bool = False) -> str:
@@ -383,6 +383,9 @@ def made_by_command(config: RecipeConfig, *, marl: bool = False) -> str:
         if isinstance(value, bool):
             if value or defaults[name]:
                 words.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, tuple):  # a list flag takes its items comma-separated; none: its default
+            if value:
+                words += [flag, ",".join(map(str, value))]
         else:
             words += [flag, str(value)]
     if marl and config.marl_reuse_iterations > 1:  # later iterations learnt from that run's team's episodes

@@ -148,7 +148,7 @@ def reuse_rollouts(config: RecipeConfig, run: Path, start: Path, target: Path) -
             or rolled out other episodes (another team, tasks, seeds, page format or DAG).
     """
     from collabui.training.marl import RESUMABLE_CHANGES, STATE_FILE
-    from collabui.training.marl_config import changed_fields, flat_fields
+    from collabui.training.marl_config import changed_fields, stored_fields
 
     source = run / "marl" / "trained_team"
     try:
@@ -162,7 +162,7 @@ def reuse_rollouts(config: RecipeConfig, run: Path, start: Path, target: Path) -
                           "finish that run first, or lower --marl-reuse-iterations")
     ours = json.loads(json.dumps(marl_config(config, start, target).to_dict()))
     differ = changed_fields(theirs, ours, _UPDATE_ONLY + tuple(RESUMABLE_CHANGES))
-    mine, other = flat_fields(ours), flat_fields(theirs)
+    mine, other = stored_fields(ours), stored_fields(theirs)
     if differ:
         shown = ", ".join(f"{k}: {other.get(k)!r} there, {mine.get(k)!r} here" for k in differ[:3])
         raise ConfigError(f"--marl-rollouts-from {run}: its episodes differ ({shown}); use the same team and "

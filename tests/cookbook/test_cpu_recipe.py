@@ -366,6 +366,14 @@ def test_made_by_is_a_command_the_recipe_accepts():
     again = recipe._args(words[1:])
     assert {k: recipe.flag_values(again)[k] for k in recipe._TAUGHT} == \
         {k: recipe.flag_values(config)[k] for k in recipe._TAUGHT}
+    # The MARL team's, list flags included (items comma-separated; an empty list left out).
+    for more in ([], ["--marl-task-episodes", "login-user-popup=18,form-sequence=9"]):
+        config = recipe._args(["--team", "--marl-iterations", "1", "--marl-shared", *more])
+        words = recipe.made_by_command(config, marl=True).split()
+        again = recipe._args(words[1:])
+        assert {k: recipe.flag_values(again)[k] for k in recipe._TAUGHT_MARL} == \
+            {k: recipe.flag_values(config)[k] for k in recipe._TAUGHT_MARL}
+        assert ("--marl-task-episodes" in words) == bool(more)
 
 
 def test_recipe_runs_as_a_script(tmp_path):

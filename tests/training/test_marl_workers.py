@@ -182,3 +182,15 @@ def test_task_episodes_rolls_out_more_of_the_named_tasks(base_dir, tmp_path, sto
 def test_task_episodes_names_a_bad_entry(tmp_path, extra, error):
     with pytest.raises(ConfigError, match=error):
         _config(tmp_path, tmp_path / "x", task_episodes=extra)
+
+
+def test_a_field_a_stored_config_lacks_reads_as_its_default(tmp_path):
+    """A run folder (or a --marl-rollouts-from source) stored before an option existed ran with
+    its default: only a value that differs from it counts as a change."""
+    from collabui.training.marl_config import changed_fields
+
+    new = json.loads(json.dumps(_config(tmp_path, tmp_path / "x").to_dict()))
+    old = {k: v for k, v in new.items() if k != "task_episodes"}
+    assert changed_fields(old, new) == [] and changed_fields(new, old) == []
+    more = {**new, "task_episodes": ["task-a=3"]}
+    assert changed_fields(old, more) == ["task_episodes"]

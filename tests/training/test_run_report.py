@@ -97,8 +97,10 @@ def test_a_run_folder_from_before_a_new_option_still_resumes(base_dir, tmp_path)
     out = tmp_path / "run"
     _run(_config(base_dir, out), _log())
     state = json.loads((out / "state.json").read_text())
-    # As written before the team was nested (its fields flat) and before prompt_style existed.
+    # As written before the team was nested (its fields flat) and before prompt_style and
+    # task_episodes existed.
     team = state["config"].pop("team")
+    del state["config"]["task_episodes"]
     state["config"].update({k: team[k] for k in ("n_agents", "rounds", "max_steps", "max_new_tokens", "topology",
                                                  "seed")})
     (out / "state.json").write_text(json.dumps(state))
