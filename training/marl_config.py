@@ -63,14 +63,14 @@ def _task_episodes(value: Any, train: tuple[str, ...]) -> tuple[str, ...]:
     for item in (str(i).strip() for i in items):
         if not item:
             continue
-        task, _, count = item.partition("=")
-        if not count.strip().isdigit() or int(count) < 1:
+        task, _, count = (part.strip() for part in item.partition("="))
+        if not count.isdigit() or int(count) < 1:
             raise ConfigError(f"task_episodes entry {item!r} is not TASK=N with N >= 1; write e.g. "
                               "login-user-popup=18")
-        if task.strip() not in train or task.strip() in seen:
-            why = "is named twice" if task.strip() in seen else "is not one of train_tasks"
-            raise ConfigError(f"task_episodes: {task.strip()!r} {why}; give each training task at most once")
-        seen[task.strip()] = int(count)
+        if task not in train or task in seen:
+            why = "is named twice" if task in seen else "is not one of train_tasks"
+            raise ConfigError(f"task_episodes: {task!r} {why}; give each training task at most once")
+        seen[task] = int(count)
     return tuple(f"{task}={n}" for task, n in seen.items())
 
 
