@@ -267,6 +267,8 @@ class _Run:
         ds = ds.remove_columns(CORRECTION_COLUMN)
         if c.anchor:
             ds, stats["anchors"] = self.anchored(it, ds, stats["per_agent"])
+        if c.rehearse:
+            ds, stats["rehearsal"] = self.rehearsed(ds, stats["per_agent"])
         tmp = save_pairs(ds, it / ".pairs.jsonl.tmp")
         os.replace(tmp, it / "pairs.jsonl")
         return stats
@@ -284,6 +286,20 @@ class _Run:
         if "chosen_source" not in ds.column_names:  # rule or LLM adversary pairs
             anchors = anchors.remove_columns("chosen_source")
         return concatenate_datasets([ds, anchors]), {str(a): found.get(a, 0) for a in range(c.team.n_agents)}
+
+    def rehearsed(self, ds: Any, per_agent: Mapping[str, int]) -> tuple[Any, dict[str, int]]:
+        """``ds`` with each agent's rehearsal rows added (``MARLConfig.rehearse`` per pair it has)."""
+        from datasets import concatenate_datasets
+
+        from collabui.training.mistake_pairs import rehearsal_pairs
+
+        c = self.config
+        counts = {int(a): round(c.rehearse * n) for a, n in per_agent.items()}
+        rows = rehearsal_pairs(c.rehearsal, counts, seed=c.team.seed)
+        found = Counter(int(a) for a in rows["agent"])
+        if "chosen_source" not in ds.column_names:  # rule or LLM adversary pairs
+            rows = rows.remove_columns("chosen_source")
+        return concatenate_datasets([ds, rows]), {str(a): found.get(a, 0) for a in range(c.team.n_agents)}
 
     def update(self, k: int, it: Path) -> dict[str, Any]:
         """Each agent's update on this iteration's pairs, from its adapter of iteration k-1 (with
@@ -543,6 +559,9 @@ def run_marl(config: MARLConfig, *, progress: bool = True, env_factory: EnvFacto
     if env_factory is None:
         _check_tasks(config)
     config.dpo_config(out / "trl")  # an invalid DPO option fails before any rollout
+    if config.rehearse and not (config.rehearsal and Path(config.rehearsal).is_file()):
+        raise ConfigError(f"rehearse draws rows from rehearsal, but {config.rehearsal!r} is not a file: give the JSONL "
+                          "file of stage 1's SFT rows (rehearsal=PATH), or set rehearse to 0")
     state = _State.open(out, config)  # the user's config; the run uses its auto settings resolved
     if base_dir is None:
         base_dir = merged_base(config.model, out)

@@ -124,6 +124,13 @@ class MARLConfig:
         "metavar": "R", "help": "anchor rows: per agent, R x its pair count of its own verified-right answers (at steps "
         "drawn evenly) trained through DPO's SFT term alone (chosen = rejected), so what the agents already do right "
         "keeps its likelihood where no pair touches it; needs loss_type with sft (default 0: none)"})
+    rehearse: float = field(default=0.0, metadata={
+        "metavar": "R", "help": "rehearsal rows: per agent, R x its pair count of the prompt-completion rows in "
+        "rehearsal (stage 1's SFT rows), trained through DPO's SFT term alone like the anchors, so states the "
+        "rollouts seldom visit (a login form's popup) keep the answer stage 1 taught; needs rehearsal and "
+        "loss_type with sft (default 0: none)"})
+    rehearsal: str | None = field(default=None, metadata={
+        "help": "the JSONL file of prompt-completion rows, in the agents' chat format, that rehearse draws from"})
     shared_adapter: bool = field(default=False, metadata={
         "help": "one adapter for the whole team, trained on every agent's pairs (each in the context that agent saw), "
         "so the agents stay one model that differs by temperature and DAG place, as the SFT team's do; served as one "
@@ -225,10 +232,13 @@ class MARLConfig:
             # the finer kinds only steer the mirror cut and the even draw; alone they change no pair
             raise ConfigError("--element-kinds balances pairs within --mirror-corrections or --max-pairs and "
                               "changes nothing alone: add one of them or drop it")
-        if self.anchor and self.objective == "dpo" and "sft" not in losses:
-            # chosen = rejected leaves the preference loss without a gradient: only an SFT term teaches them
-            raise ConfigError("anchor rows teach through DPO's SFT term only: add it, e.g. "
-                              "--dpo loss_type='[\"sigmoid\", \"sft\"]'")
+        if isinstance(self.rehearse, bool) or not isinstance(self.rehearse, int | float) or not self.rehearse >= 0:
+            raise ConfigError(f"rehearse must be a number >= 0 (rows per pair), got {self.rehearse!r}")
+        for name in ("anchor", "rehearse"):
+            if getattr(self, name) and self.objective == "dpo" and "sft" not in losses:
+                # chosen = rejected leaves the preference loss without a gradient: only an SFT term teaches them
+                raise ConfigError(f"{name} rows teach through DPO's SFT term only: add it, e.g. "
+                                  "--dpo loss_type='[\"sigmoid\", \"sft\"]'")
 
     def _check_team(self) -> None:
         team = self.team

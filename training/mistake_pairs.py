@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collabui.trace import read_trace
@@ -43,7 +44,8 @@ if TYPE_CHECKING:
 
 __all__ = ["build_mistake_pairs", "mistake_pairs_for_step", "right_pairs_for_step", "balance_pairs",
            "mirror_corrections", "correction_kind", "correction_counts", "with_correction_kinds",
-           "traces_action_space", "verified_sft_rows", "anchor_pairs", "MISTAKE_COLUMNS", "CORRECTION_COLUMN"]
+           "traces_action_space", "verified_sft_rows", "anchor_pairs", "rehearsal_pairs",
+           "MISTAKE_COLUMNS", "CORRECTION_COLUMN"]
 
 MISTAKE_COLUMNS = (*PAIR_COLUMNS, "chosen_source")
 
@@ -365,6 +367,14 @@ def verified_sft_rows(trace_paths: PathLike | Iterable[PathLike], labels_path: P
                    ("prompt", "completion"))
 
 
+def _is_chat_row(row: Any) -> bool:
+    """Whether ``row`` is a prompt-completion row of chat turns (TRL's conversational format)."""
+    return (isinstance(row, dict) and all(
+        isinstance(row.get(key), list) and row[key]
+        and all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in row[key])
+        for key in ("prompt", "completion")))
+
+
 def anchor_pairs(trace_paths: PathLike | Iterable[PathLike], labels_path: PathLike, counts: Mapping[int, int], *,
                  critic: str | None = None, seed: int = 0) -> Dataset:
     """Up to ``counts[agent]`` anchor records per agent: an answer of that agent the critic
@@ -394,6 +404,57 @@ def anchor_pairs(trace_paths: PathLike | Iterable[PathLike], labels_path: PathLi
         {"prompt": r["prompt"], "chosen": r["completion"], "rejected": r["completion"], "agent": r["agent"],
          "episode_id": r["episode_id"], "t": r["t"], "round": r["round"], "score": 1.0,
          "rejected_source": "anchor", "chosen_source": "anchor"} for r in picked])
+
+
+def rehearsal_pairs(path: PathLike, counts: Mapping[int, int], *, seed: int = 0) -> Dataset:
+    """Up to ``counts[agent]`` rehearsal records per agent from ``path``, a JSONL file of
+    prompt-completion rows in the agents' own chat format (stage 1's SFT rows), each with its
+    completion as both ``chosen`` and ``rejected``.
+
+    Like the anchors they teach through DPO's SFT term alone, but on the states the stage-1 data
+    covers rather than those the rollouts visited: a state the team seldom meets on its own (a
+    login form's time-out popup) keeps its verified answer while the pairs pull the neighbouring
+    states. Rows are drawn one (task, step) group at a time in a seeded order per agent, so every
+    group gives one before any gives a second; ``rejected_source`` and ``chosen_source`` are
+    ``rehearsal``.
+
+    Raises:
+        ConfigError: the file is missing, or a line is not a prompt-completion row.
+    """
+    import random
+
+    from collabui.errors import ConfigError
+
+    rows = []
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as exc:
+        raise ConfigError(f"rehearsal rows {path}: cannot read ({exc.strerror}); write the stage-1 rows there "
+                          "or drop the rehearsal") from None
+    for n, line in enumerate(filter(str.strip, lines), 1):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if not _is_chat_row(row):
+            raise ConfigError(f"rehearsal rows {path}: line {n} is not a prompt-completion row "
+                              "({'prompt': [...], 'completion': [...]}); rewrite the file") from None
+        rows.append(row)
+    picked: list[dict[str, Any]] = []
+    for agent, wanted in sorted(counts.items()):
+        groups: dict[tuple[str, int], list[int]] = {}
+        for k, row in enumerate(rows):
+            groups.setdefault((str(row.get("task_name", "")), int(row.get("t", 0))), []).append(k)
+        queues = [groups[key] for key in sorted(groups)]
+        rng = random.Random(f"{seed}-rehearsal-{agent}")
+        for queue in queues:
+            rng.shuffle(queue)
+        rng.shuffle(queues)
+        picked += [(agent, rows[k]) for k in _round_robin(queues, wanted, take=lambda queue: queue.pop(0))]
+    return _mistake_dataset([
+        {"prompt": r["prompt"], "chosen": r["completion"], "rejected": r["completion"], "agent": agent,
+         "episode_id": f"rehearsal-{r.get('task_name', '')}-{r.get('seed', '')}", "t": int(r.get("t", 0)), "round": 0,
+         "score": 1.0, "rejected_source": "rehearsal", "chosen_source": "rehearsal"} for agent, r in picked])
 
 
 def _labelled_rows(trace_paths: PathLike | Iterable[PathLike], labels_path: PathLike, critic: str | None,

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from recipe_sft import ALL_LINEAR
+from recipe_sft import ALL_LINEAR, demo_rows
 
 from collabui.config import TeamConfig
 from collabui.errors import ConfigError
@@ -32,7 +32,9 @@ ABLATIONS: dict[str, dict[str, Any]] = {"ablation_no_cr": {"critic": "outcome", 
 #: MARLConfig's fields with recipe flags (``--marl-episodes``, ``--marl-mirror``...: recipe._RENAME);
 #: the recipe sets the others (``marl_config``).
 MARL_FLAGS = ("episodes_per_task", "task_episodes", "right_pairs", "max_pairs", "mirror_corrections", "element_kinds", "pool_pairs",
-              "shared_adapter", "anchor")
+              "shared_adapter", "anchor", "rehearse")
+#: Where a MARL run's rehearsal rows are written (in the run's marl/ folder): stage 1's SFT rows.
+REHEARSAL_FILE = "rehearsal.jsonl"
 #: Every MARL update's DPO, with an SFT term on chosen; small per-agent adapters (rank 8: four of
 #: them and the SFT adapter stay under 40 MB in fp16). Learning rate and epochs: --dpo-lr, --marl-epochs.
 _DPO = {"loss_type": ["sigmoid", "sft"], "beta": 0.1, "per_device_train_batch_size": 4, "lora_r": 8, "lora_alpha": 16,
@@ -55,6 +57,8 @@ def marl_config(config: RecipeConfig, start: Path, out: Path, **change: Any) -> 
                       max_steps=config.evaluation.team.max_steps, seed=config.evaluation.team.seed)
     dpo = {**config.marl.dpo, "learning_rate": config.dpo_lr, "num_train_epochs": config.marl_epochs}
     serving = config.evaluation
+    if config.marl.rehearse:
+        change = {"rehearsal": str(Path(out).parent / REHEARSAL_FILE), **change}
     return dataclasses.replace(config.marl, model=f"trained:{start}", iterations=config.marl_iterations, team=team,
                                out_dir=str(out), serve=serving.serve, serve_dtype=serving.serve_dtype,
                                serve_backend=serving.serve_backend, concurrency=4 if serving.serve else 2,
@@ -67,6 +71,8 @@ def train_marl(config: RecipeConfig, start: Path, out: Path, clock: Clock) -> di
 
     runs = {"trained_team": {}, **trained_ablations(config)}
     found = {}
+    if config.marl.rehearse:
+        write_rehearsal(config, out.parent / "demo", out / REHEARSAL_FILE)
     if config.marl_rollouts_from is not None:
         reuse_rollouts(config, Path(config.marl_rollouts_from), start, out / "trained_team")
     for row, change in runs.items():
@@ -77,6 +83,28 @@ def train_marl(config: RecipeConfig, start: Path, out: Path, clock: Clock) -> di
                   lambda r=row, c=change: run_marl(marl_config(config, start, out / r, **c)), once=True)
         found[row] = out / row / "bundle"
     return found
+
+
+def write_rehearsal(config: RecipeConfig, demo: Path, target: Path) -> Path:
+    """``--marl-rehearse``: the SFT rows stage 1 trained on (the search's verified steps, in the
+    agents' format), written once to ``target`` for the MARL update to rehearse.
+
+    Raises:
+        ConfigError: the run folder has no demonstrations (a --from-bundle run: copy the start
+            run's demo/ folder in).
+    """
+    if target.is_file():
+        return target
+    if not (demo / "steps.jsonl").is_file():
+        raise ConfigError(f"--marl-rehearse rehearses stage 1's rows but {demo} has no steps.jsonl; copy the start "
+                          "run's demo/ folder there (cp -r RUN/demo OUT/) or drop --marl-rehearse")
+    rows = demo_rows(config, demo)[:config.sft_examples]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps({k: r[k] for k in ("prompt", "completion", "task_name", "seed", "t")}) + "\n"
+                           for r in rows))
+    tmp.replace(target)
+    return target
 
 
 def marl_suffix(iterations: int) -> str:
@@ -134,7 +162,7 @@ def share_rollouts(source: Path, target: Path, change: dict[str, Any], iteration
 #: MARL settings that change no rollout of iteration 0: how it is labelled, paired and learnt
 #: from, how many iterations follow, and where the episodes run.
 _UPDATE_ONLY = ("dpo", "objective", "adversary", "right_pairs", "max_pairs", "mirror_corrections", "element_kinds",
-                "anchor", "critic", "shared_adapter", "pool_pairs",
+                "anchor", "rehearse", "rehearsal", "critic", "shared_adapter", "pool_pairs",
                 "iterations", "out_dir", "model", "eval_tasks", "eval_episodes_per_task")
 
 

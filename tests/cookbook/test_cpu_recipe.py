@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from collabui.devices.miniwob import miniwob_tasks
+from collabui.errors import ConfigError
 from collabui.training._peft import default_bf16
 from collabui.training.task_lists import HELDOUT_TASKS, TRAIN_TASKS
 from tests.cookbook.scripts import CPU_RECIPE, load_script, stage_module
@@ -257,7 +258,7 @@ DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0,
                 "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "stop_when_decided": True, "critic_episodes": 6, "team": False,
                 "serve": False, "serve_dtype": "auto", "serve_agents": "lora", "serve_backend": "vllm", "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
                 "dpo_lr": 5e-5, "marl_iterations": 0, "marl_episodes": 2, "marl_task_episodes": (), "marl_pairs": 0, "marl_right_pairs": False,
-                "marl_mirror": False, "marl_element_kinds": False, "marl_pool": False, "marl_shared": False, "marl_anchor": 0.0, "marl_epochs": 1.0, "marl_rollouts_from": None,
+                "marl_mirror": False, "marl_element_kinds": False, "marl_pool": False, "marl_shared": False, "marl_anchor": 0.0, "marl_rehearse": 0.0, "marl_epochs": 1.0, "marl_rollouts_from": None,
                 "marl_reuse_iterations": 1,
                 # bf16 mixed precision where this machine computes it natively (AVX512-BF16/AMX, CUDA)
                 "bf16": default_bf16(),
@@ -970,6 +971,32 @@ def test_marl_update_flags_reach_the_marl_config(tmp_path):
         built = MARL_STAGE.marl_config(every, tmp_path / "b", tmp_path / name, **change)
         assert (built.mirror_corrections, built.element_kinds, built.anchor) == (True, True, 1.0)
         assert built.right_pairs == (name != "ablation_no_cr")
+
+
+def test_marl_rehearse_writes_the_sft_rows_once_and_names_them_in_every_marl_config(tmp_path):
+    """--marl-rehearse: the rows stage 1 trained on (the first --sft-examples of the demo rows, in
+    the agents' format), written into the run's marl/ folder for every MARL run to draw from."""
+    from tests.training.test_hindsight import ROW
+
+    recipe = _recipe()
+    config = recipe._args(["--team", "--marl-iterations", "1", "--marl-rehearse", "0.5", "--sft-examples", "3"])
+    demo, marl = tmp_path / "run" / "demo", tmp_path / "run" / "marl"
+    with pytest.raises(ConfigError, match="has no steps.jsonl; copy the start run's demo/ folder there"):
+        MARL_STAGE.write_rehearsal(config, demo, marl / MARL_STAGE.REHEARSAL_FILE)
+    demo.mkdir(parents=True)
+    steps = [{**ROW, "seed": seed, "rendering": rendering} for seed in (1, 2) for rendering in ("page", "rendering-2")]
+    (demo / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
+    path = MARL_STAGE.write_rehearsal(config, demo, marl / MARL_STAGE.REHEARSAL_FILE)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    expected = SFT_STAGE.demo_rows(config, demo)[:3]
+    assert [(r["prompt"], r["completion"]) for r in rows] == [(e["prompt"], e["completion"]) for e in expected]
+    assert 'Click on the "yes" button.' in rows[0]["prompt"][-1]["content"]
+    built = MARL_STAGE.marl_config(config, tmp_path / "b", marl / "trained_team")
+    assert (built.rehearse, built.rehearsal) == (0.5, str(path))
+    assert MARL_STAGE.marl_config(config, tmp_path / "b", marl / "ablation_rft", objective="rft").rehearsal == str(path)
+    path.write_text("kept\n")  # written once: a resumed run rehearses the rows it began with
+    assert MARL_STAGE.write_rehearsal(config, demo, path).read_text() == "kept\n"
+    assert "--marl-rehearse 0.5" in recipe.made_by_command(config, marl=True)
 
 
 def test_the_recipe_composes_marl_config_its_flags_help_and_checks(capsys):

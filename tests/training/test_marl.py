@@ -491,6 +491,46 @@ def test_anchor_rows_need_the_sft_term(tmp_path):
         MARLConfig(train_tasks=("task-a",), eval_tasks=("task-b",), out_dir=str(tmp_path), anchor=-1)
 
 
+def _rehearsal_file(path, tasks=("task-a", "task-b"), steps=2):
+    """Stage-1-like SFT rows: two steps of two tasks, three renderings each."""
+    rows = [{"prompt": [{"role": "user", "content": f"Task: {task} step {t} rendering {k}"}],
+             "completion": [{"role": "assistant", "content": f'Action: {{"action": "click", "element_id": "{t}"}}'}],
+             "task_name": task, "seed": k, "t": t} for task in tasks for t in range(steps) for k in range(3)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_rehearsal_rows_join_the_pairs_and_the_dpo(base_dir, tmp_path):
+    out = tmp_path / "run"
+    dpo = {"max_steps": 1, "per_device_train_batch_size": 1, "loss_type": ["sigmoid", "sft"]}
+    rehearsal = _rehearsal_file(tmp_path / "rehearsal.jsonl")
+    report = _run(_config(base_dir, out, rehearse=3.0, rehearsal=str(rehearsal), eval_episodes_per_task=0, dpo=dpo),
+                  _log())
+    rows = [json.loads(line) for line in (out / "iter0" / "pairs.jsonl").read_text().splitlines()]
+    rehearsed = [r for r in rows if r["rejected_source"] == "rehearsal"]
+    # One pair each, 3 rehearsal rows asked per pair: a row from each (task, step) group in turn.
+    assert sorted(r["agent"] for r in rehearsed) == [0, 0, 0, 1, 1, 1]
+    assert all(r["chosen"] == r["rejected"] and r["prompt"][0]["content"].startswith("Task: task-") for r in rehearsed)
+    for agent in (0, 1):
+        groups = [(r["prompt"][0]["content"].split()[1], r["t"]) for r in rehearsed if r["agent"] == agent]
+        assert len(set(groups)) == 3  # three of the four groups, none twice
+    [iteration] = report.iterations
+    assert iteration.pairs["rehearsal"] == {"0": 3, "1": 3}
+    assert [a["n_pairs"] for a in iteration.dpo["agents"]] == [4, 4]
+
+
+def test_rehearsal_needs_its_rows_and_the_sft_term(base_dir, tmp_path):
+    with pytest.raises(ConfigError, match="rehearse rows teach through DPO's SFT term only"):
+        MARLConfig(train_tasks=("task-a",), eval_tasks=("task-b",), out_dir=str(tmp_path), rehearse=1.0)
+    with pytest.raises(ConfigError, match="rehearse must be a number >= 0"):
+        MARLConfig(train_tasks=("task-a",), eval_tasks=("task-b",), out_dir=str(tmp_path), rehearse=-0.5)
+    dpo = {"max_steps": 1, "loss_type": ["sigmoid", "sft"]}
+    missing = _config(base_dir, tmp_path / "run", rehearse=1.0, rehearsal=str(tmp_path / "none.jsonl"), dpo=dpo)
+    with pytest.raises(ConfigError, match="none.jsonl' is not a file"):
+        _run(missing, _log())
+    assert not (tmp_path / "run" / "iter0").exists()  # refused before any rollout
+
+
 def test_element_kinds_alone_is_refused(tmp_path):
     """Element kinds only steer the mirror cut and the per-kind draw: asked for alone, the run
     would train on the very pairs it would have without them."""

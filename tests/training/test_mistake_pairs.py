@@ -272,3 +272,30 @@ def test_anchor_pairs_are_rewarded_answers_as_both_sides_drawn_a_step_at_a_time(
         assert r["chosen_source"] == r["rejected_source"] == "anchor"
     again = anchor_pairs([path], tmp_path / "labels.jsonl", {0: 3, 1: 5, 2: 2}, seed=0).to_list()
     assert again == rows  # seeded
+
+
+def test_rehearsal_pairs_draw_each_task_and_step_in_turn_and_refuse_other_rows(tmp_path):
+    from collabui.errors import ConfigError
+    from collabui.training.mistake_pairs import rehearsal_pairs
+
+    rows = [{"prompt": [{"role": "user", "content": f"{task} {t} {k}"}],
+             "completion": [{"role": "assistant", "content": f"answer {task} {t} {k}"}],
+             "task_name": task, "seed": k, "t": t} for task in ("a", "b") for t in (0, 1) for k in range(5)]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    drawn = rehearsal_pairs(path, {0: 6, 1: 4, 2: 0}, seed=3).to_list()
+    first = [r for r in drawn if r["agent"] == 0]
+    assert len(first) == 6 and len([r for r in drawn if r["agent"] == 1]) == 4
+    groups = [tuple(r["prompt"][0]["content"].split()[:2]) for r in first]
+    assert len(set(groups[:4])) == 4  # every (task, step) gives one before any gives a second
+    for r in drawn:
+        assert r["chosen"] == r["rejected"] and r["chosen"][0]["content"] == "answer " + r["prompt"][0]["content"]
+        assert r["chosen_source"] == r["rejected_source"] == "rehearsal" and r["round"] == 0
+    assert rehearsal_pairs(path, {0: 6, 1: 4, 2: 0}, seed=3).to_list() == drawn  # seeded
+    # each agent draws its own rows (its own seeded order), not the same few for all
+    assert [r["prompt"] for r in first][:4] != [r["prompt"] for r in drawn if r["agent"] == 1]
+    path.write_text(json.dumps({"prompt": "not chat", "completion": []}) + "\n")
+    with pytest.raises(ConfigError, match="line 1 is not a prompt-completion row"):
+        rehearsal_pairs(path, {0: 1})
+    with pytest.raises(ConfigError, match="cannot read"):
+        rehearsal_pairs(tmp_path / "missing.jsonl", {0: 1})
