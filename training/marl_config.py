@@ -130,7 +130,7 @@ class MARLConfig:
         "rollouts seldom visit (a login form's popup) keep the answer stage 1 taught; needs rehearsal and "
         "loss_type with sft (default 0: none)"})
     rehearsal: str | None = field(default=None, metadata={
-        "help": "the JSONL file of prompt-completion rows, in the agents' chat format, that rehearse draws from"})
+        "metavar": "PATH", "help": "the JSONL file of prompt-completion rows, in the agents' chat format, that rehearse draws from"})
     shared_adapter: bool = field(default=False, metadata={
         "help": "one adapter for the whole team, trained on every agent's pairs (each in the context that agent saw), "
         "so the agents stay one model that differs by temperature and DAG place, as the SFT team's do; served as one "
