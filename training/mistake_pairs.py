@@ -431,18 +431,20 @@ def rehearsal_pairs(path: PathLike, counts: Mapping[int, int], *, seed: int = 0)
     except OSError as exc:
         raise ConfigError(f"rehearsal rows {path}: cannot read ({exc.strerror}); write the stage-1 rows there "
                           "or drop the rehearsal") from None
-    for n, line in enumerate(filter(str.strip, lines), 1):
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
         try:
             row = json.loads(line)
         except ValueError:
             row = None
-        if not _is_chat_row(row):
+        if not _is_chat_row(row) or not isinstance(row.get("t", 0), int):
             raise ConfigError(f"rehearsal rows {path}: line {n} is not a prompt-completion row "
-                              "({'prompt': [...], 'completion': [...]}); rewrite the file") from None
+                              "({'prompt': [...], 'completion': [...], 't': step}); rewrite the file")
         rows.append(row)
     picked: list[dict[str, Any]] = []
     for agent, wanted in sorted(counts.items()):
-        groups: dict[tuple[str, int], list[int]] = {}
+        groups: dict[tuple[str, int], list[int]] = {}  # afresh per agent: the draw empties its queues
         for k, row in enumerate(rows):
             groups.setdefault((str(row.get("task_name", "")), int(row.get("t", 0))), []).append(k)
         queues = [groups[key] for key in sorted(groups)]

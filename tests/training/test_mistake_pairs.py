@@ -294,8 +294,8 @@ def test_rehearsal_pairs_draw_each_task_and_step_in_turn_and_refuse_other_rows(t
     assert rehearsal_pairs(path, {0: 6, 1: 4, 2: 0}, seed=3).to_list() == drawn  # seeded
     # each agent draws its own rows (its own seeded order), not the same few for all
     assert [r["prompt"] for r in first][:4] != [r["prompt"] for r in drawn if r["agent"] == 1]
-    path.write_text(json.dumps({"prompt": "not chat", "completion": []}) + "\n")
-    with pytest.raises(ConfigError, match="line 1 is not a prompt-completion row"):
+    path.write_text(json.dumps(rows[0]) + "\n\n" + json.dumps({"prompt": "not chat", "completion": []}) + "\n")
+    with pytest.raises(ConfigError, match="line 3 is not a prompt-completion row"):  # numbered as in the file
         rehearsal_pairs(path, {0: 1})
     with pytest.raises(ConfigError, match="cannot read"):
         rehearsal_pairs(tmp_path / "missing.jsonl", {0: 1})
