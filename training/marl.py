@@ -275,31 +275,29 @@ class _Run:
 
     def anchored(self, it: Path, ds: Any, per_agent: Mapping[str, int]) -> tuple[Any, dict[str, int]]:
         """``ds`` with each agent's anchor rows added (``MARLConfig.anchor`` per pair it has)."""
-        from datasets import concatenate_datasets
-
         from collabui.training.mistake_pairs import anchor_pairs
 
         c = self.config
         counts = {int(a): round(c.anchor * n) for a, n in per_agent.items()}
         anchors = anchor_pairs(it / "traces", it / "labels.jsonl", counts, critic=self.critic.name, seed=c.team.seed)
-        found = Counter(int(a) for a in anchors["agent"])
-        if "chosen_source" not in ds.column_names:  # rule or LLM adversary pairs
-            anchors = anchors.remove_columns("chosen_source")
-        return concatenate_datasets([ds, anchors]), {str(a): found.get(a, 0) for a in range(c.team.n_agents)}
+        return self.joined(ds, anchors)
 
     def rehearsed(self, ds: Any, per_agent: Mapping[str, int]) -> tuple[Any, dict[str, int]]:
         """``ds`` with each agent's rehearsal rows added (``MARLConfig.rehearse`` per pair it has)."""
-        from datasets import concatenate_datasets
-
         from collabui.training.mistake_pairs import rehearsal_pairs
 
         c = self.config
         counts = {int(a): round(c.rehearse * n) for a, n in per_agent.items()}
-        rows = rehearsal_pairs(c.rehearsal, counts, seed=c.team.seed)
+        return self.joined(ds, rehearsal_pairs(c.rehearsal, counts, seed=c.team.seed))
+
+    def joined(self, ds: Any, rows: Any) -> tuple[Any, dict[str, int]]:
+        """``ds`` with the SFT-term ``rows`` (anchors, rehearsal) appended, and how many each agent got."""
+        from datasets import concatenate_datasets
+
         found = Counter(int(a) for a in rows["agent"])
         if "chosen_source" not in ds.column_names:  # rule or LLM adversary pairs
             rows = rows.remove_columns("chosen_source")
-        return concatenate_datasets([ds, rows]), {str(a): found.get(a, 0) for a in range(c.team.n_agents)}
+        return concatenate_datasets([ds, rows]), {str(a): found.get(a, 0) for a in range(self.config.team.n_agents)}
 
     def update(self, k: int, it: Path) -> dict[str, Any]:
         """Each agent's update on this iteration's pairs, from its adapter of iteration k-1 (with

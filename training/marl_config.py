@@ -224,16 +224,16 @@ class MARLConfig:
         return int(counts.get(task, self.episodes_per_task))
 
     def _check_pair_options(self) -> None:
-        if isinstance(self.anchor, bool) or not isinstance(self.anchor, int | float) or not self.anchor >= 0:
-            raise ConfigError(f"anchor must be a number >= 0 (rows per pair), got {self.anchor!r}")
+        for name in ("anchor", "rehearse"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+                raise ConfigError(f"{name} must be a number >= 0 (rows per pair), got {value!r}")
         losses = self.dpo.get("loss_type", "sigmoid") if isinstance(self.dpo, Mapping) else ()
         losses = [losses] if isinstance(losses, str) else list(losses or ())
         if self.element_kinds and not (self.mirror_corrections or self.max_pairs):
             # the finer kinds only steer the mirror cut and the even draw; alone they change no pair
             raise ConfigError("--element-kinds balances pairs within --mirror-corrections or --max-pairs and "
                               "changes nothing alone: add one of them or drop it")
-        if isinstance(self.rehearse, bool) or not isinstance(self.rehearse, int | float) or not self.rehearse >= 0:
-            raise ConfigError(f"rehearse must be a number >= 0 (rows per pair), got {self.rehearse!r}")
         for name in ("anchor", "rehearse"):
             if getattr(self, name) and self.objective == "dpo" and "sft" not in losses:
                 # chosen = rejected leaves the preference loss without a gradient: only an SFT term teaches them
