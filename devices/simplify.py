@@ -26,6 +26,7 @@ from importlib import resources
 from typing import Any
 
 __all__ = [
+    "page_signature",
     "ID_ATTRIBUTE",
     "ELEMENT_FORMATS",
     "TYPED_FIELDS",
@@ -406,6 +407,23 @@ def untyped_name(tag: str, text: str) -> tuple[str, str]:
     if tag in TYPED_FIELDS:
         return "input", f"{tag}; {text}" if text else tag
     return tag, text
+
+
+def page_signature(tree: Node | None, text: str = "") -> str:
+    """What a page shows, without what a shuffling device varies between two looks at it: the
+    element tree's tags and texts, with no ids, DOM places or boxes and every node's parts in a
+    fixed order; ``text`` itself for a page without a tree (a phone). Equal signatures: the page
+    did not change."""
+    if not tree:
+        return text
+    return json.dumps(_signature(tree), separators=(",", ":"))
+
+
+def _signature(node: Node | str) -> Any:
+    if isinstance(node, str):
+        return node
+    parts = [_signature(part) for part in node.get("parts", ())]
+    return [node.get("tag", ""), sorted(parts, key=lambda p: json.dumps(p, separators=(",", ":")))]
 
 
 def observation_format(text: str) -> str:

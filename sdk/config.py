@@ -110,6 +110,12 @@ class TeamConfig:
                   "winner (the same action, fewer calls; the trace marks the skipped entries, which training "
                   "cannot label); not with --arbiter"},
     )
+    skip_stale: bool = field(
+        default=False,
+        metadata={"help": "when the vote's winner repeats the last executed action and that action left the page "
+                  "unchanged, execute the most-voted other proposal instead (a field typed into again, a button "
+                  "that does nothing: loops a retry cannot leave); the trace's vote names it passed_over"},
+    )
     max_new_tokens: int = field(default=64, metadata={"help": "generation budget per agent call"})
     max_observation_chars: int = field(default=6000, metadata={"help": "observation text cap"})
     batch_fallback_s: float = field(

@@ -190,8 +190,8 @@ class StepRunner:
         config["configurable"] = {"thread_id": f"{self.episode_id}/t{inputs['t']}/{digest}"}
         return config
 
-    def _inputs(self, task: str, observation: Any, history: Any, t: int) -> dict[str, Any]:
-        inputs = dict(self.team._inputs(task, observation, history, t))
+    def _inputs(self, task: str, observation: Any, history: Any, t: int, stale: str | None = None) -> dict[str, Any]:
+        inputs = dict(self.team._inputs(task, observation, history, t, stale))
         if self.policy is not None and not isinstance(observation, str):
             inputs["approval_context"] = approval_context(observation)
         return inputs
@@ -206,10 +206,10 @@ class StepRunner:
         by = self.policy if isinstance(self.policy, str) else "callable"
         return Command(resume={"approved": answer, "by": by})
 
-    def _start(self, task: str, observation: Any, history: Any, t: int):
+    def _start(self, task: str, observation: Any, history: Any, t: int, stale: str | None = None):
         """(inputs, config, what to send first, folded state) for one step, resuming its thread
         where it stopped when it has one."""
-        inputs = self._inputs(task, observation, history, t)
+        inputs = self._inputs(task, observation, history, t, stale)
         config = self._thread(inputs)
         saved = self.graph.get_state(config)
         if not saved.values:
@@ -230,11 +230,12 @@ class StepRunner:
                                   approval=values.get("approval"))
         return self.last_step
 
-    def step_events(self, task: str, observation: Any, history: Any, t: int) -> Generator[Any, None, Any]:
+    def step_events(self, task: str, observation: Any, history: Any, t: int,
+                    stale: str | None = None) -> Generator[Any, None, Any]:
         """Like ``team._step_events``: yields proposals and the vote as they land, returns the
         TeamStep (with ``approval`` when the action was flagged)."""
         started = time.perf_counter()
-        inputs, config, send, state = self._start(task, observation, history, t)
+        inputs, config, send, state = self._start(task, observation, history, t, stale)
         done = send is None and not self.graph.get_state(config).next
         while not done:
             pending = None
@@ -248,18 +249,19 @@ class StepRunner:
                 send = self._answer(pending)
         return self._end(inputs, config, started)
 
-    def step(self, task: str, observation: Any, history: Any = (), *, t: int = 0) -> Any:
-        gen = self.step_events(task, observation, history, t)
+    def step(self, task: str, observation: Any, history: Any = (), *, t: int = 0, stale: str | None = None) -> Any:
+        gen = self.step_events(task, observation, history, t, stale)
         while True:
             try:
                 next(gen)
             except StopIteration as stop:
                 return stop.value
 
-    async def astep_events(self, task: str, observation: Any, history: Any, t: int) -> AsyncGenerator[Any, None]:
+    async def astep_events(self, task: str, observation: Any, history: Any, t: int,
+                           stale: str | None = None) -> AsyncGenerator[Any, None]:
         """Async twin of ``step_events``; the last item is the TeamStep."""
         started = time.perf_counter()
-        inputs, config, send, state = self._start(task, observation, history, t)
+        inputs, config, send, state = self._start(task, observation, history, t, stale)
         done = send is None and not self.graph.get_state(config).next
         while not done:
             pending = None
@@ -278,9 +280,10 @@ class StepRunner:
                 send = self._answer(pending)
         yield self._end(inputs, config, started)
 
-    async def astep(self, task: str, observation: Any, history: Any = (), *, t: int = 0) -> Any:
+    async def astep(self, task: str, observation: Any, history: Any = (), *, t: int = 0,
+                    stale: str | None = None) -> Any:
         step = None
-        async for item in self.astep_events(task, observation, history, t):
+        async for item in self.astep_events(task, observation, history, t, stale):
             step = item
         return step
 

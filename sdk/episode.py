@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from collabui.actions import Action
 from collabui.approval import ApprovalPending, ApprovalPolicy
+from collabui.devices import simplify
 from collabui.devices.base import Device, Observation, StepOutcome
 from collabui.errors import CollabUIError, ConfigError, DeviceError
 from collabui.prompts import history_entry
@@ -149,17 +150,17 @@ class _Run:
                 "trace": self.recorder.location if self.recorder else None, "team": _team_spec(self.team)},
                 status)
 
-    def step_events(self, task: str, obs: Observation, history: list[str], t: int):
+    def step_events(self, task: str, obs: Observation, history: list[str], t: int, stale: str | None = None):
         """The team step as events (``team._step_events``), through the session when there is one."""
         if self.session is not None:
-            return self.session.runner.step_events(task, obs, history, t)
-        return self.team._step_events(task, obs, history, t=t)
+            return self.session.runner.step_events(task, obs, history, t, stale)
+        return self.team._step_events(task, obs, history, t=t, stale=stale)
 
-    def astep_events(self, task: str, obs: Observation, history: list[str], t: int):
+    def astep_events(self, task: str, obs: Observation, history: list[str], t: int, stale: str | None = None):
         """Async twin of ``step_events``; its last item is the TeamStep."""
         if self.session is not None:
-            return self.session.runner.astep_events(task, obs, history, t)
-        return self.team._astep_events(task, obs, history, t=t)
+            return self.session.runner.astep_events(task, obs, history, t, stale)
+        return self.team._astep_events(task, obs, history, t=t, stale=stale)
 
     def open(self) -> None:
         """Write the header before the environment reset: a reset can hang or take the process
@@ -357,9 +358,10 @@ class _Run:
             obs = self.redactor.observation(obs)  # a password the task names is known now
             obs = yield from self._replay(obs)
             obs = yield from self._hide(obs)
+            stale = None  # the last action, when it left the page as it was (TeamConfig.skip_stale)
             for t in range(self.session.first_t if self.session else 0, self.max_steps):
                 t0 = time.perf_counter()
-                step = yield ("step", (self.task, obs, self.history, t))
+                step = yield ("step", (self.task, obs, self.history, t, stale))
                 t1 = time.perf_counter()
                 self.redactor.watch(obs)  # what the proposals type into password fields, ...
                 self.redactor.learn_step(step)
@@ -382,7 +384,8 @@ class _Run:
                 self.record(t, obs, step, outcome, None, {"team_s": t1 - t0, "act_s": time.perf_counter() - t1})
                 if _should_stop(outcome, step.action):
                     break
-                obs = self.redactor.observation(outcome.observation)
+                before, obs = obs, self.redactor.observation(outcome.observation)
+                stale = _stale(step.action, before, obs)
         except DeviceError as exc:
             error = f"{type(exc).__name__}: {exc}"
         except ApprovalPending as exc:  # the policy decides later: resume the episode then
@@ -431,6 +434,18 @@ def _not_done(step: Any, outcome: StepOutcome | None) -> str | None:
     if info.get("blocked_apps"):
         reasons.add("app not allowed")
     return "blocked: " + ", ".join(sorted(reasons)) if reasons else None
+
+
+def _stale(action: Action, before: Observation, after: Observation) -> str | None:
+    """``action``'s history entry when it acted on an element and left the page as it was (the
+    same elements and texts, in whatever order and ids a shuffling device gave them): doing it
+    again would change nothing either. None otherwise."""
+    if not getattr(action, "element_id", None) or before.url != after.url:
+        return None
+    if simplify.page_signature(before.extra.get("tree"), before.text) != simplify.page_signature(
+            after.extra.get("tree"), after.text):
+        return None
+    return history_entry(action, before)
 
 
 def _refused(step: Any) -> bool:
@@ -505,7 +520,7 @@ def _calls(team, device: Device, *, asynchronous: bool, run: _Run | None = None)
         screenshot = getattr(device, "screenshot", lambda: None)
     return {
         "reset": lambda seed: reset(seed=seed),
-        "step": lambda args: step(*args[:3], t=args[3]),
+        "step": lambda args: step(*args[:3], t=args[3], stale=args[4]),
         "act": act,
         "screenshot": lambda _arg: screenshot(),
     }

@@ -121,13 +121,13 @@ def _events(episode: _Episode) -> Generator[Event, None, None]:
         while not driver.done:
             kind, arg = driver.request
             if kind == "step":
-                task, obs, history, t = arg
+                task, obs, history, t, stale = arg
                 first = episode.start_event()
                 if first is not None:
                     yield first
                 yield StepStarted(t=t, observation=obs)
                 try:
-                    step = yield from episode.run.step_events(task, obs, history, t)
+                    step = yield from episode.run.step_events(task, obs, history, t, stale)
                 except GeneratorExit:
                     raise
                 except BaseException as exc:  # handed to the loop, which records and decides
@@ -154,13 +154,13 @@ async def _aevents(episode: _Episode) -> AsyncGenerator[Event, None]:
         while not driver.done:
             kind, arg = driver.request
             if kind == "step":
-                task, obs, history, t = arg
+                task, obs, history, t, stale = arg
                 first = episode.start_event()
                 if first is not None:
                     yield first
                 yield StepStarted(t=t, observation=obs)
                 step = None
-                events = episode.run.astep_events(task, obs, history, t)
+                events = episode.run.astep_events(task, obs, history, t, stale)
                 try:
                     async for event in events:
                         if isinstance(event, TeamStep):  # a session's last item: the step itself

@@ -33,7 +33,14 @@ from collabui.prompts import (
     history_in_format,
     render_observation,
 )
-from collabui.vote import VoteResult, arbitrate, majority_vote, vote_decided
+from collabui.vote import (
+    VoteResult,
+    arbitrate,
+    majority_vote,
+    pass_over,
+    stale_decided,
+    vote_decided,
+)
 
 #: A step whose graph returned without its vote: a stop signal that a library's thread pool
 #: caught ends the stream early. Said as such, instead of failing later on a None vote.
@@ -133,6 +140,7 @@ class _StepState(TypedDict, total=False):
     observation: str
     views: dict[str, str]  # the page in other formats (agent_formats) and orders (varied_order)
     history: list[str]
+    stale: str | None  # the last action, as its history entry reads, when it left the page unchanged
     proposals: Annotated[dict[tuple[int, int], Proposal], _merge]
     vote: VoteResult
     structure: dict[str, Any] | None  # the screen's structure, for models that read it (ChatRequest)
@@ -401,7 +409,26 @@ class CollabAgentTeam:
         """With ``stop_when_decided``: whether the proposals so far fix the vote's winner. Every
         node of a superstep reads the same state, so a level is skipped whole and the batcher never
         waits for a request that will not come."""
-        return self.config.stop_when_decided and vote_decided(self._matrix(state), rule=self.config.vote)
+        if not self.config.stop_when_decided:
+            return False
+        stale = self._stale(state)
+        if stale is not None:
+            return stale_decided(self._matrix(state), stale, rule=self.config.vote)
+        return vote_decided(self._matrix(state), rule=self.config.vote)
+
+    def _stale(self, state: _StepState) -> Callable[[Action], bool] | None:
+        """With ``skip_stale`` and a stale last action: whether an action repeats it, compared as
+        the history names actions (element by its screen line), since ids change between pages."""
+        stale = state.get("stale")
+        if not self.config.skip_stale or not stale:
+            return None
+        tree = (state.get("structure") or {}).get("tree")
+        element_format = simplify.observation_format(state["observation"])
+        return lambda action: answer_call(action, tree, element_format, with_id=False) == stale
+
+    def _fresh(self, vote: VoteResult, matrix: list[list[Action | None]], state: _StepState) -> VoteResult:
+        stale = self._stale(state)
+        return vote if stale is None else pass_over(vote, matrix, stale, rule=self.config.vote)
 
     def _skipped(self, i: int, j: int, level: int) -> Proposal:
         return Proposal(agent=i, round=j, predecessors=tuple(self._topology.predecessors(i)), messages=(), raw="",
@@ -418,18 +445,18 @@ class CollabAgentTeam:
     def _vote_node(self, state: _StepState) -> dict[str, Any]:
         matrix = self._matrix(state)
         vote = majority_vote(matrix, rule=self.config.vote)
-        if self.arbiter is None:
-            return {"vote": vote}
-        [answer] = self.arbiter.generate([self._arbiter_request(state)])
-        return {"vote": self._arbitrated(vote, matrix, answer)}
+        if self.arbiter is not None:
+            [answer] = self.arbiter.generate([self._arbiter_request(state)])
+            vote = self._arbitrated(vote, matrix, answer)
+        return {"vote": self._fresh(vote, matrix, state)}
 
     async def _avote_node(self, state: _StepState) -> dict[str, Any]:
         matrix = self._matrix(state)
         vote = majority_vote(matrix, rule=self.config.vote)
-        if self.arbiter is None:
-            return {"vote": vote}
-        [answer] = await self.arbiter.agenerate([self._arbiter_request(state)])
-        return {"vote": self._arbitrated(vote, matrix, answer)}
+        if self.arbiter is not None:
+            [answer] = await self.arbiter.agenerate([self._arbiter_request(state)])
+            vote = self._arbitrated(vote, matrix, answer)
+        return {"vote": self._fresh(vote, matrix, state)}
 
     def _arbiter_request(self, state: _StepState) -> ChatRequest:
         """The step as a single agent reads it: the device's page, the task and the history; no
@@ -464,7 +491,8 @@ class CollabAgentTeam:
 
     # -- one step ----------------------------------------------------------------------------
 
-    def _inputs(self, task: str, observation: Observation | str, history: Sequence[str], t: int) -> _StepState:
+    def _inputs(self, task: str, observation: Observation | str, history: Sequence[str], t: int,
+                stale: str | None = None) -> _StepState:
         rendered = (
             observation
             if isinstance(observation, str)
@@ -478,6 +506,7 @@ class CollabAgentTeam:
             "views": self._views(observation),
             "structure": _structure(observation),
             "history": list(history),
+            "stale": stale,
             "proposals": {},
         }
 
@@ -529,37 +558,39 @@ class CollabAgentTeam:
         matrix = tuple(tuple(props[(i, j)] for j in range(m)) for i in range(n))
         return TeamStep(matrix, state["vote"], inputs["observation"], time.perf_counter() - started)
 
-    def step(self, task: str, observation: Observation | str, history: Sequence[str] = (), *, t: int = 0) -> TeamStep:
+    def step(self, task: str, observation: Observation | str, history: Sequence[str] = (), *, t: int = 0,
+             stale: str | None = None) -> TeamStep:
         """Run one team step: every agent in every round proposes (with ``stop_when_decided``, until
         the vote is decided), then the vote decides."""
         started = time.perf_counter()
-        inputs = self._inputs(task, observation, history, t)
+        inputs = self._inputs(task, observation, history, t, stale)
         state = self.graph.invoke(inputs, config=self._run_config())
         return self._finish(state, inputs, started)
 
-    async def astep(self, task: str, observation: Observation | str, history: Sequence[str] = (), *, t: int = 0) -> TeamStep:
+    async def astep(self, task: str, observation: Observation | str, history: Sequence[str] = (), *, t: int = 0,
+             stale: str | None = None) -> TeamStep:
         """Async twin of ``step``."""
         started = time.perf_counter()
-        inputs = self._inputs(task, observation, history, t)
+        inputs = self._inputs(task, observation, history, t, stale)
         state = await self.graph.ainvoke(inputs, config=self._run_config())
         return self._finish(state, inputs, started)
 
     def _step_events(self, task: str, observation: Observation | str, history: Sequence[str] = (), *,
-                     t: int = 0) -> Generator[ProposalMade | VoteDecided, None, TeamStep]:
+                     t: int = 0, stale: str | None = None) -> Generator[ProposalMade | VoteDecided, None, TeamStep]:
         """``step`` through LangGraph's own streaming: yields each proposal as its node finishes
         and the vote, and returns the TeamStep (the same one ``step`` returns)."""
         started = time.perf_counter()
-        inputs = self._inputs(task, observation, history, t)
+        inputs = self._inputs(task, observation, history, t, stale)
         state: dict[str, Any] = {"proposals": {}}
         for update in self.graph.stream(inputs, config=self._run_config(), stream_mode="updates"):
             yield from self._absorb(update, state, inputs, t, started)
         return state.get("team_step") or self._finish(state, inputs, started)  # the latter: a cut-off stream
 
     async def _astep_events(self, task: str, observation: Observation | str, history: Sequence[str] = (), *,
-                            t: int = 0) -> AsyncGenerator[ProposalMade | VoteDecided, None]:
+                            t: int = 0, stale: str | None = None) -> AsyncGenerator[ProposalMade | VoteDecided, None]:
         """Async twin of ``_step_events``; the last event, a VoteDecided, carries the TeamStep."""
         started = time.perf_counter()
-        inputs = self._inputs(task, observation, history, t)
+        inputs = self._inputs(task, observation, history, t, stale)
         state: dict[str, Any] = {"proposals": {}}
         stream = self.graph.astream(inputs, config=self._run_config(), stream_mode="updates")
         try:

@@ -26,6 +26,11 @@ A vote can be *decided* before every entry is in (``vote_decided``): when the le
 count exceeds the runner-up's by more than the entries still to come, no answer they could give
 changes the winner. ``TeamConfig.stop_when_decided`` skips those entries (``None`` in the matrix
 ``majority_vote`` reads): the same action is executed with fewer model calls.
+
+A winner can be *passed over* (``pass_over``; ``TeamConfig.skip_stale``): when it repeats the
+last executed action and that action left the page as it was, doing it again cannot change the
+page either, so the most-voted other proposal is executed instead. Only when every proposal is
+the stale action does it stand.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from dataclasses import dataclass, replace
 
 from collabui.actions import Action, Unknown
 
-__all__ = ["VOTE_RULES", "VoteResult", "majority_vote", "arbitrate", "vote_decided"]
+__all__ = ["VOTE_RULES", "VoteResult", "majority_vote", "arbitrate", "pass_over", "stale_decided", "vote_decided"]
 
 #: The vote rules ``majority_vote`` (and ``TeamConfig.vote``) accept.
 VOTE_RULES = ("exact", "target")
@@ -61,6 +66,8 @@ class VoteResult:
         arbiter: with an arbiter, ``{"model": name, "answer": its call string or None,
             "chose": whether its answer was among the proposals and so decided, "overruled":
             whether that choice differs from the count's}``; else None.
+        passed_over: the call of the count's winner when ``pass_over`` set it aside as a stale
+            repeat (``counts`` still lists it); else None.
     """
 
     action: Action
@@ -72,6 +79,7 @@ class VoteResult:
     rule: str = "exact"
     target_votes: int | None = None
     arbiter: dict[str, object] | None = None
+    passed_over: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -87,6 +95,8 @@ class VoteResult:
             out["target_votes"] = self.target_votes
         if self.arbiter is not None:
             out["arbiter"] = dict(self.arbiter)
+        if self.passed_over is not None:
+            out["passed_over"] = self.passed_over
         return out
 
 
@@ -160,6 +170,31 @@ def vote_decided(matrix: Sequence[Sequence[Action | None]], *, rule: str = "exac
         leader = Counter(a.target() for a in parsed).most_common(1)[0][0]
         parsed = [a for a in parsed if a.target() == leader]
     return _clear_lead([a.key() for a in parsed], pending)
+
+
+def pass_over(result: VoteResult, matrix: Sequence[Sequence[Action | None]], stale: Callable[[Action], bool],
+              *, rule: str = "exact") -> VoteResult:
+    """``result``, or when its action is ``stale`` (it repeats an action that left the page
+    unchanged) the vote of the matrix without the stale proposals, with ``passed_over`` naming
+    the action set aside and ``counts`` still the whole matrix's tally. ``result`` stands when no
+    parsed proposal is anything else."""
+    if isinstance(result.action, Unknown) or not stale(result.action):
+        return result
+    rest = [[None if a is None or isinstance(a, Unknown) or stale(a) else a for a in row] for row in matrix]
+    if not any(a is not None for row in rest for a in row):
+        return result
+    other = majority_vote(rest, rule=rule)
+    return replace(other, counts=result.counts, total=result.total, parsed=result.parsed,
+                   passed_over=result.action.to_call())
+
+
+def stale_decided(matrix: Sequence[Sequence[Action | None]], stale: Callable[[Action], bool], *,
+                  rule: str = "exact") -> bool:
+    """``vote_decided`` for a vote that ``pass_over`` will read: stale proposals count for no
+    action, so the entries still to come must be unable to change the winner among the others."""
+    rest = [[a if a is None or isinstance(a, Unknown) or not stale(a) else Unknown(raw="", reason="stale")
+             for a in row] for row in matrix]
+    return vote_decided(rest, rule=rule)
 
 
 def _clear_lead(keys: list[tuple], pending: int) -> bool:

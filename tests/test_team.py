@@ -330,3 +330,86 @@ def test_skipped_entries_are_marked_in_the_trace_and_refused_by_the_critic():
 def test_stop_when_decided_and_an_arbiter_are_refused_together():
     with pytest.raises(ConfigError, match="stop_when_decided and an arbiter do not combine"):
         CollabAgentTeam(ScriptedChatModel(["x"]), arbiter="lexical", stop_when_decided=True)
+
+
+def _mostly_b(request):
+    """Agents at the lowest temperature click B (a button that does nothing), the others C."""
+    element = "B" if request.temperature < 0.4 else "C"
+    return f'Action: {{"action": "click", "element_id": "{element}"}}'
+
+
+@pytest.mark.parametrize("skip_stale", [False, True])
+def test_skip_stale_leaves_a_click_that_changed_nothing(tmp_path, skip_stale):
+    # The page stays the same whatever is clicked; only clicking C ends the task.
+    device = FakeDevice([OBS] * 4, success_when=lambda a: a == Click("C"))
+    team = CollabAgentTeam(ScriptedChatModel(_mostly_b), n_agents=N, rounds=M, topology="independent",
+                           temperatures=(0.1, 0.1, 0.1, 0.8), max_steps=4, skip_stale=skip_stale)
+    result = team.run(None, device, trace=tmp_path, episode_id="ep")
+    executed = [s.executed for s in result.steps]
+    if not skip_stale:  # the paper's vote: B wins every step and nothing changes
+        assert executed == [Click("B")] * 4 and not result.success
+        return
+    # B once (the page could have changed), then passed over for C: the step after a no-op.
+    assert executed == [Click("B"), Click("C")] and result.success
+    from collabui.trace import read_trace
+
+    steps = read_trace(tmp_path / "ep.jsonl").steps
+    assert "passed_over" not in steps[0]["vote"] and steps[1]["vote"]["passed_over"] == "click('B')"
+
+
+def test_skip_stale_keeps_a_repeat_that_changed_the_page():
+    # Each click of B changes the page (a counter): B is never stale, so B is executed each time.
+    screens = [Observation(text=f"<p| clicked {k}> <button[B]| More> <button[C]| Done>", task="Click More 3 times.")
+               for k in range(4)]
+    device = FakeDevice(screens)
+    team = CollabAgentTeam(ScriptedChatModel(_mostly_b), n_agents=N, rounds=M, topology="independent",
+                           temperatures=(0.1, 0.1, 0.1, 0.8), max_steps=3, skip_stale=True, stop_when_decided=True)
+    result = team.run(None, device)
+    assert [s.executed for s in result.steps] == [Click("B")] * 3
+
+
+@pytest.mark.browser
+def test_skip_stale_on_a_real_page_leaves_a_button_that_changes_nothing():
+    # click-button-sequence: clicking ONE changes nothing on the page, and clicking it again fails
+    # the task; three agents keep proposing ONE, one proposes TWO, ids and order shuffled every look.
+    from collabui.devices import make_env
+
+    def answer(request):
+        screen = request.messages[-1]["content"]
+        name = "ONE" if request.temperature < 0.4 else "TWO"
+        element = re.search(rf'button "{name}" \[(\w+)\]', screen).group(1)
+        return f'Action: {{"action": "click", "element_id": "{element}"}}'
+
+    with make_env("miniwob/click-button-sequence", element_format="text-first", shuffle_elements=True) as device:
+        results = {}
+        for skip_stale in (False, True):
+            team = CollabAgentTeam(ScriptedChatModel(answer), n_agents=N, rounds=1, topology="independent",
+                                   temperatures=(0.1, 0.1, 0.1, 0.8), max_steps=3, skip_stale=skip_stale)
+            results[skip_stale] = team.run(None, device, seed=3)
+    assert not results[False].success and results[False].n_steps == 2  # ONE, ONE: the task fails the episode
+    assert results[True].success and results[True].n_steps == 2  # ONE, then TWO
+    assert results[True].steps[1].team_step.vote.passed_over.startswith("click(")
+
+
+def test_skip_stale_passes_over_alike_in_run_stream_astream_and_a_durable_session(tmp_path):
+    def team():
+        return CollabAgentTeam(ScriptedChatModel(_mostly_b), n_agents=N, rounds=M, topology="independent",
+                               temperatures=(0.1, 0.1, 0.1, 0.8), max_steps=4, skip_stale=True)
+
+    def device():
+        return FakeDevice([OBS] * 4, success_when=lambda a: a == Click("C"))
+
+    async def drain(stream):
+        async with stream as events:
+            return [e async for e in events]
+
+    runs = {"run": team().run(None, device()), "durable": team().run(None, device(), checkpoint=tmp_path / "db.sqlite")}
+    with team().stream(None, device()) as events:
+        list(events)
+    runs["stream"] = events.result
+    stream = team().astream(None, device())
+    asyncio.run(drain(stream))
+    runs["astream"] = stream.result
+    for name, result in runs.items():
+        assert [s.executed for s in result.steps] == [Click("B"), Click("C")], name
+        assert result.steps[1].team_step.vote.passed_over == "click('B')", name

@@ -267,3 +267,39 @@ def test_majority_vote_does_not_count_entries_that_did_not_run():
     a, b = Click(element_id="A"), Click(element_id="B")
     result = majority_vote([[a, None], [b, None], [a, None]])
     assert result.action.key() == a.key() and result.votes == 2 and result.total == 3
+
+
+def _is_b(action):
+    return action == Click("B")
+
+
+def test_a_stale_winner_is_passed_over_for_the_most_voted_other_proposal():
+    from collabui.vote import pass_over
+
+    matrix = [[Click("B"), Click("B")], [Click("B"), Click("C")], [Click("D"), Click("C")]]
+    vote = majority_vote(matrix)
+    assert vote.action == Click("B")
+    fresh = pass_over(vote, matrix, _is_b)
+    assert fresh.action == Click("C") and fresh.votes == 2
+    assert fresh.passed_over == "click('B')" and fresh.to_dict()["passed_over"] == "click('B')"
+    assert fresh.counts == vote.counts and fresh.total == 6  # the tally is still the whole matrix's
+    assert pass_over(vote, matrix, lambda a: a == Click("D")) is vote  # a stale loser changes nothing
+    assert "passed_over" not in vote.to_dict()
+
+
+def test_a_stale_winner_stands_when_nothing_else_parsed():
+    from collabui.vote import pass_over
+
+    matrix = [[Click("B"), Unknown(raw="?")], [Click("B"), None]]
+    vote = majority_vote(matrix)
+    assert pass_over(vote, matrix, _is_b) is vote
+
+
+def test_stale_proposals_count_for_no_action_when_deciding():
+    from collabui.vote import stale_decided
+
+    # B leads 4 to 1 with one entry to come: decided for the plain vote, not once B is stale.
+    matrix = [[Click("B"), Click("B")], [Click("B"), Click("B")], [None, Click("C")]]
+    assert vote_decided(matrix)
+    assert not stale_decided(matrix, _is_b)
+    assert stale_decided([[Click("B"), Click("C")], [Click("C"), Click("C")], [Click("C"), None]], _is_b)

@@ -92,8 +92,10 @@ def eval_config(config: RecipeConfig, fields: dict[str, Any]) -> MiniWoBEvalConf
     shape = fields.pop("team", {})
     # Only a team without an arbiter can stop once its vote is decided (the arbiter reads every entry).
     decided = base.team.stop_when_decided and shape.get("n_agents", 1) > 1 and not shape.get("arbiter")
-    team = default_team(fields["model"], seed=base.team.seed, max_steps=base.team.max_steps,
-                        **({"stop_when_decided": True} if decided else {}), **shape)
+    team_options = {"stop_when_decided": True} if decided else {}
+    if base.team.skip_stale and shape.get("n_agents", 1) > 1:
+        team_options["skip_stale"] = True
+    team = default_team(fields["model"], seed=base.team.seed, max_steps=base.team.max_steps, **team_options, **shape)
     row = dataclasses.replace(base, serve=False, serve_dtype="auto", serve_agents="lora", serve_backend="vllm",
                               element_format=_format(config, fields["model"]), team=team, **fields)
     if base.serve and not row.is_baseline:  # a server batches more episodes at once; baselines load no model

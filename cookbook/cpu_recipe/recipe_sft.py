@@ -93,7 +93,8 @@ def on_training_tasks(config: RecipeConfig, trained: Path, *, seed: int, episode
         {"n_agents": 1, "rounds": 1, "max_new_tokens": 96}
     return MiniWoBEvalConfig(tasks=",".join(tasks), episodes=episodes, shuffle_elements=True,
                              element_format=config.element_format, concurrency=2, model=f"trained:{trained}",
-                             team=TeamConfig(**shape, seed=seed, max_steps=config.evaluation.team.max_steps))
+                             team=TeamConfig(**shape, seed=seed, max_steps=config.evaluation.team.max_steps,
+                                             skip_stale=team and config.evaluation.team.skip_stale))
 
 
 def onpolicy_round(config: RecipeConfig, trained: Path, demo: Path, sft_dir: Path, out: Path) -> Path:

@@ -255,7 +255,7 @@ DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0,
                 "synthetic_pages": False, "team_share": 0.5, "sft_epochs": 1.0, "balance": True, "balance_steps": True, "hindsight": 0, "lr": 1e-4, "lora_r": 32,
                 "batch": 8, "lora_dropout": 0.0, "lora_from_layer": 0, "length_window": 32, "full_finetune": True, "sft_seed": 0, "sft_draws": 1,
                 "extract_rank": 48, "extract_embedding_rank": 32, "element_format": "text-first", "style": "terse", "episodes": 13,
-                "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "stop_when_decided": True, "critic_episodes": 6, "team": False,
+                "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "stop_when_decided": True, "skip_stale": True, "critic_episodes": 6, "team": False,
                 "serve": False, "serve_dtype": "auto", "serve_agents": "lora", "serve_backend": "vllm", "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
                 "dpo_lr": 5e-5, "marl_iterations": 0, "marl_episodes": 2, "marl_task_episodes": (), "marl_pairs": 0, "marl_right_pairs": False,
                 "marl_mirror": False, "marl_element_kinds": False, "marl_pool": False, "marl_shared": False, "marl_anchor": 0.0, "marl_rehearse": 0.0, "marl_epochs": 1.0, "marl_rollouts_from": None,
@@ -955,6 +955,20 @@ def test_stop_when_decided_reaches_the_team_rows_but_not_the_arbiter_singles_or_
     every = recipe._args(["--team", "--no-stop-when-decided"])
     assert not any(EVAL_STAGE.eval_config(every, f).team.stop_when_decided
                    for f in recipe.systems(every, tmp_path / "m").values())
+
+
+def test_skip_stale_reaches_every_team_row_and_the_team_validations_but_not_singles_or_marl(tmp_path):
+    recipe = _recipe()
+    args = recipe._args(["--team", "--marl-iterations", "1", "--validate", "1", "--validate-forms", "1"])  # the default
+    rows = {name: EVAL_STAGE.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "m").items()}
+    assert {name for name, c in rows.items() if c.team.skip_stale} == {
+        "base_team", "trained_team", "trained_team_unshuffled", "trained_team_arbiter"}
+    assert EVAL_STAGE.validation_config(args, tmp_path, team=True).team.skip_stale
+    assert EVAL_STAGE.validation_config(args, tmp_path, team=True, forms=True).team.skip_stale
+    assert not EVAL_STAGE.validation_config(args, tmp_path).team.skip_stale
+    assert not MARL_STAGE.marl_config(args, tmp_path / "b", tmp_path / "m").team.skip_stale  # rollouts as trained
+    plain = recipe._args(["--team", "--no-skip-stale"])
+    assert not any(EVAL_STAGE.eval_config(plain, f).team.skip_stale for f in recipe.systems(plain, tmp_path / "m").values())
 
 
 def test_marl_update_flags_reach_the_marl_config(tmp_path):
