@@ -321,3 +321,30 @@ def test_eval_model_spec_credentials_are_masked_when_the_run_fails(tmp_path, cap
         assert value not in out + err and value.encode() not in written, value
     assert json.loads((out_dir / "run.json").read_text())["model"] == redact_url(spec)
     assert "127.0.0.1:9/v1?api_key=***" in err + out and "://***@127.0.0.1" in err + out
+
+
+@pytest.mark.browser
+def test_a_passed_over_password_is_masked_in_the_trace(tmp_path):
+    """skip_stale names the action it set aside in the trace's vote: typing the password again
+    into the filled field is that action here, and the trace masks the password in it too."""
+    def answer(request: ChatRequest) -> str:
+        text = str(request.messages[-1]["content"])
+        task = re.search(r"^Task: (.*)$", text, re.M).group(1)
+        page = next(line for line in text.splitlines() if line.startswith("<"))
+        if request.temperature < 0.4:  # three agents type the password, again and again
+            field = re.search(r"<input\[([A-Z]+)\]\| password", page).group(1)
+            value = re.findall(r'"([^"]+)"', task)[-1]
+            return f'Action: {{"action": "type_string", "element_id": "{field}", "content": "{value}"}}'
+        button = re.findall(r"<button\[([A-Z]+)\]\|", page)[-1]
+        return f'Action: {{"action": "click", "element_id": "{button}"}}'
+
+    team = CollabAgentTeam(ScriptedChatModel(answer), n_agents=4, rounds=1, topology="independent",
+                           temperatures=(0.1, 0.1, 0.1, 0.8), max_steps=4, skip_stale=True)
+    with make_env("miniwob/login-user") as env:
+        password = re.findall(r'"([^"]+)"', env.reset(seed=SEED).task)[-1]
+        team.run(None, env, seed=SEED, trace=tmp_path, episode_id="ep")
+    trace = read_trace(tmp_path / "ep.jsonl")
+    # typed, typed again (the field filled, the page unchanged), then the retyping passed over
+    assert [s["executed"]["action"] for s in trace.steps] == ["type_string", "type_string", "click"]
+    assert trace.steps[2]["vote"]["passed_over"].startswith("type_string(")
+    assert password not in _all_bytes(tmp_path).decode()
