@@ -26,7 +26,6 @@ from importlib import resources
 from typing import Any
 
 __all__ = [
-    "page_signature",
     "ID_ATTRIBUTE",
     "ELEMENT_FORMATS",
     "TYPED_FIELDS",
@@ -49,6 +48,7 @@ __all__ = [
     "element_line",
     "element_name",
     "observation_format",
+    "page_signature",
     "flat_elements",
     "FIELD_TAGS",
     "field_label",

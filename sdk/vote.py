@@ -184,7 +184,7 @@ def pass_over(result: VoteResult, matrix: Sequence[Sequence[Action | None]], sta
     if not any(a is not None for row in rest for a in row):
         return result
     other = majority_vote(rest, rule=rule)
-    return replace(other, counts=result.counts, total=result.total, parsed=result.parsed,
+    return replace(other, counts=result.counts, total=result.total, parsed=result.parsed, arbiter=result.arbiter,
                    passed_over=result.action.to_call())
 
 

@@ -303,3 +303,14 @@ def test_stale_proposals_count_for_no_action_when_deciding():
     assert vote_decided(matrix)
     assert not stale_decided(matrix, _is_b)
     assert stale_decided([[Click("B"), Click("C")], [Click("C"), Click("C")], [Click("C"), None]], _is_b)
+
+
+def test_a_passed_over_arbiter_choice_keeps_the_arbiters_record():
+    from collabui.vote import pass_over
+
+    matrix = [[Click("B"), Click("C")], [Click("C"), Click("B")]]
+    chosen = arbitrate(majority_vote(matrix), matrix, Click("B"), name="lexical")
+    assert chosen.action == Click("B")
+    fresh = pass_over(chosen, matrix, _is_b)
+    assert fresh.action == Click("C") and fresh.passed_over == "click('B')"
+    assert fresh.arbiter == chosen.arbiter and fresh.arbiter["answer"] == "click('B')"
