@@ -48,7 +48,7 @@ __all__ = [
     "element_line",
     "element_name",
     "observation_format",
-    "page_signature",
+    "page_key",
     "flat_elements",
     "FIELD_TAGS",
     "field_label",
@@ -84,6 +84,8 @@ Node = dict[str, Any]
 
 _OPEN = re.compile(r"<([a-z0-9-]*)(?:\[([A-Z]+)\])?\| ?|< ")
 # An html-format element opening, and a text-first element line (label in JSON quotes).
+#: The id a text-first line ends with.
+_ID_SUFFIX = re.compile(r" \[[A-Z]+\]$")
 _HTML_ELEMENT = re.compile(r"<[a-z0-9-]*\[[A-Z]+\]\| ")
 # ``tag "text" [ID]``, a form field with its label between: ``input "" (Username) [C]``.
 # ``text-first-ordinal`` adds the field's place among like fields: ``input "" 2nd [D]``.
@@ -409,21 +411,14 @@ def untyped_name(tag: str, text: str) -> tuple[str, str]:
     return tag, text
 
 
-def page_signature(tree: Node | None, text: str = "") -> str:
-    """What a page shows, without what a shuffling device varies between two looks at it: the
-    element tree's tags and texts, with no ids, DOM places or boxes and every node's parts in a
-    fixed order; ``text`` itself for a page without a tree (a phone). Equal signatures: the page
-    did not change."""
-    if not tree:
+def page_key(tree: Node | None, text: str = "") -> str:
+    """The page's content regardless of element order and ids: what "did anything change?"
+    compares when the device shuffles every observation (the page's text-first lines without
+    their ids, sorted); ``text`` itself for a page without a tree (a phone). Equal keys: the
+    page did not change."""
+    if tree is None:
         return text
-    return json.dumps(_signature(tree), separators=(",", ":"))
-
-
-def _signature(node: Node | str) -> Any:
-    if isinstance(node, str):
-        return node
-    parts = [_signature(part) for part in node.get("parts", ())]
-    return [node.get("tag", ""), sorted(parts, key=lambda p: json.dumps(p, separators=(",", ":")))]
+    return "\n".join(sorted(_ID_SUFFIX.sub("", line) for line in render_text_first(tree).splitlines()))
 
 
 def observation_format(text: str) -> str:

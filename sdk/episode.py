@@ -442,8 +442,7 @@ def _stale(action: Action, before: Observation, after: Observation) -> str | Non
     again would change nothing either. None otherwise."""
     if not getattr(action, "element_id", None) or before.url != after.url:
         return None
-    if simplify.page_signature(before.extra.get("tree"), before.text) != simplify.page_signature(
-            after.extra.get("tree"), after.text):
+    if simplify.page_key(before.extra.get("tree"), before.text) != simplify.page_key(after.extra.get("tree"), after.text):
         return None
     return history_entry(action, before)
 

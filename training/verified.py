@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,7 +65,6 @@ FULL_REWARD = 1.0
 
 #: Seconds between the two looks that tell a page that moves by itself (timers, animation).
 SETTLE_CHECK_S = 0.3
-_ID_SUFFIX = re.compile(r" \[[A-Z]+\]$")
 
 
 def completes(reward: float) -> bool:
@@ -121,13 +119,9 @@ class SearchResult:
 def page_key(obs: Observation) -> str:
     """The page's content regardless of element order and ids: what "did anything change?"
     compares when the device shuffles every observation."""
-    from collabui.devices.simplify import render_text_first
+    from collabui.devices.simplify import page_key as tree_key
 
-    tree = obs.extra.get("tree")
-    if tree is None:
-        return obs.text
-    lines = [_ID_SUFFIX.sub("", line) for line in render_text_first(tree).splitlines()]
-    return "\n".join(sorted(lines))
+    return tree_key(obs.extra.get("tree"), obs.text)
 
 
 def screen_digest(text: str) -> str:

@@ -1,4 +1,4 @@
-"""page_signature: what a page shows, whatever order and ids a shuffling device gave it."""
+"""page_key: what a page shows, whatever order and ids a shuffling device gave it."""
 
 from collabui.devices import simplify
 
@@ -12,6 +12,6 @@ def _page(first, second, ids=("A", "B"), value="Kim"):
 def test_the_same_page_shuffled_has_one_signature_and_a_changed_one_another():
     page = _page("Ok", "name")
     shuffled = {**page, "parts": list(reversed(_page("Ok", "name", ids=("Q", "Z"))["parts"]))}
-    assert simplify.page_signature(page) == simplify.page_signature(shuffled)
-    assert simplify.page_signature(page) != simplify.page_signature(_page("Ok", "name", value="Kimi"))
-    assert simplify.page_signature(None, "screen text") == "screen text"
+    assert simplify.page_key(page) == simplify.page_key(shuffled)
+    assert simplify.page_key(page) != simplify.page_key(_page("Ok", "name", value="Kimi"))
+    assert simplify.page_key(None, "screen text") == "screen text"
