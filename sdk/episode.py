@@ -356,9 +356,9 @@ class _Run:
             obs = self.redactor.observation((yield ("reset", seed)))
             self.begin(obs)
             obs = self.redactor.observation(obs)  # a password the task names is known now
-            obs = yield from self._replay(obs)
+            # stale: the last action, when it left the page as it was (TeamConfig.skip_stale)
+            obs, stale = yield from self._replay(obs)
             obs = yield from self._hide(obs)
-            stale = None  # the last action, when it left the page as it was (TeamConfig.skip_stale)
             for t in range(self.session.first_t if self.session else 0, self.max_steps):
                 t0 = time.perf_counter()
                 step = yield ("step", (self.task, obs, self.history, t, stale))
@@ -401,24 +401,27 @@ class _Run:
         return self.end(error)
 
 
-    def _replay(self, obs: Observation) -> Generator[tuple[str, Any], Any, Observation]:
+    def _replay(self, obs: Observation) -> Generator[tuple[str, Any], Any, tuple[Observation, str | None]]:
         """A resumed episode's finished steps, on a freshly reset device: replayed on sandboxed
         devices (MiniWoB++, fakes), so that the page is the one the team left; on real pages and
-        phones the reset page is where the team goes on (see ``collabui.durable``)."""
-        session = self.session
+        phones the reset page is where the team goes on (see ``collabui.durable``). Returns the
+        page and the stale action the next step starts with, as if the episode had not stopped."""
+        session, stale = self.session, None
         if session is None or not session.done_steps or not session.replay:
-            return obs
+            return obs, stale
         for row in session.done_steps:
-            if row.get("refused"):
+            if row.get("refused"):  # not run: the stale action stays the one before it, as in the loop
                 obs = _refusal(obs, row.get("approval") or {}).observation
                 continue
-            self._sent = self.redactor.reveal(self.team.space.from_dict(row["action"]))
+            action = self.team.space.from_dict(row["action"])
+            self._sent = self.redactor.reveal(action)
             outcome = yield ("act", self._sent)
             if outcome.info.get("masked_action"):  # masked again from here on, as before the stop
                 typed = getattr(self._sent, "content", None) or getattr(self._sent, "text", None)
                 self.redactor.add_password(typed or "")
-            obs = self.redactor.observation(outcome.observation)
-        return obs
+            before, obs = obs, self.redactor.observation(outcome.observation)
+            stale = _stale(action, before, obs)
+        return obs, stale
 
 
 def _not_done(step: Any, outcome: StepOutcome | None) -> str | None:

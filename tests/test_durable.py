@@ -135,6 +135,35 @@ def test_ctrl_c_mid_step_resumes_at_the_last_superstep(tmp_path):
     assert result.success and [s["t"] for s in read_trace(result.trace_path).steps] == [0, 1]
 
 
+def test_a_resumed_step_passes_over_the_stale_action_the_replay_leaves(tmp_path):
+    """skip_stale across a stop between two steps: the replayed prefix ends with a click that
+    changed nothing, so the first step after the resume passes it over as the unbroken run did."""
+    page = "<button[B]| Refresh> <button[C]| Submit order>"  # Refresh changes nothing
+
+    def mostly_b(request: ChatRequest) -> str:  # three cold agents say B, the hot one C
+        element = "B" if request.temperature < 0.4 else "C"
+        return f'Action: {{"action": "click", "element_id": "{element}"}}'
+
+    def team() -> CollabAgentTeam:
+        return CollabAgentTeam(ScriptedChatModel(mostly_b), n_agents=4, rounds=3, topology="independent",
+                               temperatures=(0.1, 0.1, 0.1, 0.8), seed=0, max_steps=4, skip_stale=True)
+
+    def device() -> FakeDevice:
+        return FakeDevice([page] * 4, task="Submit the order", success_when=lambda a: a == WEB.from_dict({"action": "click", "element_id": "C"}))
+
+    db = tmp_path / "runs.sqlite"
+    first = team().run(None, device(), trace=tmp_path, checkpoint=db, approve=lambda r: None, episode_id="ep")
+    # B ran at step 0; step 1 passed it over for the submit click, which waits for a decision
+    assert first.n_steps == 1 and first.pending_approval["call"] == "click('C')"
+    with sqlite3.connect(db) as conn:  # as if killed before step 1's graph saved anything
+        for table in ("checkpoints", "writes"):
+            conn.execute(f"DELETE FROM {table} WHERE thread_id LIKE 'ep/t1/%'")
+    second = team().run(None, device(), checkpoint=db, resume="ep", approve="always")
+    steps = read_trace(second.trace_path).steps
+    assert second.success and [s["t"] for s in steps] == [0, 1]
+    assert steps[1]["executed"]["element_id"] == "C" and steps[1]["vote"]["passed_over"] == "click('B')"
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--resume", "r1", "--agents", "3"], "--resume RUN_ID runs with the run's own flags; drop --agents"),
     (["--resume", "r1", "--env", "miniwob/click-button"], "takes the environment from the run; drop --env/--url"),
