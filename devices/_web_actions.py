@@ -61,6 +61,23 @@ async def _element(device: BrowserDevice, element_id: str) -> tuple[Any, str | N
     return locator, None
 
 
+async def _not_enabled(locator: Any, what: str, element_id: str, *, editable: bool = False) -> str | None:
+    """The error for an element Playwright would wait on in vain, or None: a disabled element (or,
+    for typing, a read-only one) fails at once instead of after the whole action timeout, since
+    waiting does not enable it (a login form's fields under a time-out popup). The action would
+    fail either way; only the wait is saved, which the verified critic's searches pay per try."""
+    from playwright.async_api import Error as PlaywrightError
+
+    try:
+        blocked = not await locator.is_editable(timeout=500) if editable else await locator.is_disabled(timeout=500)
+    except PlaywrightError:  # not an input for is_editable, or detached: the action itself says why
+        return None
+    if not blocked:
+        return None
+    state = "disabled or read-only" if editable else "disabled"
+    return f"{what} [{element_id}] failed: the element is {state}; try another element"
+
+
 async def _guard(device: BrowserDevice, what: str, element_id: str,
                  run: Callable[[], Awaitable[Any]]) -> str | None:
     """Run one Playwright element operation, turning its failure into a short sentence."""
@@ -83,7 +100,8 @@ async def _click(device: BrowserDevice, action: web.Click) -> Result:
     locator, error = await _element(device, action.element_id)
     if error:
         return error, {}
-    return await _guard(device, "clicking", action.element_id, locator.click), {}
+    error = await _not_enabled(locator, "clicking", action.element_id)
+    return error or await _guard(device, "clicking", action.element_id, locator.click), {}
 
 
 async def _hover(device: BrowserDevice, action: web.Hover) -> Result:
@@ -130,7 +148,8 @@ async def _type(device: BrowserDevice, action: web.TypeString) -> Result:
             await locator.press("Enter")
 
     is_password = await locator.evaluate("(el) => (el.type || '').toLowerCase() === 'password'")
-    error = await _guard(device, "typing into", action.element_id, clear_then_type)
+    error = (await _not_enabled(locator, "typing into", action.element_id, editable=True)
+             or await _guard(device, "typing into", action.element_id, clear_then_type))
     if error and "not an <input>" in error:
         error = f"element [{action.element_id}] is not a text field; use click or pick an input"
     # Never report what went into a password field: traces record this masked form instead.

@@ -49,6 +49,9 @@ FORM = """<html><head><title>Form</title></head><body>
 </body></html>"""
 
 SECOND = "<html><head><title>Second</title></head><body><p>second page</p></body></html>"
+DISABLED = ("<html><head><title>Locked</title></head><body><input placeholder='name' disabled>"
+            "<input placeholder='code' readonly value='42'><button disabled onclick=\"document.title='sent'\">Send</button>"
+            "<button onclick=\"document.title='ok'\">Ok</button></body></html>")
 MANY = "<html><body>" + "".join(f"<button onclick=\"document.title='b{i}'\">b{i}</button>"
                                 for i in range(30)) + "</body></html>"
 
@@ -56,7 +59,7 @@ MANY = "<html><body>" + "".join(f"<button onclick=\"document.title='b{i}'\">b{i}
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Iterator[LocalSite]:
     root = tmp_path_factory.mktemp("site")
-    for name, html in (("form.html", FORM), ("second.html", SECOND), ("many.html", MANY)):
+    for name, html in (("form.html", FORM), ("second.html", SECOND), ("many.html", MANY), ("disabled.html", DISABLED)):
         (root / name).write_text(html)
     with serve(root) as local:  # pages load over http(s) only (the navigation guard)
         yield local
@@ -143,6 +146,20 @@ def test_recoverable_failures_never_raise(device, site):
     unknown = device.act(Unknown(raw="???", reason="no JSON object found"))
     assert unknown.observation.last_action_error == "no action was executed: no JSON object found"
     assert not unknown.done
+
+
+@pytest.mark.browser
+def test_a_disabled_or_read_only_element_fails_at_once_and_says_why(device, site):
+    obs = _open(device, site, "disabled.html")
+    ids = {e.full_text: e.id for e in parse_elements(obs.text) if e.id}
+    name, code = (next(i for t, i in ids.items() if word in t) for word in ("name", "42"))
+    typed = device.act(web.TypeString(name, "Ann")).observation
+    assert typed.last_action_error == f"typing into [{name}] failed: the element is disabled or read-only; try another element"
+    assert "read-only" in device.act(web.TypeString(code, "7")).observation.last_action_error
+    clicked = device.act(web.Click(ids["Send"])).observation
+    assert clicked.last_action_error == f"clicking [{ids['Send']}] failed: the element is disabled; try another element"
+    assert clicked.tabs == ("Locked",) and "42" in clicked.text  # nothing happened
+    assert device.act(web.Click(ids["Ok"])).observation.tabs == ("ok",)  # an enabled one still works
 
 
 async def _measured_boxes(device) -> dict[str, list[float]]:
