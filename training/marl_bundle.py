@@ -24,7 +24,7 @@ from typing import Any
 from collabui.errors import ConfigError
 
 __all__ = ["is_bundle_spec", "bundle_folder", "check_bundle_start", "merged_base", "effective_config",
-           "write_marl_bundle", "team_adapter_slots", "BASE_DIR", "BUNDLE_DIR"]
+           "write_marl_bundle", "team_adapter_slots", "bundle_tag", "BASE_DIR", "BUNDLE_DIR"]
 
 #: Where a bundle's shared model is merged (inside the run folder).
 BASE_DIR = "base"
@@ -98,13 +98,14 @@ def effective_config(config: Any) -> Any:
 
 def write_marl_bundle(config: Any, out_dir: Path, adapters: Mapping[str, Path], topology: Any, *,
                       iterations: int) -> Path:
-    """``out_dir/bundle``: the run's start model, each agent's last adapter and the last DAG. A
-    run grown to more iterations keeps the team it had: the bundle of fewer iterations moves to
-    ``bundle-x<its iterations>`` first (evaluations of it stay reproducible)."""
+    """``out_dir/bundle``: the run's start model, each agent's last adapter (its update times
+    ``config.interpolate``) and the last DAG. A run grown to more iterations, or asked for
+    another weight, keeps the team it had: that bundle moves to ``bundle-<its tag>`` first
+    (:func:`keep_earlier_bundle`; evaluations of it stay reproducible)."""
     from collabui.models.bundle import base_model_dir, write_bundle
 
-    keep_earlier_bundle(out_dir, iterations)
     c = effective_config(config)
+    keep_earlier_bundle(out_dir, iterations, c.interpolate)
     team: dict[str, Any] = {"max_new_tokens": c.team.max_new_tokens, "topology": topology.to_spec()}
     if c.team.prompt_style != "auto":
         team["prompt_style"] = c.team.prompt_style
@@ -124,10 +125,13 @@ def write_marl_bundle(config: Any, out_dir: Path, adapters: Mapping[str, Path], 
                     "(see marl_report.json for the pair counts)", out_dir / BUNDLE_DIR)
     marl = {"iterations": iterations, "critic": c.critic, "adversary": c.adversary, "objective": c.objective,
             "edge_update": c.edge_update, "shared_adapter": c.shared_adapter, "start": c.model, "out_dir": str(out_dir)}
+    if c.interpolate != 1:
+        marl["interpolate"] = c.interpolate
     return write_bundle(out_dir / BUNDLE_DIR, base=base, merge=merge, agents=dict(adapters), slots=slots,
                         team=team, made_by=f"collabui train marl --model {c.model} --iterations {iterations}"
-                        + (" --shared-adapter" if c.shared_adapter else ""),
-                        marl=marl, train_tasks=list(c.train_tasks))
+                        + (" --shared-adapter" if c.shared_adapter else "")
+                        + (f" --interpolate {c.interpolate}" if c.interpolate != 1 else ""),
+                        marl=marl, train_tasks=list(c.train_tasks), agent_weight=c.interpolate)
 
 
 def team_adapter_slots(config: Any, adapters: Mapping[str, Any]) -> tuple[str | None, ...]:
@@ -139,18 +143,26 @@ def team_adapter_slots(config: Any, adapters: Mapping[str, Any]) -> tuple[str | 
     return tuple(f"agent{i}" if f"agent{i}" in adapters else None for i in range(n))
 
 
-def keep_earlier_bundle(out_dir: Path, iterations: int) -> Path | None:
-    """Move ``out_dir/bundle`` to ``bundle-x<N>`` when it is the team of N != ``iterations``
-    iterations (a folder of that name already there is left alone, and so is the bundle: it
-    was saved before). Returns where it went, or None."""
+def bundle_tag(iterations: int, interpolate: float = 1.0) -> str:
+    """What tells the teams of one run folder apart: ``x2`` (two iterations), ``x2-w0.5`` (their
+    update at half weight)."""
+    return f"x{iterations}" + (f"-w{interpolate:g}" if interpolate != 1 else "")
+
+
+def keep_earlier_bundle(out_dir: Path, iterations: int, interpolate: float = 1.0) -> Path | None:
+    """Move ``out_dir/bundle`` to ``bundle-<its tag>`` (:func:`bundle_tag`: ``bundle-x1``,
+    ``bundle-x2-w0.5``) when it is another team than the one of ``iterations`` at weight
+    ``interpolate`` (a folder of that name already there is left alone, and so is the bundle:
+    it was saved before). Returns where it went, or None."""
     path = out_dir / BUNDLE_DIR
     try:
-        earlier = int(json.loads((path / "team.json").read_text())["marl"]["iterations"])
+        marl = json.loads((path / "team.json").read_text())["marl"]
+        earlier = bundle_tag(int(marl["iterations"]), float(marl.get("interpolate", 1.0)))
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    target = out_dir / f"{BUNDLE_DIR}-x{earlier}"
-    if earlier == iterations or target.exists():
+    target = out_dir / f"{BUNDLE_DIR}-{earlier}"
+    if earlier == bundle_tag(iterations, interpolate) or target.exists():
         return None
     path.rename(target)
-    log.info("marl: the team of %d iteration(s) moved to %s", earlier, target)
+    log.info("marl: the team %s moved to %s", earlier, target)
     return target

@@ -27,7 +27,8 @@ __all__ = ["MARLConfig", "OBJECTIVES", "RESUMABLE_CHANGES", "flat_fields", "nest
 
 _ENVS = {"miniwob": "web", "miniwob-mobile": "mobile"}
 #: Fields that may change between runs into the same folder.
-RESUMABLE_CHANGES = ("iterations", "out_dir", "workers", "ray", "concurrency", "serve", "serve_backend")  # where episodes run changes no outcome
+#: Where episodes run changes no outcome; ``interpolate`` changes only the bundle written at the end.
+RESUMABLE_CHANGES = ("iterations", "out_dir", "workers", "ray", "concurrency", "serve", "serve_backend", "interpolate")
 #: The per-agent update of an iteration: the paper's DPO, or its "PO -> RFT" ablation.
 OBJECTIVES = ("dpo", "rft")
 #: Team fields without a flag here: those a MARL run sets itself (the adapters of each iteration,
@@ -139,6 +140,10 @@ class MARLConfig:
         "help": "each iteration trains its adapters afresh from the start model on the pairs of every iteration so "
                 "far, instead of continuing the last adapters on this iteration's pairs alone: what one iteration "
                 "taught is still asked of the next, not only worn down by it (default: continue)"})
+    interpolate: float = field(default=1.0, metadata={
+        "metavar": "W", "help": "the bundle's agents keep this share of what the run taught them: each adapter's "
+        "update times W, their weights W of the way from the start team's to the trained ones (WiSE-FT); the "
+        "iterations themselves roll out and train the whole update (default 1: the trained team)"})
     objective: str = field(default="dpo", metadata={
         "choices": OBJECTIVES, "help": "per-agent update: dpo (the paper) | rft (SFT on the chosen answers only, the PO -> RFT "
                 "ablation; it uses the --dpo options SFT shares: learning rate, steps, batch, LoRA)"})
@@ -224,6 +229,9 @@ class MARLConfig:
         return int(counts.get(task, self.episodes_per_task))
 
     def _check_pair_options(self) -> None:
+        w = self.interpolate
+        if isinstance(w, bool) or not isinstance(w, int | float) or not 0 < w <= 1:
+            raise ConfigError(f"interpolate is the share of the update the bundle keeps, in (0, 1]; got {w!r}")
         for name in ("anchor", "rehearse"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:

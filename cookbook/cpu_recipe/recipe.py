@@ -90,7 +90,8 @@ _RENAME = {"minutes": "demo_minutes", "workers": "demo_workers", "seeds": "demo_
            "learning_rate": "lr", "per_device_train_batch_size": "batch", "seed": "sft_seed", "teams": "team",
            "episodes_per_task": "marl_episodes", "task_episodes": "marl_task_episodes", "max_pairs": "marl_pairs", "right_pairs": "marl_right_pairs",
            "mirror_corrections": "marl_mirror", "element_kinds": "marl_element_kinds", "pool_pairs": "marl_pool",
-           "shared_adapter": "marl_shared", "anchor": "marl_anchor", "rehearse": "marl_rehearse"}
+           "shared_adapter": "marl_shared", "anchor": "marl_anchor", "rehearse": "marl_rehearse",
+           "interpolate": "marl_interpolate"}
 #: The evaluation team's flags: its ``seed`` is the held-out rows' (dests prefixed: SFT has a seed too).
 _EVAL_TEAM_RENAME = {**_RENAME, "seed": "eval_seed"}
 _EVAL_TEAM_DEST = "eval_team_"
@@ -369,8 +370,8 @@ _TAUGHT = ("balance_steps", "batch", "bf16", "demo_minutes", "demo_seeds", "dpo_
            "length_window", "lora_dropout", "lora_from_layer", "lora_r", "lr", "onpolicy_dpo", "onpolicy_episodes", "round2_demo_rows",
            "sft_draws", "sft_epochs", "sft_examples", "sft_seed", "style", "synthetic_pages", "team_share")
 #: MARL's settings, in the MARL team's ``made_by`` (they shape the team, not the SFT model).
-_TAUGHT_MARL = ("marl_anchor", "marl_element_kinds", "marl_episodes", "marl_epochs", "marl_iterations", "marl_mirror",
-                "marl_pairs", "marl_pool", "marl_rehearse", "marl_right_pairs", "marl_shared", "marl_task_episodes")
+_TAUGHT_MARL = ("marl_anchor", "marl_element_kinds", "marl_episodes", "marl_epochs", "marl_interpolate", "marl_iterations",
+                "marl_mirror", "marl_pairs", "marl_pool", "marl_rehearse", "marl_right_pairs", "marl_shared", "marl_task_episodes")
 
 
 def made_by_command(config: RecipeConfig, *, marl: bool = False) -> str:
@@ -497,7 +498,7 @@ def checks(config: RecipeConfig, trained: Path, out: Path, clock: _Clock,
         print(f"[recipe] validation (training tasks, new seeds): {val['successes']}/{val['episodes']} "
               f"{json.dumps(val['per_task'])}", file=sys.stderr)
     team = (teams or {}).get("trained_team", trained)
-    name = f"marl-team{marl_suffix(config.marl_iterations)}" if team != trained else "team"
+    name = f"marl-team{marl_suffix(config.marl_iterations, config.marl.interpolate)}" if team != trained else "team"
     if config.validate and config.teams:
         val = found["validation_team"] = _row(clock.run("5 validation team", lambda: validate(
             config, team, out / f"validation-{name}", team=True)))
@@ -624,7 +625,7 @@ def _run(config: RecipeConfig, out: Path, names: list[str]) -> None:
     results: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {"systems": {}}
     results.update({**found, **run_facts(config, out, clock)})
     for name in names:
-        folder = name + (marl_suffix(config.marl_iterations) if _reads_marl(rows[name], out) else "")
+        folder = name + (marl_suffix(config.marl_iterations, config.marl.interpolate) if _reads_marl(rows[name], out) else "")
         done = clock.run(f"3 eval {folder}", lambda n=name, f=folder: evaluate(config, f, rows[n], out / "eval"))
         results["systems"][name] = _row(done)
         if rows[name].get("team", {}).get("n_agents", 1) > 1:

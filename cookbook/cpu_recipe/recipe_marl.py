@@ -13,6 +13,7 @@ from recipe_sft import ALL_LINEAR, demo_rows
 
 from collabui.config import TeamConfig
 from collabui.errors import ConfigError
+from collabui.training.marl_bundle import bundle_tag
 from collabui.training.marl_config import MARLConfig
 from collabui.training.task_lists import TRAIN_TASKS
 
@@ -32,7 +33,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {"ablation_no_cr": {"critic": "outcome", 
 #: MARLConfig's fields with recipe flags (``--marl-episodes``, ``--marl-mirror``...: recipe._RENAME);
 #: the recipe sets the others (``marl_config``).
 MARL_FLAGS = ("episodes_per_task", "task_episodes", "right_pairs", "max_pairs", "mirror_corrections", "element_kinds", "pool_pairs",
-              "shared_adapter", "anchor", "rehearse")
+              "shared_adapter", "anchor", "rehearse", "interpolate")
 #: Where a MARL run's rehearsal rows are written (in the run's marl/ folder): stage 1's SFT rows.
 REHEARSAL_FILE = "rehearsal.jsonl"
 #: Every MARL update's DPO, with an SFT term on chosen; small per-agent adapters (rank 8: four of
@@ -79,7 +80,7 @@ def train_marl(config: RecipeConfig, start: Path, out: Path, clock: Clock) -> di
         if row != "trained_team":
             share_rollouts(out / "trained_team", out / row, change)
             change = same_pairs_as(out / "trained_team", change, config)
-        clock.run(marl_stage(row, config.marl_iterations),
+        clock.run(marl_stage(row, config.marl_iterations, config.marl.interpolate),
                   lambda r=row, c=change: run_marl(marl_config(config, start, out / r, **c)), once=True)
         found[row] = out / row / "bundle"
     return found
@@ -107,19 +108,23 @@ def write_rehearsal(config: RecipeConfig, demo: Path, target: Path) -> Path:
     return target
 
 
-def marl_suffix(iterations: int) -> str:
-    """The folder suffix of what a MARL team of ``iterations`` is measured into (its validation,
-    its held-out rows): none for one iteration, ``-x2`` for two. A run grown to more iterations
-    (``--marl-iterations`` raised on a finished folder) then measures the grown team beside the
-    earlier one's figures instead of refusing their folders as another model's."""
-    return f"-x{iterations}" if iterations > 1 else ""
+def marl_suffix(iterations: int, interpolate: float = 1.0) -> str:
+    """The folder suffix of what a MARL team of ``iterations`` at weight ``interpolate`` is
+    measured into (its validation, its held-out rows): none for one iteration at full weight,
+    ``-x2`` for two, ``-x2-w0.5`` for two at half weight. A run grown to more iterations
+    (``--marl-iterations`` raised on a finished folder) or asked for another weight
+    (``--marl-interpolate``) then measures that team beside the earlier one's figures instead of
+    refusing their folders as another model's."""
+    tag = bundle_tag(iterations, interpolate)
+    return "" if tag == "x1" else "-" + tag.removeprefix("x1-")
 
 
-def marl_stage(row: str, iterations: int) -> str:
+def marl_stage(row: str, iterations: int, interpolate: float = 1.0) -> str:
     """The clock's name of a MARL run: a run grown to more iterations (``--marl-iterations``
-    raised on a finished folder) is a new stage, so the iterations it adds are timed; its
-    prefix stays ``6 marl <row>``, which the training minutes sum over."""
-    return f"6 marl {row}" + (f" x{iterations}" if iterations > 1 else "")
+    raised on a finished folder) or asked for another weight is a new stage, so what it adds is
+    timed (a new weight alone: the bundle written again); its prefix stays ``6 marl <row>``,
+    which the training minutes sum over."""
+    return f"6 marl {row}" + marl_suffix(iterations, interpolate).replace("-", " ")
 
 
 def trained_ablations(config: RecipeConfig) -> dict[str, dict[str, Any]]:

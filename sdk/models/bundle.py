@@ -28,7 +28,7 @@ from typing import Any
 from collabui.errors import ConfigError, ModelLoadError
 
 __all__ = ["BUNDLE_FORMAT", "SHIPPED_BUNDLES", "bundle_dir", "merged_folder", "bundle_fingerprint", "bundle_team", "read_bundle", "load_bundle", "write_bundle_manifest",
-           "write_bundle", "base_model_dir", "merged_model_dir", "write_merged_model"]
+           "write_bundle", "interpolate_bundle", "base_model_dir", "merged_model_dir", "write_merged_model"]
 
 BUNDLE_FORMAT = "collabui.team-bundle/1"
 #: Built-in model specs served from bundles inside the package.
@@ -255,9 +255,11 @@ def write_bundle_manifest(folder: str | Path, *, base: str, merge: list[str], ag
     return path
 
 
-def _copy_adapter(src: Path, dst: Path, dtype: str) -> None:
+def _copy_adapter(src: Path, dst: Path, dtype: str, weight: float = 1.0) -> None:
     """Copy a PEFT adapter folder, its weights cast to ``dtype`` (fp16 halves what is committed;
-    the loader casts back to the model's dtype)."""
+    the loader casts back to the model's dtype) and its update scaled by ``weight``: each
+    ``lora_B`` times it, so the model it gives moves that share of the way from the model under
+    it to the trained one (W + weight x BA)."""
     import shutil
 
     import torch
@@ -267,20 +269,27 @@ def _copy_adapter(src: Path, dst: Path, dtype: str) -> None:
     if not weights.is_file() or not (src / "adapter_config.json").is_file():
         raise ModelLoadError(f"{src} is not a PEFT adapter folder (adapter_config.json and "
                              "adapter_model.safetensors); pass the folder train_sft or train_agents_dpo wrote")
+    tensors = load_file(str(weights))
+    if weight != 1.0:
+        full = sorted(k for k in tensors if "lora_" not in k)
+        if full:  # a whole weight (modules_to_save, a DoRA magnitude) is no update to scale
+            raise ConfigError(f"{src} holds whole weights ({full[0]}...), not a LoRA update alone; only a plain "
+                              "LoRA adapter can be interpolated (weight 1 copies it as it is)")
+        tensors = {k: v * weight if "lora_B" in k or "lora_embedding_B" in k else v for k, v in tensors.items()}
     dst.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(src / "adapter_config.json", dst / "adapter_config.json")
     cast = getattr(torch, dtype)
-    save_file({k: v.to(cast).contiguous() for k, v in load_file(str(weights)).items()},
-              str(dst / "adapter_model.safetensors"))
+    save_file({k: v.to(cast).contiguous() for k, v in tensors.items()}, str(dst / "adapter_model.safetensors"))
 
 
 def write_bundle(folder: str | Path, *, base: str, merge: dict[str, str | Path], agents: dict[str, str | Path],
                  team: dict[str, Any], dtype: str = "float16", slots: list[str | None] | None = None,
-                 **extra: Any) -> Path:
+                 agent_weight: float = 1.0, **extra: Any) -> Path:
     """Write a complete bundle: the adapters (``{name: source folder}``) copied in ``dtype`` and
     the manifest. The folder is replaced whole, so a bundle never mixes two trainings.
     ``slots``: the adapter of each agent in order (None: the merged model alone); default the
-    ``agents`` names, cycled over the team."""
+    ``agents`` names, cycled over the team. ``agent_weight``: the share of the agents' adapters'
+    update kept (see :func:`interpolate_bundle`; the ``merge`` adapters are copied whole)."""
     import shutil
 
     order = list(agents) if slots is None else list(slots)
@@ -290,10 +299,49 @@ def write_bundle(folder: str | Path, *, base: str, merge: dict[str, str | Path],
     root = Path(folder)
     tmp = root.with_name(root.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    for name, src in [*merge.items(), *agents.items()]:
+    _check_weight(agent_weight)
+    for name, src in merge.items():
         _copy_adapter(Path(src), tmp / name, dtype)
+    for name, src in agents.items():
+        _copy_adapter(Path(src), tmp / name, dtype, agent_weight)
     tmp.mkdir(parents=True, exist_ok=True)
     write_bundle_manifest(tmp, base=base, merge=list(merge), agents=order, team=team, **extra)
     shutil.rmtree(root, ignore_errors=True)
     tmp.rename(root)
     return root
+
+
+def interpolate_bundle(source: str | Path, target: str | Path, weight: float) -> Path:
+    """Write to ``target`` the bundle in ``source`` with its per-agent adapters' update scaled by
+    ``weight`` (0 < weight <= 1): each agent's weights are then ``(1 - weight)`` x its shared
+    model's plus ``weight`` x its trained ones, a linear path between the team a MARL run
+    started from and the team it trained. Fine-tuned models interpolated with their start often
+    keep the start's robustness off the training distribution and most of the gain on it
+    (WiSE-FT: Wortsman et al., 2022, "Robust fine-tuning of zero-shot models"). The manifest
+    records ``interpolated: {"from", "weight"}``; the ``merge`` adapters and team settings are
+    copied as they are.
+
+    Raises:
+        ConfigError: ``weight`` outside (0, 1], ``target`` is ``source``, or an agent adapter
+            holds whole weights.
+        ModelLoadError: ``source`` is not a bundle.
+    """
+    root, out = Path(source).expanduser(), Path(target).expanduser()
+    _check_weight(weight)
+    if out.resolve() == root.resolve():
+        raise ConfigError(f"the interpolated bundle would replace its source {root}; write it to another folder")
+    manifest = read_bundle(root)
+    known = {"format", "base", "merge", "agents", "team"}
+    extra = {k: v for k, v in manifest.items() if k not in known}
+    extra["interpolated"] = {"from": str(root), "weight": weight}
+    return write_bundle(out, base=manifest["base"], merge={m: root / m for m in manifest.get("merge", [])},
+                        agents={a: root / a for a in _named(manifest.get("agents", []))}, team=manifest.get("team", {}),
+                        slots=list(manifest.get("agents", [])), agent_weight=weight, **extra)
+
+
+def _check_weight(weight: float) -> None:
+    import math
+
+    if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight) \
+            or not 0 < weight <= 1:
+        raise ConfigError(f"an adapter's weight is the share of its update kept, in (0, 1]; got {weight!r}")

@@ -258,7 +258,7 @@ DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0,
                 "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "stop_when_decided": True, "skip_stale": True, "critic_episodes": 6, "team": False,
                 "serve": False, "serve_dtype": "auto", "serve_agents": "lora", "serve_backend": "vllm", "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
                 "dpo_lr": 5e-5, "marl_iterations": 0, "marl_episodes": 2, "marl_task_episodes": (), "marl_pairs": 0, "marl_right_pairs": False,
-                "marl_mirror": False, "marl_element_kinds": False, "marl_pool": False, "marl_shared": False, "marl_anchor": 0.0, "marl_rehearse": 0.0, "marl_epochs": 1.0, "marl_rollouts_from": None,
+                "marl_mirror": False, "marl_element_kinds": False, "marl_pool": False, "marl_shared": False, "marl_anchor": 0.0, "marl_rehearse": 0.0, "marl_interpolate": 1.0, "marl_epochs": 1.0, "marl_rollouts_from": None,
                 "marl_reuse_iterations": 1,
                 # bf16 mixed precision where this machine computes it natively (AVX512-BF16/AMX, CUDA)
                 "bf16": default_bf16(),
@@ -771,7 +771,11 @@ def test_a_marl_team_grown_to_more_iterations_is_measured_into_folders_of_its_ow
     assert results["systems"]["trained_team"]["successes"] == 5 and results["validation_team"]["successes"] == 2
     assert (results["validation_forms_team"]["successes"], results["validation_forms_team"]["typing_loops"]) == (3, 1)
     assert results["team_dynamics"]["trained_team"] == {"folder": "trained_team-x2"}
-    assert recipe.marl_suffix(1) == "" and recipe.marl_suffix(3) == "-x3"
+    measured.clear()  # the same team at half weight: measured into its own folders beside
+    assert recipe.main([*argv, "--marl-iterations", "2", "--marl-interpolate", "0.5"]) == 0
+    assert measured == ["validation", "validation-marl-team-x2-w0.5", "validation-forms-marl-team-x2-w0.5",
+                        "eval/trained_single", "eval/trained_team-x2-w0.5"]
+    assert recipe.marl_suffix(1) == "" and recipe.marl_suffix(3) == "-x3" and recipe.marl_suffix(1, 0.5) == "-w0.5"
 
 def test_from_bundle_refuses_what_it_cannot_start_from(tmp_path, tiny_model_dir, adapter_dirs, capsys):
     """A folder without a bundle, MARL from a bundle whose agents have adapters already, and

@@ -128,3 +128,38 @@ def test_a_bundle_rewritten_with_other_weights_is_not_resumed_as_the_same_model(
     assert model_fingerprint(spec) != first
     with pytest.raises(ConfigError, match="model_weights"):
         _check_out_dir(tmp_path / "run", config)
+
+
+def test_an_interpolated_bundle_moves_its_agents_part_of_the_way_to_their_trained_weights(tmp_path, tiny_model_dir,
+                                                                                           adapter_dirs):
+    from safetensors.torch import load_file
+
+    from collabui.models.bundle import interpolate_bundle, write_merged_model
+
+    source = _bundle(tmp_path, tiny_model_dir, adapter_dirs)
+    half = interpolate_bundle(source, tmp_path / "half", 0.5)
+    manifest = read_bundle(half)
+    assert manifest["interpolated"] == {"from": str(source), "weight": 0.5}
+    assert manifest["agents"] == read_bundle(source)["agents"] and manifest["made_by"] == "test"
+
+    def weights(folder, agent=None, name="w"):
+        out = write_merged_model(folder, tmp_path / f"{name}-{agent}", agent=agent)
+        return load_file(str(next(out.glob("*.safetensors"))))
+
+    shared, trained, mid = weights(source), weights(source, "agent0", "s"), weights(half, "agent0", "h")
+    key = next(k for k in shared if "layers.0.self_attn.q_proj.weight" in k)
+    assert not (trained[key] - shared[key]).abs().max() < 1e-4  # the agent's adapter moves the weights
+    assert ((mid[key] - (shared[key] + trained[key]) / 2).abs().max()) < 1e-3  # halfway between
+    assert (weights(half, name="hs")[key] == shared[key]).all()  # the merged stage-1 adapter is whole
+
+
+@pytest.mark.parametrize("weight", [0, -0.5, 1.5, float("nan"), True])
+def test_interpolation_weights_outside_the_unit_interval_are_refused(tmp_path, tiny_model_dir, adapter_dirs, weight):
+    from collabui.models.bundle import interpolate_bundle
+
+    source = _bundle(tmp_path, tiny_model_dir, adapter_dirs)
+    with pytest.raises(ConfigError, match=r"in \(0, 1\]"):
+        interpolate_bundle(source, tmp_path / "out", weight)
+    with pytest.raises(ConfigError, match="another folder"):
+        interpolate_bundle(source, source, 0.5)
+    assert not (tmp_path / "out").exists()

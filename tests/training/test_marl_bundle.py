@@ -87,6 +87,36 @@ def test_a_run_grown_to_more_iterations_keeps_the_team_it_had(tmp_path, base_dir
              model_factory=model_factory)  # a rerun of the same run moves nothing
     assert sorted(p.name for p in out.glob("bundle*")) == ["bundle", "bundle-x1"]
 
+def test_an_interpolated_bundle_keeps_that_share_of_the_update_without_training_again(tmp_path, base_dir, stage1):
+    import dataclasses
+
+    from safetensors.torch import load_file
+
+    out = tmp_path / "run"
+    config = small_config(None, out, model=f"trained:{stage1}", n_agents=2, iterations=1, eval_tasks=(),
+                          eval_episodes_per_task=0)
+    log = new_log()
+    model_factory, env_factory = factories(log)
+    run_marl(config, progress=False, env_factory=env_factory, model_factory=model_factory)
+    calls = log["requests"]
+    # A finished run asked for a quarter of its update: the same iterations, a new bundle.
+    run_marl(dataclasses.replace(config, interpolate=0.25), progress=False, env_factory=env_factory,
+             model_factory=model_factory)
+    assert log["requests"] == calls  # nothing rolled out or trained again
+    bundle = read_bundle(out / "bundle")
+    assert bundle["marl"]["interpolate"] == 0.25 and bundle["merge"] == ["stage1"]
+    agents = [a for a in bundle["agents"] if a is not None]
+    assert agents
+    for agent in agents:
+        kept = load_file(out / "bundle" / agent / "adapter_model.safetensors")
+        trained = load_file(out / "iter0" / "adapters" / agent / "adapter_model.safetensors")
+        scaled = [k for k in kept if "lora_B" in k]
+        assert scaled and all(kept[k].float().allclose(trained[k].float() * 0.25, atol=1e-4) for k in scaled)
+        assert all(kept[k].equal(trained[k].to(kept[k].dtype)) for k in kept if "lora_A" in k)
+    with pytest.raises(ConfigError, match=r"in \(0, 1\]"):
+        dataclasses.replace(config, interpolate=0)
+
+
 def _answer(model, adapter=None):
     from collabui.models.base import ChatRequest
 
