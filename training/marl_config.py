@@ -20,6 +20,7 @@ from collabui.config import (
 from collabui.devices.simplify import ELEMENT_FORMATS
 from collabui.errors import ConfigError
 from collabui.evaluation.miniwob import SERVE_DTYPE_HELP, SERVE_DTYPES, check_serve
+from collabui.models.bundle import check_agent_weight
 from collabui.serving.managed import SERVE_BACKENDS
 from collabui.training.marl_bundle import is_bundle_spec
 
@@ -212,6 +213,7 @@ class MARLConfig:
             raise ConfigError("right_pairs pairs right proposals with the team's own wrong ones: use it with "
                               "--adversary own")
         self._check_pair_options()
+        check_agent_weight(self.interpolate, "interpolate")
         if self.model != "smollm2" and not (self.model.startswith("hf:") and len(self.model) > 3) \
                 and not is_bundle_spec(self.model):
             raise ConfigError("training needs a local model: use smollm2, hf:PATH, smollm2-trained or "
@@ -229,9 +231,6 @@ class MARLConfig:
         return int(counts.get(task, self.episodes_per_task))
 
     def _check_pair_options(self) -> None:
-        w = self.interpolate
-        if isinstance(w, bool) or not isinstance(w, int | float) or not 0 < w <= 1:
-            raise ConfigError(f"interpolate is the share of the update the bundle keeps, in (0, 1]; got {w!r}")
         for name in ("anchor", "rehearse"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:

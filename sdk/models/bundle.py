@@ -28,7 +28,7 @@ from typing import Any
 from collabui.errors import ConfigError, ModelLoadError
 
 __all__ = ["BUNDLE_FORMAT", "SHIPPED_BUNDLES", "bundle_dir", "merged_folder", "bundle_fingerprint", "bundle_team", "read_bundle", "load_bundle", "write_bundle_manifest",
-           "write_bundle", "interpolate_bundle", "base_model_dir", "merged_model_dir", "write_merged_model"]
+           "write_bundle", "interpolate_bundle", "check_agent_weight", "base_model_dir", "merged_model_dir", "write_merged_model"]
 
 BUNDLE_FORMAT = "collabui.team-bundle/1"
 #: Built-in model specs served from bundles inside the package.
@@ -299,7 +299,7 @@ def write_bundle(folder: str | Path, *, base: str, merge: dict[str, str | Path],
     root = Path(folder)
     tmp = root.with_name(root.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    _check_weight(agent_weight)
+    check_agent_weight(agent_weight)
     for name, src in merge.items():
         _copy_adapter(Path(src), tmp / name, dtype)
     for name, src in agents.items():
@@ -327,7 +327,7 @@ def interpolate_bundle(source: str | Path, target: str | Path, weight: float) ->
         ModelLoadError: ``source`` is not a bundle.
     """
     root, out = Path(source).expanduser(), Path(target).expanduser()
-    _check_weight(weight)
+    check_agent_weight(weight)
     if out.resolve() == root.resolve():
         raise ConfigError(f"the interpolated bundle would replace its source {root}; write it to another folder")
     manifest = read_bundle(root)
@@ -339,9 +339,7 @@ def interpolate_bundle(source: str | Path, target: str | Path, weight: float) ->
                         slots=list(manifest.get("agents", [])), agent_weight=weight, **extra)
 
 
-def _check_weight(weight: float) -> None:
-    import math
-
-    if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight) \
-            or not 0 < weight <= 1:
-        raise ConfigError(f"an adapter's weight is the share of its update kept, in (0, 1]; got {weight!r}")
+def check_agent_weight(weight: float, name: str = "an adapter's weight") -> None:
+    """Refuse a share of an adapter's update outside (0, 1] (``name``: what the error calls it)."""
+    if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 < weight <= 1:  # NaN fails too
+        raise ConfigError(f"{name} is the share of the update kept, in (0, 1]; got {weight!r}")

@@ -87,6 +87,7 @@ def test_a_run_grown_to_more_iterations_keeps_the_team_it_had(tmp_path, base_dir
              model_factory=model_factory)  # a rerun of the same run moves nothing
     assert sorted(p.name for p in out.glob("bundle*")) == ["bundle", "bundle-x1"]
 
+
 def test_an_interpolated_bundle_keeps_that_share_of_the_update_without_training_again(tmp_path, base_dir, stage1):
     import dataclasses
 
