@@ -248,7 +248,8 @@ class _Run:
         c = self.config
         if c.adversary == "own":
             ds = build_mistake_pairs(it / "traces", it / "labels.jsonl", critic=self.critic.name,
-                                     right_pairs=c.right_pairs)
+                                     right_pairs=c.right_pairs,
+                                     repeat_clicks=c.repeat_clicks, lost_only=c.lost_only)
         else:
             ds = build_pairs(it / "traces", it / "labels.jsonl", self.adversary, critic=self.critic.name,
                              progress=self.progress)

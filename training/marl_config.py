@@ -111,6 +111,14 @@ class MARLConfig:
     right_pairs: bool = field(default=False, metadata={
         "help": "(with the own adversary) also pair each verified-right proposal with the team's most common wrong "
                 "one at that step, so what the agents already do right keeps its weight beside the corrections"})
+    repeat_clicks: bool = field(default=False, metadata={
+        "help": "(with right_pairs) also pair each right answer against clicking the previous step's element again, "
+                "as typing the previous text again already is: the pairs that say the action history matters "
+                "(a second click unticks the box or closes the folder)"})
+    lost_only: bool = field(default=False, metadata={
+        "help": "(with the own adversary) pairs only from the episodes the team lost: in a won episode the vote already "
+                "outvoted each wrong entry, and its corrections pull on what the team does right (anchors still come "
+                "from every episode)"})
     max_pairs: int = field(default=0, metadata={
         "metavar": "N", "help": "at most N pairs per agent and iteration, drawn evenly over the kinds of correction "
                                 "(click -> type_string, type_string -> click, ...); 0: all"})
@@ -212,6 +220,10 @@ class MARLConfig:
         if self.right_pairs and self.adversary != "own":
             raise ConfigError("right_pairs pairs right proposals with the team's own wrong ones: use it with "
                               "--adversary own")
+        if self.repeat_clicks and not self.right_pairs:
+            raise ConfigError("repeat_clicks adds a negative to the right answers' pairs: use it with --right-pairs")
+        if self.lost_only and self.adversary != "own":
+            raise ConfigError("lost_only picks which of the team's own mistakes are paired: use it with --adversary own")
         self._check_pair_options()
         check_agent_weight(self.interpolate, "interpolate")
         if self.model != "smollm2" and not (self.model.startswith("hf:") and len(self.model) > 3) \

@@ -134,7 +134,7 @@ def mistake_pairs_for_step(header: dict[str, Any], step: dict[str, Any], label: 
 
 
 def right_pairs_for_step(header: dict[str, Any], step: dict[str, Any], label: dict[str, Any],
-                         previous: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+                         previous: dict[str, Any] | None = None, *, repeat_clicks: bool = False) -> list[dict[str, Any]]:
     """Each right entry (i, j) of a labelled step against what would have been wrong there:
 
     * the step's most common wrong (parsed) proposal, in the words of the first agent that made
@@ -143,7 +143,11 @@ def right_pairs_for_step(header: dict[str, Any], step: dict[str, Any], label: di
       page by its ``dom`` rank; ``rejected_source`` ``repeat``): the field already holds it, so
       the page would not change, which the verified critic scores 0 ("changed nothing"). This
       is the pair that says when to stop typing, a mistake the trained team makes held out
-      (typing the password until it runs out of steps) but rarely on the training pages.
+      (typing the password until it runs out of steps) but rarely on the training pages;
+    * with ``repeat_clicks``, clicking the ``previous`` step's element again (``rejected_source``
+      ``repeat``), found the same way: on the training pages a second click unticks the box,
+      closes the section or folder, or changes nothing, and the trained team that ignores its
+      action history clicks ONE twice on a page that asks for ONE, then TWO.
 
     ``chosen`` is agent i's own answer (``chosen_source`` ``own``). No rows for a step the
     critic abstained on, or when neither negative exists."""
@@ -158,7 +162,7 @@ def right_pairs_for_step(header: dict[str, Any], step: dict[str, Any], label: di
     if wrong:
         key = Counter(_key(p["action"]) for p in wrong).most_common(1)[0][0]
         negatives.append((key, clean_answer(next(p for p in wrong if _key(p["action"]) == key)["raw"], space), "team"))
-    repeat = _repeated_typing(previous, step)
+    repeat = _repeated_action(previous, step, ("type_string", "click") if repeat_clicks else ("type_string",))
     if repeat is not None and _key(repeat) not in {n[0] for n in negatives} and not any(
             rewards[a][j] == 1 and _key(props[a][j].get("action") or {}) == _key(repeat)
             for a in range(len(props)) for j in range(len(props[a]))):
@@ -175,20 +179,22 @@ def right_pairs_for_step(header: dict[str, Any], step: dict[str, Any], label: di
     return rows
 
 
-def _repeated_typing(previous: dict[str, Any] | None, step: dict[str, Any]) -> dict[str, Any] | None:
-    """The previous step's executed ``type_string`` aimed at the same field on ``step``'s page
-    (ids are reshuffled on every page: the field is the one of the same ``dom`` rank, tag and
-    label), or None when there is none or it cannot be found."""
+def _repeated_action(previous: dict[str, Any] | None, step: dict[str, Any],
+                     kinds: tuple[str, ...] = ("type_string",)) -> dict[str, Any] | None:
+    """The previous step's executed action, if one of ``kinds``, aimed at the same element on
+    ``step``'s page (ids are reshuffled on every page: the element is the one of the same ``dom``
+    rank and tag; not label, which a ticked box's can change), or None when there is none or it
+    cannot be found."""
     from collabui.devices.simplify import flat_elements
 
     action = (previous or {}).get("executed") or {}
-    if action.get("action") != "type_string" or not action.get("element_id"):
+    if action.get("action") not in kinds or not action.get("element_id"):
         return None
     before = {e["id"]: e for e in flat_elements(_tree(previous))}.get(action["element_id"])
     if before is None or before.get("dom") is None:
         return None
     same = [e for e in flat_elements(_tree(step))
-            if e.get("dom") == before["dom"] and e["tag"] == before["tag"] and e["context"] == before["context"]]
+            if e.get("dom") == before["dom"] and e["tag"] == before["tag"]]
     return {**action, "element_id": same[0]["id"]} if len(same) == 1 else None
 
 
@@ -197,16 +203,22 @@ def _tree(step: dict[str, Any] | None) -> Any:
 
 
 def build_mistake_pairs(trace_paths: PathLike | Iterable[PathLike], labels_path: PathLike, *,
-                        critic: str | None = None, right_pairs: bool = False) -> Dataset:
+                        critic: str | None = None, right_pairs: bool = False, repeat_clicks: bool = False,
+                        lost_only: bool = False) -> Dataset:
     """Own-mistake pairs for every labelled step of the traces (dedupes identical records);
-    ``right_pairs``: also :func:`right_pairs_for_step`'s."""
+    ``right_pairs``: also :func:`right_pairs_for_step`'s (``repeat_clicks`` passed on);
+    ``lost_only``: only from episodes the team did not win (where the vote outvoted a wrong
+    entry, the team already acts right)."""
 
     def rows_for_step(header: dict[str, Any], step: dict[str, Any], label: dict[str, Any],
                       previous: dict[str, Any] | None) -> list[dict[str, Any]]:
         rows = mistake_pairs_for_step(header, step, label)
-        return rows + right_pairs_for_step(header, step, label, previous) if right_pairs else rows
+        if not right_pairs:
+            return rows
+        return rows + right_pairs_for_step(header, step, label, previous, repeat_clicks=repeat_clicks)
 
-    return _mistake_dataset(_unique(_labelled_rows(trace_paths, labels_path, critic, rows_for_step),
+    return _mistake_dataset(_unique(_labelled_rows(trace_paths, labels_path, critic, rows_for_step,
+                                                   lost_only=lost_only),
                                     ("agent", "prompt", "chosen", "rejected")))
 
 
@@ -462,11 +474,14 @@ def rehearsal_pairs(path: PathLike, counts: Mapping[int, int], *, seed: int = 0)
 def _labelled_rows(trace_paths: PathLike | Iterable[PathLike], labels_path: PathLike, critic: str | None,
                    rows_for_step: Callable[[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any] | None],
                                            list[dict[str, Any]]],
-                   ) -> Iterator[dict[str, Any]]:
-    """``rows_for_step(header, step, label, previous step or None)`` over every labelled step."""
+                   *, lost_only: bool = False) -> Iterator[dict[str, Any]]:
+    """``rows_for_step(header, step, label, previous step or None)`` over every labelled step
+    (``lost_only``: of the episodes that did not end in success, unfinished ones included)."""
     labels = load_labels(labels_path, critic=critic)
     for path in expand_trace_paths(trace_paths):
         trace = read_trace(path)
+        if lost_only and (trace.end or {}).get("success"):
+            continue
         previous = None
         for step in trace.steps:
             label = labels.get((str(trace.header["episode_id"]), int(step["t"])))

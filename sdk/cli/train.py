@@ -65,6 +65,10 @@ def add_commands(sub: Any) -> None:
                        "(default 0)")
     pairs.add_argument("--right-pairs", action="store_true", help="(--adversary own) also pair each right proposal "
                        "with the team's wrong one at that step and with typing the previous step's text again")
+    pairs.add_argument("--repeat-clicks", action="store_true", help="(--right-pairs) also pair each right answer "
+                       "with clicking the previous step's element again")
+    pairs.add_argument("--lost-only", action="store_true", help="(--adversary own) pairs only from the episodes "
+                       "the team lost")
     pairs.add_argument("--max-pairs", type=int, default=0, metavar="N", help="at most N pairs per agent, drawn "
                        "evenly over the kinds of correction (click -> type_string, ...); default 0: all")
     dpo = tsub.add_parser("dpo", help="train one LoRA adapter per agent with DPO",
@@ -193,7 +197,9 @@ def _pairs(args: argparse.Namespace) -> int:
     if args.adversary == "own" and not args.max_pairs:  # own mistakes are read, not drawn
         refuse_ignored(changed_flags(args, {"seed": 0}), "with --adversary own (it draws nothing); drop it")
     if args.adversary != "own":
-        refuse_ignored(changed_flags(args, {"right_pairs": False}), "without --adversary own; add it or drop it")
+        refuse_ignored(changed_flags(args, {"right_pairs": False, "repeat_clicks": False, "lost_only": False}), "without --adversary own; add it or drop it")
+    if args.repeat_clicks and not args.right_pairs:
+        raise ConfigError("--repeat-clicks adds a negative to the right answers' pairs: add --right-pairs")
     if args.max_pairs < 0:
         raise ConfigError(f"--max-pairs must be >= 0, got {args.max_pairs}")
     from collabui.training.adversary import LLMAdversary, RuleAdversary
@@ -202,7 +208,8 @@ def _pairs(args: argparse.Namespace) -> int:
     if args.adversary == "own":
         from collabui.training.mistake_pairs import build_mistake_pairs
 
-        ds = build_mistake_pairs(args.traces, args.labels, critic=args.critic, right_pairs=args.right_pairs)
+        ds = build_mistake_pairs(args.traces, args.labels, critic=args.critic, right_pairs=args.right_pairs,
+                                 repeat_clicks=args.repeat_clicks, lost_only=args.lost_only)
     else:
         if args.adversary == "rule":
             adversary = RuleAdversary(seed=args.seed)

@@ -368,13 +368,15 @@ def test_made_by_is_a_command_the_recipe_accepts():
     assert {k: recipe.flag_values(again)[k] for k in recipe._TAUGHT} == \
         {k: recipe.flag_values(config)[k] for k in recipe._TAUGHT}
     # The MARL team's, list flags included (items comma-separated; an empty list left out).
-    for more in ([], ["--marl-task-episodes", "login-user-popup=18,form-sequence=9"]):
+    for more in ([], ["--marl-task-episodes", "login-user-popup=18,form-sequence=9"],
+                 ["--marl-right-pairs", "--marl-repeat-clicks", "--marl-lost-only"]):
         config = recipe._args(["--team", "--marl-iterations", "1", "--marl-shared", *more])
         words = recipe.made_by_command(config, marl=True).split()
         again = recipe._args(words[1:])
         assert {k: recipe.flag_values(again)[k] for k in recipe._TAUGHT_MARL} == \
             {k: recipe.flag_values(config)[k] for k in recipe._TAUGHT_MARL}
-        assert ("--marl-task-episodes" in words) == bool(more)
+        assert ("--marl-task-episodes" in words) == ("--marl-task-episodes" in more)
+        assert ("--marl-lost-only" in words) == ("--marl-lost-only" in more)
 
 
 def test_recipe_runs_as_a_script(tmp_path):
@@ -984,11 +986,13 @@ def test_marl_update_flags_reach_the_marl_config(tmp_path):
                                       tmp_path / "m").shared_adapter  # the paper's per-agent adapters by default
     # Every pair option on at once still builds each ablation (no_cr's rule adversary drops right pairs).
     every = recipe._args(["--team", "--marl-iterations", "1", "--marl-right-pairs", "--marl-mirror", "--marl-pairs", "7",
-                          "--marl-element-kinds", "--marl-anchor", "1", "--marl-shared", "--marl-pool"])
+                          "--marl-element-kinds", "--marl-anchor", "1", "--marl-shared", "--marl-pool",
+                          "--marl-repeat-clicks", "--marl-lost-only"])
     for name, change in MARL_STAGE.ABLATIONS.items():
         built = MARL_STAGE.marl_config(every, tmp_path / "b", tmp_path / name, **change)
         assert (built.mirror_corrections, built.element_kinds, built.anchor) == (True, True, 1.0)
-        assert built.right_pairs == (name != "ablation_no_cr")
+        own = name != "ablation_no_cr"
+        assert (built.right_pairs, built.repeat_clicks, built.lost_only) == (own, own, own)
 
 
 def test_marl_rehearse_writes_the_sft_rows_once_and_names_them_in_every_marl_config(tmp_path):

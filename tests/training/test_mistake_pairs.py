@@ -137,6 +137,24 @@ def test_no_repeat_pair_when_typing_again_was_right_or_the_field_is_gone():
     assert [r["rejected_source"] for r in rows] == ["team"]  # no field of that rank: no repeat
 
 
+def test_repeat_clicks_pair_the_right_answer_against_clicking_the_previous_element_again():
+    from collabui.training.mistake_pairs import right_pairs_for_step
+
+    # The previous step clicked button A (dom rank 0); on this page it is R, and S is right.
+    previous = {"t": 0, "executed": CLICK_A, "observation": {"text": "", "extra": {"tree": _tree(("button", "A", 0))}}}
+    step = {"t": 1, "observation": {"text": "", "extra": {"tree": _tree(("button", "R", 0), ("button", "S", 1))}},
+            "proposals": [[_prop(0, 0, _answer({"action": "click", "element_id": "S"}), {"action": "click", "element_id": "S"})]]}
+    label = {"rewards": [[1]], "scores": [[1.0]], "abstained": False}
+    assert right_pairs_for_step(HEADER, step, label, previous) == []  # typing repeats only, by default
+    (row,) = right_pairs_for_step(HEADER, step, label, previous, repeat_clicks=True)
+    assert row["rejected_source"] == "repeat" and '"S"' in row["chosen"][0]["content"]
+    assert json.loads(row["rejected"][0]["content"].removeprefix("Action: ")) == {"action": "click", "element_id": "R"}
+    # Clicking it again was what the critic called right: no repeat pair.
+    again = {"action": "click", "element_id": "R"}
+    step["proposals"] = [[_prop(0, 0, _answer(again), again)]]
+    assert right_pairs_for_step(HEADER, step, label, previous, repeat_clicks=True) == []
+
+
 def test_balance_pairs_draws_each_agent_evenly_over_the_kinds_of_correction():
     from datasets import Dataset
 
@@ -299,3 +317,32 @@ def test_rehearsal_pairs_draw_each_task_and_step_in_turn_and_refuse_other_rows(t
         rehearsal_pairs(path, {0: 1})
     with pytest.raises(ConfigError, match="cannot read"):
         rehearsal_pairs(tmp_path / "missing.jsonl", {0: 1})
+
+
+def test_lost_only_keeps_the_pairs_of_the_episodes_the_team_did_not_win(tmp_path):
+    """Two episodes recorded by the same real team on FakeDevices: one rewards the voted click on
+    B (won), the other runs out of steps (lost); with lost_only only the lost one's mistakes pair."""
+    from collabui import CollabAgentTeam
+    from collabui.devices.base import Observation
+    from collabui.devices.fake import FakeDevice
+    from collabui.trace import read_trace
+    from collabui.training.critic import ReferenceCritic
+    from collabui.training.labels import label_traces
+    from collabui.training.mistake_pairs import build_mistake_pairs
+    from tests.training.test_pairs import GOLD, M, N, _model
+
+    for episode_id, won in (("won", lambda a: a.element_id == "B"), ("lost", None)):
+        # pages apart: identical prompts would be one pair, kept from the first episode read
+        screens = [Observation(text=f"<button[B]| Submit {episode_id} {k}> <button[C]| Cancel>", task="Click Submit.")
+                   for k in range(2)]
+        team = CollabAgentTeam(_model(), n_agents=N, rounds=M, topology="chain",
+                               adapters=tuple(f"a{i}" for i in range(N)), batch_fallback_s=30)
+        team.run(None, FakeDevice(screens, success_when=won, max_steps=2), trace=tmp_path, episode_id=episode_id)
+    assert [read_trace(tmp_path / f"{e}.jsonl").end["success"] for e in ("won", "lost")] == [True, False]
+    labels = tmp_path / "labels.jsonl"
+    label_traces(tmp_path, ReferenceCritic(lambda ctx: GOLD), labels, progress=False)
+
+    every = build_mistake_pairs(tmp_path, labels, right_pairs=True).to_list()
+    lost = build_mistake_pairs(tmp_path, labels, right_pairs=True, lost_only=True).to_list()
+    assert {r["episode_id"] for r in every} == {"won", "lost"}
+    assert lost == [r for r in every if r["episode_id"] == "lost"] and lost

@@ -62,12 +62,16 @@ def test_own_pairs_with_right_pairs_and_a_cap_per_agent(tmp_path, capsys):
     assert sorted(set(zip(built["agent"], built["rejected_source"], strict=True))) == [(0, "team"), (1, "own"), (1, "team")]
     assert main([*argv, "--right-pairs", "--max-pairs", "1"]) == 0
     assert sorted(load_pairs(pairs)["agent"]) == [0, 1] and len(built) > 2
+    assert main([*argv, "--right-pairs", "--lost-only"]) == 0  # both episodes were won: nothing to pair
+    assert len(load_pairs(pairs)) == 0
     capsys.readouterr()
 
 
 @pytest.mark.parametrize("argv", [["train", "label", "--traces", "/nonexistent", "--out", "x.jsonl"],
                                   ["train", "label", "--traces", ".", "--critic", "oracle", "--out", "x.jsonl"],
-                                  ["train", "pairs", "--traces", ".", "--labels", "l", "--adversary", "evil", "--out", "p"]])
+                                  ["train", "pairs", "--traces", ".", "--labels", "l", "--adversary", "evil", "--out", "p"],
+                                  ["train", "pairs", "--traces", ".", "--labels", "l", "--adversary", "own", "--repeat-clicks",
+                                   "--out", "p"]])
 def test_train_bad_input_one_line(argv, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(argv) == 2

@@ -123,6 +123,30 @@ def test_a_detour_is_cut_on_shuffled_pages_too(shuffled):
     assert out.reward > 0
 
 
+def test_clicking_the_previous_box_again_is_found_on_a_reshuffled_page_and_scored_wrong(shuffled):
+    """The ``repeat`` negative with repeat_clicks: the box the previous step ticked is found on
+    the next page in its new id, and the verified critic scores clicking it again (unticking)
+    wrong while the next box the search ticks is right."""
+    from collabui.training.critic import to_action
+    from collabui.training.mistake_pairs import _repeated_action
+
+    task, seed = "click-checkboxes", 5
+    found = search(shuffled, task, seed, config=SearchConfig())
+    assert found.found and len(found.actions) >= 2, found.reason
+    first = shuffled.start(task, seed)
+    tick = map_action(found.actions[0], found.observations[0].extra["tree"], first.extra["tree"])
+    second = shuffled.act(tick).observation
+    previous = {"executed": tick.to_dict(), "observation": {"extra": first.extra}}
+    assert _repeated_action(previous, {"observation": {"extra": second.extra}}) is None  # clicks only when asked
+    repeat = _repeated_action(previous, {"observation": {"extra": second.extra}}, ("type_string", "click"))
+    assert repeat == {**tick.to_dict(), "element_id": map_action(tick, first.extra["tree"], second.extra["tree"]).element_id}
+    assert repeat["element_id"] != tick.element_id  # reshuffled
+    after = map_action(found.actions[1], found.observations[1].extra["tree"], second.extra["tree"])
+    critic = EnvVerifiedCritic(replayer=shuffled)
+    labels = critic.score(_context(second, seed, task, [[after, to_action(repeat, WEB)]], prefix=(tick,)))
+    assert labels.scores == ((1.0, 0.0),), labels.reasons
+
+
 def test_the_search_on_shuffled_pages_returns_steps_a_clean_replay_repeats(shuffled):
     """The search takes a click that changed nothing visible to leave the page as it was (no
     rebuild); what it returns is still what a clean replay does, in that replay's ids."""
@@ -499,12 +523,12 @@ def test_critic_replays_the_password_the_task_names_from_the_live_task(tmp_path,
 
 
 def test_typing_the_previous_text_again_is_found_on_a_reshuffled_page_and_scored_wasted():
-    """The ``repeat`` negative of own-mistake pairs (mistake_pairs._repeated_typing): the field
+    """The ``repeat`` negative of own-mistake pairs (mistake_pairs._repeated_action): the field
     the previous step typed into is found on the next page although every id was reshuffled,
     and the verified critic scores typing the same text into it again as wrong ("changed
     nothing"), while Submit is right."""
     from collabui.training.critic import to_action
-    from collabui.training.mistake_pairs import _repeated_typing
+    from collabui.training.mistake_pairs import _repeated_action
 
     seed = 7
     with Replayer(action_timeout_s=0.5, shuffle_elements=True) as rep:
@@ -513,13 +537,13 @@ def test_typing_the_previous_text_again_is_found_on_a_reshuffled_page_and_scored
         field = next(e for e in flat_elements(first.extra["tree"]) if e["tag"] == "input")
         typed = web.TypeString(field["id"], first.task.split('"')[1])
         second = rep.act(typed).observation
-        repeat = _repeated_typing({"executed": typed.to_dict(), "observation": {"extra": first.extra}},
+        repeat = _repeated_action({"executed": typed.to_dict(), "observation": {"extra": first.extra}},
                                   {"observation": {"extra": second.extra}})
         assert repeat is not None
         now = next(e for e in flat_elements(second.extra["tree"]) if e["tag"] == "input")
         assert now["id"] != field["id"]  # reshuffled
         assert repeat == {**typed.to_dict(), "element_id": now["id"]}
-        assert _repeated_typing({"executed": web.Click(field["id"]).to_dict(), "observation": {"extra": first.extra}},
+        assert _repeated_action({"executed": web.Click(field["id"]).to_dict(), "observation": {"extra": first.extra}},
                                 {"observation": {"extra": second.extra}}) is None  # only typing repeats
         submit = _by_text(second, "Submit", "button")
         labels = critic.score(_context(second, seed, "enter-text", [[web.Click(submit), to_action(repeat, WEB)]],
