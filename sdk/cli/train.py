@@ -197,7 +197,8 @@ def _pairs(args: argparse.Namespace) -> int:
     if args.adversary == "own" and not args.max_pairs:  # own mistakes are read, not drawn
         refuse_ignored(changed_flags(args, {"seed": 0}), "with --adversary own (it draws nothing); drop it")
     if args.adversary != "own":
-        refuse_ignored(changed_flags(args, {"right_pairs": False, "repeat_clicks": False, "lost_only": False}), "without --adversary own; add it or drop it")
+        own_only = {"right_pairs": False, "repeat_clicks": False, "lost_only": False}
+        refuse_ignored(changed_flags(args, own_only), "without --adversary own; add it or drop it")
     if args.repeat_clicks and not args.right_pairs:
         raise ConfigError("--repeat-clicks adds a negative to the right answers' pairs: add --right-pairs")
     if args.max_pairs < 0:
