@@ -258,6 +258,7 @@ DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0,
                 "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "stop_when_decided": True, "skip_stale": True, "critic_episodes": 6, "team": False,
                 "serve": False, "serve_dtype": "auto", "serve_agents": "lora", "serve_backend": "vllm", "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
                 "dpo_lr": 5e-5, "marl_iterations": 0, "marl_episodes": 2, "marl_task_episodes": (), "marl_pairs": 0, "marl_right_pairs": False,
+                "marl_lost_only": False, "marl_repeat_clicks": False,
                 "marl_mirror": False, "marl_element_kinds": False, "marl_pool": False, "marl_shared": False, "marl_anchor": 0.0, "marl_rehearse": 0.0, "marl_interpolate": 1.0, "marl_epochs": 1.0, "marl_rollouts_from": None,
                 "marl_reuse_iterations": 1,
                 # bf16 mixed precision where this machine computes it natively (AVX512-BF16/AMX, CUDA)
@@ -473,8 +474,8 @@ def test_marl_rows_use_the_marl_teams_and_ablations_need_a_team(tmp_path, capsys
         ablated = MARL_STAGE.marl_config(config, tmp_path / "bundle", tmp_path / name, **change)
         keys = ("critic", "adversary", "edge_update", "objective")
         differs = {k for k in keys if getattr(ablated, k) != getattr(full, k)}
-        # one thing changed (no CR: the critic, so its pairs' source, and no right pairs), the rest kept
-        assert differs == set(change) - {"right_pairs"}
+        # one thing changed (no CR: the critic, so its pairs' source, and no own-pair options), the rest kept
+        assert differs == set(change) - {"right_pairs", "repeat_clicks", "lost_only"}
 
 
 @pytest.mark.slow
