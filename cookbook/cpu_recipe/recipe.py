@@ -103,7 +103,7 @@ _HELPS = {
                          "--no-stop-when-decided: every entry asked)",
     "skip_stale": "the 4 x 3 teams (held-out team rows, team validations) pass over a voted action that repeats "
                   "the last one when it left the page unchanged, for the most-voted other proposal (TeamConfig."
-                  "skip_stale; not MARL's rollouts; --no-skip-stale: the paper's vote, every row before v57)",
+                  "skip_stale; MARL's rollouts only with --marl-skip-stale; --no-skip-stale: the paper's vote, every row before v57)",
     "demo.minutes": "search time budget",
     "demo.workers": "browsers searching at once",
     "demo.seeds": "seeds searched per training task, round-robin over the tasks 8 seeds at a time; the search "
@@ -244,6 +244,10 @@ class RecipeConfig:
         "help": "stage 6", "skip_flags": _skip_all_but(MARLConfig, MARL_FLAGS)})
     marl_epochs: float = field(default=1.0, metadata={
         "metavar": "E", "help": "MARL: DPO epochs over each agent's pairs per iteration"})
+    marl_skip_stale: bool = field(default=False, metadata={
+        "help": "MARL's rollouts vote as the evaluated teams do (--skip-stale: a voted repeat of an action that "
+        "left the page unchanged is passed over), so the team that plays the training episodes is the team "
+        "evaluated; default: the paper's vote"})
     marl_rollouts_from: str | None = field(default=None, metadata={
         "metavar": "RUN", "help": "MARL: take iteration 0's rollouts (and labels) from the recipe run folder RUN, "
         "which trained MARL from the same bundle with the same team, tasks and episodes: a sweep of the update "
@@ -372,7 +376,7 @@ _TAUGHT = ("balance_steps", "batch", "bf16", "demo_minutes", "demo_seeds", "dpo_
            "sft_draws", "sft_epochs", "sft_examples", "sft_seed", "style", "synthetic_pages", "team_share")
 #: MARL's settings, in the MARL team's ``made_by`` (they shape the team, not the SFT model).
 _TAUGHT_MARL = ("marl_anchor", "marl_element_kinds", "marl_episodes", "marl_epochs", "marl_interpolate", "marl_iterations",
-                "marl_lost_only", "marl_mirror", "marl_pairs", "marl_pool", "marl_rehearse", "marl_repeat_clicks", "marl_right_pairs", "marl_shared", "marl_task_episodes")
+                "marl_lost_only", "marl_skip_stale", "marl_mirror", "marl_pairs", "marl_pool", "marl_rehearse", "marl_repeat_clicks", "marl_right_pairs", "marl_shared", "marl_task_episodes")
 
 
 def made_by_command(config: RecipeConfig, *, marl: bool = False) -> str:

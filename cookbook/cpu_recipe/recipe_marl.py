@@ -56,7 +56,8 @@ def marl_config(config: RecipeConfig, start: Path, out: Path, **change: Any) -> 
     with the 4 x 3 team of the held-out rows, the SFT bundle's prompt style and format, and the
     evaluation's serving."""
     team = TeamConfig(n_agents=4, rounds=3, max_new_tokens=128, prompt_style="auto",
-                      max_steps=config.evaluation.team.max_steps, seed=config.evaluation.team.seed)
+                      max_steps=config.evaluation.team.max_steps, seed=config.evaluation.team.seed,
+                      skip_stale=config.marl_skip_stale)
     dpo = {**config.marl.dpo, "learning_rate": config.dpo_lr, "num_train_epochs": config.marl_epochs}
     serving = config.evaluation
     if config.marl.rehearse:

@@ -258,7 +258,7 @@ DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0,
                 "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "stop_when_decided": True, "skip_stale": True, "critic_episodes": 6, "team": False,
                 "serve": False, "serve_dtype": "auto", "serve_agents": "lora", "serve_backend": "vllm", "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
                 "dpo_lr": 5e-5, "marl_iterations": 0, "marl_episodes": 2, "marl_task_episodes": (), "marl_pairs": 0, "marl_right_pairs": False,
-                "marl_lost_only": False, "marl_repeat_clicks": False,
+                "marl_lost_only": False, "marl_repeat_clicks": False, "marl_skip_stale": False,
                 "marl_mirror": False, "marl_element_kinds": False, "marl_pool": False, "marl_shared": False, "marl_anchor": 0.0, "marl_rehearse": 0.0, "marl_interpolate": 1.0, "marl_epochs": 1.0, "marl_rollouts_from": None,
                 "marl_reuse_iterations": 1,
                 # bf16 mixed precision where this machine computes it natively (AVX512-BF16/AMX, CUDA)
@@ -370,7 +370,7 @@ def test_made_by_is_a_command_the_recipe_accepts():
         {k: recipe.flag_values(config)[k] for k in recipe._TAUGHT}
     # The MARL team's, list flags included (items comma-separated; an empty list left out).
     for more in ([], ["--marl-task-episodes", "login-user-popup=18,form-sequence=9"],
-                 ["--marl-right-pairs", "--marl-repeat-clicks", "--marl-lost-only"]):
+                 ["--marl-right-pairs", "--marl-repeat-clicks", "--marl-lost-only", "--marl-skip-stale"]):
         config = recipe._args(["--team", "--marl-iterations", "1", "--marl-shared", *more])
         words = recipe.made_by_command(config, marl=True).split()
         again = recipe._args(words[1:])
@@ -877,7 +877,9 @@ def test_marl_rollouts_from_another_run_trains_another_update_on_its_episodes(tm
 
     refusals = {"no MARL run": (["--marl-rollouts-from", str(tmp_path / "sweep" / "marl")], tmp_path / "x"),
                 "another bundle": (sweep, tmp_path / "other"),
-                "episodes differ (team.seed": ([*sweep, "--eval-seed", "5"], tmp_path / "y")}
+                "episodes differ (team.seed": ([*sweep, "--eval-seed", "5"], tmp_path / "y"),
+                # another vote plays other episodes
+                "episodes differ (team.skip_stale": ([*sweep, "--marl-skip-stale"], tmp_path / "z")}
     for reason, (argv, run) in refusals.items():
         with pytest.raises(recipe.ConfigError, match=re.escape(reason)):
             stage(argv, run)
@@ -988,12 +990,16 @@ def test_marl_update_flags_reach_the_marl_config(tmp_path):
     # Every pair option on at once still builds each ablation (no_cr's rule adversary drops right pairs).
     every = recipe._args(["--team", "--marl-iterations", "1", "--marl-right-pairs", "--marl-mirror", "--marl-pairs", "7",
                           "--marl-element-kinds", "--marl-anchor", "1", "--marl-shared", "--marl-pool",
-                          "--marl-repeat-clicks", "--marl-lost-only"])
+                          "--marl-repeat-clicks", "--marl-lost-only", "--marl-skip-stale"])
     for name, change in MARL_STAGE.ABLATIONS.items():
         built = MARL_STAGE.marl_config(every, tmp_path / "b", tmp_path / name, **change)
         assert (built.mirror_corrections, built.element_kinds, built.anchor) == (True, True, 1.0)
         own = name != "ablation_no_cr"
         assert (built.right_pairs, built.repeat_clicks, built.lost_only) == (own, own, own)
+        assert built.team.skip_stale  # every row's rollouts vote as the evaluated team does
+    # The paper's vote in MARL's rollouts by default, whatever the evaluated teams do.
+    assert recipe._args(["--team", "--marl-iterations", "1"]).evaluation.team.skip_stale
+    assert not marl.team.skip_stale
 
 
 def test_marl_rehearse_writes_the_sft_rows_once_and_names_them_in_every_marl_config(tmp_path):
