@@ -310,6 +310,9 @@ class RecipeConfig:
             check_row_name(self.publish_row)
         if self.marl_epochs <= 0:
             raise ConfigError(f"--marl-epochs must be > 0, got {self.marl_epochs}")
+        if self.marl_skip_stale and not self.evaluation.team.skip_stale:
+            raise ConfigError("--marl-skip-stale rolls MARL out with the evaluated teams' vote, but --no-skip-stale "
+                              "evaluates them with the paper's: drop one of the two")
         if self.marl_rollouts_from is not None and not self.marl_iterations:
             raise ConfigError("--marl-rollouts-from reuses MARL rollouts: give --marl-iterations N with it")
         if not 1 <= self.marl_reuse_iterations <= max(self.marl_iterations, 1):

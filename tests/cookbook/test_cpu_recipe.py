@@ -1000,6 +1000,9 @@ def test_marl_update_flags_reach_the_marl_config(tmp_path):
     # The paper's vote in MARL's rollouts by default, whatever the evaluated teams do.
     assert recipe._args(["--team", "--marl-iterations", "1"]).evaluation.team.skip_stale
     assert not marl.team.skip_stale
+    with pytest.raises(recipe.ConfigError, match="--no-skip-stale evaluates them with the paper's"):
+        dataclasses.replace(every, evaluation=dataclasses.replace(
+            every.evaluation, team=dataclasses.replace(every.evaluation.team, skip_stale=False)))
 
 
 def test_marl_rehearse_writes_the_sft_rows_once_and_names_them_in_every_marl_config(tmp_path):
