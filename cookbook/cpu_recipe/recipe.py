@@ -379,7 +379,8 @@ _TAUGHT = ("balance_steps", "batch", "bf16", "demo_minutes", "demo_seeds", "dpo_
            "sft_draws", "sft_epochs", "sft_examples", "sft_seed", "style", "synthetic_pages", "team_share")
 #: MARL's settings, in the MARL team's ``made_by`` (they shape the team, not the SFT model).
 _TAUGHT_MARL = ("marl_anchor", "marl_element_kinds", "marl_episodes", "marl_epochs", "marl_interpolate", "marl_iterations",
-                "marl_lost_only", "marl_skip_stale", "marl_mirror", "marl_pairs", "marl_pool", "marl_rehearse", "marl_repeat_clicks", "marl_right_pairs", "marl_shared", "marl_task_episodes")
+                "marl_lost_only", "marl_mirror", "marl_pairs", "marl_pool", "marl_rehearse", "marl_repeat_clicks", "marl_right_pairs", "marl_shared",
+                "marl_skip_stale", "marl_task_episodes")
 
 
 def made_by_command(config: RecipeConfig, *, marl: bool = False) -> str:
