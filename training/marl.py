@@ -249,11 +249,13 @@ class _Run:
         if c.adversary == "own":
             ds = build_mistake_pairs(it / "traces", it / "labels.jsonl", critic=self.critic.name,
                                      right_pairs=c.right_pairs,
-                                     repeat_clicks=c.repeat_clicks, lost_only=c.lost_only)
+                                     repeat_clicks=c.repeat_clicks, swap_texts=c.swap_texts,
+                                     lost_only=c.lost_only)
         else:
             ds = build_pairs(it / "traces", it / "labels.jsonl", self.adversary, critic=self.critic.name,
                              progress=self.progress)
-        ds = with_correction_kinds(ds, c.action_space, elements=c.element_kinds)  # parsed once for the draws and counts
+        # parsed once for the draws and counts; the swapped texts are a kind of their own in the draws
+        ds = with_correction_kinds(ds, c.action_space, elements=c.element_kinds, texts=c.swap_texts)
         built = correction_counts(ds, c.action_space)
         if c.mirror_corrections:
             ds = mirror_corrections(ds, c.action_space, seed=c.team.seed)

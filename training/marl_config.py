@@ -115,6 +115,10 @@ class MARLConfig:
         "help": "(with right_pairs) also pair each right answer against clicking the previous step's element again, "
                 "as typing the previous text again already is: the pairs that say the action history matters "
                 "(a second click unticks the box or closes the folder)"})
+    swap_texts: bool = field(default=False, metadata={
+        "help": "(with right_pairs) also pair each right typing against typing another of the task's texts into the "
+                "same field (one still to type, or the one the previous step typed): the pairs that bind a text to "
+                "its field (a team without them typed the genre into the name field)"})
     lost_only: bool = field(default=False, metadata={
         "help": "(with the own adversary) pairs only from the episodes the team lost: in a won episode the vote already "
                 "outvoted each wrong entry, and its corrections pull on what the team does right (anchors still come "
@@ -222,6 +226,8 @@ class MARLConfig:
                               "--adversary own")
         if self.repeat_clicks and not self.right_pairs:
             raise ConfigError("repeat_clicks adds a negative to the right answers' pairs: use it with --right-pairs")
+        if self.swap_texts and not self.right_pairs:
+            raise ConfigError("swap_texts adds a negative to the right answers' pairs: use it with --right-pairs")
         if self.lost_only and self.adversary != "own":
             raise ConfigError("lost_only picks which of the team's own mistakes are paired: use it with --adversary own")
         self._check_pair_options()

@@ -134,7 +134,8 @@ def mistake_pairs_for_step(header: dict[str, Any], step: dict[str, Any], label: 
 
 
 def right_pairs_for_step(header: dict[str, Any], step: dict[str, Any], label: dict[str, Any],
-                         previous: dict[str, Any] | None = None, *, repeat_clicks: bool = False) -> list[dict[str, Any]]:
+                         previous: dict[str, Any] | None = None, *, repeat_clicks: bool = False,
+                         swap_texts: bool = False) -> list[dict[str, Any]]:
     """Each right entry (i, j) of a labelled step against what would have been wrong there:
 
     * the step's most common wrong (parsed) proposal, in the words of the first agent that made
@@ -147,10 +148,17 @@ def right_pairs_for_step(header: dict[str, Any], step: dict[str, Any], label: di
     * with ``repeat_clicks``, clicking the ``previous`` step's element again (``rejected_source``
       ``repeat``), found the same way: on the training pages a second click unticks the box,
       closes the section or folder, or changes nothing, and the trained team that ignores its
-      action history clicks ONE twice on a page that asks for ONE, then TWO.
+      action history clicks ONE twice on a page that asks for ONE, then TWO;
+    * with ``swap_texts``, for a right ``type_string(F, T)``: typing another text ``T'`` of the
+      task into the same field (``rejected_source`` ``swap``), ``T'`` drawn, one per round, from
+      the texts still to type (the label's verified continuation) and the text the previous step
+      typed. A team that has learnt "type the genre" without "into the genre field" fills a form's
+      fields with each other's texts (v61a's multi-layouts: the genre typed into the name field);
+      no other pair names that mistake, and a wrong text in a field costs a step to undo, which
+      the verified critic scores 0.
 
     ``chosen`` is agent i's own answer (``chosen_source`` ``own``). No rows for a step the
-    critic abstained on, or when neither negative exists."""
+    critic abstained on, or when no negative exists."""
     rewards = label.get("rewards") or []
     props = step["proposals"]
     if not _usable(label):
@@ -167,16 +175,51 @@ def right_pairs_for_step(header: dict[str, Any], step: dict[str, Any], label: di
             rewards[a][j] == 1 and _key(props[a][j].get("action") or {}) == _key(repeat)
             for a in range(len(props)) for j in range(len(props[a]))):
         negatives.append((_key(repeat), verified_answer(header, step, repeat), "repeat"))
+    right = {_key(props[a][j].get("action") or {}) for a in range(len(props)) for j in range(len(props[a]))
+             if rewards[a][j] == 1}
+    texts = _other_texts(label, previous) if swap_texts else []
     rows = []
     for i, row in enumerate(props):
         for j, prop in enumerate(row):
             if rewards[i][j] != 1:
                 continue
-            for key, rejected, source in negatives:
-                if key == _key(prop.get("action") or {}):
+            action = prop.get("action") or {}
+            swap = _swapped(action, texts, j, right)
+            own = [(_key(swap), verified_answer(header, step, swap), "swap")] if swap else []
+            for key, rejected, source in negatives + own:
+                if key == _key(action):
                     continue
                 rows.append(_pair(header, step, label, i, j, clean_answer(prop["raw"], space), rejected, source, "own"))
     return rows
+
+
+def _other_texts(label: dict[str, Any], previous: dict[str, Any] | None) -> list[str]:
+    """The texts a step's task still asks to type (its label's verified continuation), then the
+    text the previous step typed: what a team confusing the fields would type instead."""
+    from collabui.training.verified import verified_continuation
+
+    typed = [*verified_continuation(label), (previous or {}).get("executed") or {}]
+    texts = [_as_traced(str(a["content"])) for a in typed if a.get("action") == "type_string" and a.get("content")]
+    return list(dict.fromkeys(texts))
+
+
+def _as_traced(text: str) -> str:
+    """A continuation's text as the trace writes it: the task's password as its mask."""
+    from collabui.redaction import PASSWORD_MASK, TASK_PASSWORD
+
+    return PASSWORD_MASK if text == TASK_PASSWORD else text
+
+
+def _swapped(action: dict[str, Any], texts: list[str], j: int, right: set[str]) -> dict[str, Any] | None:
+    """``action`` (a ``type_string``) typing the ``j``-th (cyclically) of ``texts`` that differs
+    from its own text (in any case: a task may accept either) and that no entry typed there
+    rightly; None for another action or when no such text exists."""
+    if action.get("action") != "type_string" or not action.get("element_id"):
+        return None
+    mine = str(action.get("content") or "").casefold()
+    swaps = [swap for swap in ({**action, "content": text} for text in texts if text.casefold() != mine)
+             if _key(swap) not in right]
+    return swaps[j % len(swaps)] if swaps else None
 
 
 def _repeated_action(previous: dict[str, Any] | None, step: dict[str, Any],
@@ -204,9 +247,10 @@ def _tree(step: dict[str, Any] | None) -> Any:
 
 def build_mistake_pairs(trace_paths: PathLike | Iterable[PathLike], labels_path: PathLike, *,
                         critic: str | None = None, right_pairs: bool = False, repeat_clicks: bool = False,
-                        lost_only: bool = False) -> Dataset:
+                        swap_texts: bool = False, lost_only: bool = False) -> Dataset:
     """Own-mistake pairs for every labelled step of the traces (dedupes identical records);
-    ``right_pairs``: also :func:`right_pairs_for_step`'s (``repeat_clicks`` passed on);
+    ``right_pairs``: also :func:`right_pairs_for_step`'s (``repeat_clicks`` and ``swap_texts``
+    passed on);
     ``lost_only``: only from episodes the team did not win (where the vote outvoted a wrong
     entry, the team already acts right)."""
 
@@ -215,31 +259,49 @@ def build_mistake_pairs(trace_paths: PathLike | Iterable[PathLike], labels_path:
         rows = mistake_pairs_for_step(header, step, label)
         if not right_pairs:
             return rows
-        return rows + right_pairs_for_step(header, step, label, previous, repeat_clicks=repeat_clicks)
+        return rows + right_pairs_for_step(header, step, label, previous, repeat_clicks=repeat_clicks,
+                                           swap_texts=swap_texts)
 
     return _mistake_dataset(_unique(_labelled_rows(trace_paths, labels_path, critic, rows_for_step,
                                                    lost_only=lost_only),
                                     ("agent", "prompt", "chosen", "rejected")))
 
 
-def correction_kind(row: Mapping[str, Any], space: str, *, elements: bool = False) -> str:
+def correction_kind(row: Mapping[str, Any], space: str, *, elements: bool = False, texts: bool = False) -> str:
     """``"<rejected action> -> <chosen action>"`` of a pair record, e.g. ``click -> type_string``
     (``unknown`` for an answer that does not parse).
 
     ``elements``: an action on an element is named with the element's tag as the prompt's screen
     lists it, ``click(button) -> click(label)`` (``click(?)`` for an id the screen does not
-    list), so the draws below tell a click on Submit from a click on a list item."""
+    list), so the draws below tell a click on Submit from a click on a list item.
+
+    ``texts``: a pair that types into the same field on both sides, another text rejected, is
+    the kind ``type_string(input, text) -> type_string(input, text)`` (``type_string(text) ->
+    ...`` without ``elements``), apart from the corrections of which field to type into: in the
+    even draw, fixing the text (the swapped-texts pairs, an invented word) weighs as one kind,
+    not as a share of every typing correction."""
     from collabui.parsing import parse_action
 
     tags = _screen_tags(row["prompt"]) if elements else {}
+    rejected, chosen = (parse_action(str(turns[-1]["content"]) if turns else "", space).to_dict()
+                        for turns in (row["rejected"], row["chosen"]))
+    text = texts and _other_text(rejected, chosen)
 
-    def kind(turns: Any) -> str:
-        action = parse_action(str(turns[-1]["content"]) if turns else "", space).to_dict()
+    def kind(action: dict[str, Any]) -> str:
         name = str(action["action"])
         target = action.get("element_id")
-        return f"{name}({tags.get(str(target), '?')})" if elements and target and name != "unknown" else name
+        inside = [tags.get(str(target), "?")] if elements and target and name != "unknown" else []
+        inside += ["text"] if text else []
+        return f"{name}({', '.join(inside)})" if inside else name
 
-    return f"{kind(row['rejected'])} -> {kind(row['chosen'])}"
+    return f"{kind(rejected)} -> {kind(chosen)}"
+
+
+def _other_text(rejected: dict[str, Any], chosen: dict[str, Any]) -> bool:
+    """Whether two parsed actions type into the same field, each another text."""
+    return (rejected["action"] == chosen["action"] == "type_string"
+            and rejected.get("element_id") == chosen.get("element_id")
+            and rejected.get("content") != chosen.get("content"))
 
 
 def _screen_tags(prompt: Any) -> dict[str, str]:
@@ -261,14 +323,15 @@ def correction_counts(ds: Dataset, space: str) -> dict[str, int]:
 CORRECTION_COLUMN = "correction"
 
 
-def with_correction_kinds(ds: Dataset, space: str, *, elements: bool = False) -> Dataset:
-    """``ds`` with each pair's :func:`correction_kind` (``elements``: naming the element's tag) in
+def with_correction_kinds(ds: Dataset, space: str, *, elements: bool = False, texts: bool = False) -> Dataset:
+    """``ds`` with each pair's :func:`correction_kind` (``elements``: naming the element's tag;
+    ``texts``: a correction of the text alone its own kind) in
     a ``correction`` column, so a chain of draws (:func:`mirror_corrections`, then
     :func:`balance_pairs`, then the counts) parses every answer once instead of once per step,
     and every draw reads the same kinds. Drop the column before training on the pairs."""
     if CORRECTION_COLUMN in ds.column_names:
         return ds
-    return ds.add_column(CORRECTION_COLUMN, [correction_kind(row, space, elements=elements) for row in ds])
+    return ds.add_column(CORRECTION_COLUMN, [correction_kind(row, space, elements=elements, texts=texts) for row in ds])
 
 
 def _kinds(ds: Dataset, space: str) -> list[str]:

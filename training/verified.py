@@ -56,6 +56,7 @@ __all__ = [
     "page_key",
     "EnvVerifiedCritic",
     "verified_action",
+    "verified_continuation",
     "completes",
     "FULL_REWARD",
 ]
@@ -654,10 +655,21 @@ def _masked(action: Action) -> bool:
 
 def verified_action(label: dict[str, Any]) -> dict[str, Any] | None:
     """The action the search found for a labelled step when no proposal was right (else None)."""
+    action = _rationale(label).get("verified_action")
+    return dict(action) if isinstance(action, dict) else None
+
+
+def verified_continuation(label: dict[str, Any]) -> list[dict[str, Any]]:
+    """The actions of the completion the search found from a labelled step (empty if none)."""
+    plan = _rationale(label).get("continuation")
+    return [dict(a) for a in plan if isinstance(a, dict)] if isinstance(plan, list) else []
+
+
+def _rationale(label: dict[str, Any]) -> dict[str, Any]:
+    """A verified label's rationale (written by ``EnvVerifiedCritic._matrix``), ``{}`` if unreadable."""
     try:
         data = json.loads(label.get("rationale") or "{}")
     except ValueError:
-        return None
-    action = data.get("verified_action") if isinstance(data, dict) else None
-    return dict(action) if isinstance(action, dict) else None
+        return {}
+    return data if isinstance(data, dict) else {}
 

@@ -89,7 +89,7 @@ _EVAL_TEAM_FLAGS = ("seed", "max_steps", "stop_when_decided", "skip_stale")
 _RENAME = {"minutes": "demo_minutes", "workers": "demo_workers", "seeds": "demo_seeds", "num_train_epochs": "sft_epochs",
            "learning_rate": "lr", "per_device_train_batch_size": "batch", "seed": "sft_seed", "teams": "team",
            "episodes_per_task": "marl_episodes", "task_episodes": "marl_task_episodes", "max_pairs": "marl_pairs", "right_pairs": "marl_right_pairs",
-           "lost_only": "marl_lost_only", "repeat_clicks": "marl_repeat_clicks",
+           "lost_only": "marl_lost_only", "repeat_clicks": "marl_repeat_clicks", "swap_texts": "marl_swap_texts",
            "mirror_corrections": "marl_mirror", "element_kinds": "marl_element_kinds", "pool_pairs": "marl_pool",
            "shared_adapter": "marl_shared", "anchor": "marl_anchor", "rehearse": "marl_rehearse",
            "interpolate": "marl_interpolate"}
@@ -380,7 +380,7 @@ _TAUGHT = ("balance_steps", "batch", "bf16", "demo_minutes", "demo_seeds", "dpo_
 #: MARL's settings, in the MARL team's ``made_by`` (they shape the team, not the SFT model).
 _TAUGHT_MARL = ("marl_anchor", "marl_element_kinds", "marl_episodes", "marl_epochs", "marl_interpolate", "marl_iterations",
                 "marl_lost_only", "marl_mirror", "marl_pairs", "marl_pool", "marl_rehearse", "marl_repeat_clicks", "marl_right_pairs", "marl_shared",
-                "marl_skip_stale", "marl_task_episodes")
+                "marl_skip_stale", "marl_swap_texts", "marl_task_episodes")
 
 
 def made_by_command(config: RecipeConfig, *, marl: bool = False) -> str:

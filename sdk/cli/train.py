@@ -67,6 +67,8 @@ def add_commands(sub: Any) -> None:
                        "with the team's wrong one at that step and with typing the previous step's text again")
     pairs.add_argument("--repeat-clicks", action="store_true", help="(--right-pairs) also pair each right answer "
                        "with clicking the previous step's element again")
+    pairs.add_argument("--swap-texts", action="store_true", help="(--right-pairs) also pair each right typing "
+                       "with typing another of the task's texts into the same field")
     pairs.add_argument("--lost-only", action="store_true", help="(--adversary own) pairs only from the episodes "
                        "the team lost")
     pairs.add_argument("--max-pairs", type=int, default=0, metavar="N", help="at most N pairs per agent, drawn "
@@ -197,10 +199,12 @@ def _pairs(args: argparse.Namespace) -> int:
     if args.adversary == "own" and not args.max_pairs:  # own mistakes are read, not drawn
         refuse_ignored(changed_flags(args, {"seed": 0}), "with --adversary own (it draws nothing); drop it")
     if args.adversary != "own":
-        own_only = {"right_pairs": False, "repeat_clicks": False, "lost_only": False}
+        own_only = {"right_pairs": False, "repeat_clicks": False, "swap_texts": False, "lost_only": False}
         refuse_ignored(changed_flags(args, own_only), "without --adversary own; add it or drop it")
     if args.repeat_clicks and not args.right_pairs:
         raise ConfigError("--repeat-clicks adds a negative to the right answers' pairs: add --right-pairs")
+    if args.swap_texts and not args.right_pairs:
+        raise ConfigError("--swap-texts adds a negative to the right answers' pairs: add --right-pairs")
     if args.max_pairs < 0:
         raise ConfigError(f"--max-pairs must be >= 0, got {args.max_pairs}")
     from collabui.training.adversary import LLMAdversary, RuleAdversary
@@ -210,7 +214,8 @@ def _pairs(args: argparse.Namespace) -> int:
         from collabui.training.mistake_pairs import build_mistake_pairs
 
         ds = build_mistake_pairs(args.traces, args.labels, critic=args.critic, right_pairs=args.right_pairs,
-                                 repeat_clicks=args.repeat_clicks, lost_only=args.lost_only)
+                                 repeat_clicks=args.repeat_clicks, swap_texts=args.swap_texts,
+                                 lost_only=args.lost_only)
     else:
         if args.adversary == "rule":
             adversary = RuleAdversary(seed=args.seed)
@@ -222,9 +227,17 @@ def _pairs(args: argparse.Namespace) -> int:
             raise ConfigError(f"unknown adversary {args.adversary!r}; use rule, own or llm:<model spec>")
         ds = build_pairs(args.traces, args.labels, adversary, critic=args.critic, progress=True)
     if args.max_pairs:
-        from collabui.training.mistake_pairs import balance_pairs, traces_action_space
+        from collabui.training.mistake_pairs import (
+            CORRECTION_COLUMN,
+            balance_pairs,
+            traces_action_space,
+            with_correction_kinds,
+        )
 
-        ds = balance_pairs(ds, args.max_pairs, traces_action_space(args.traces), seed=args.seed)
+        space = traces_action_space(args.traces)
+        # as MARL draws them: with --swap-texts a correction of the text alone is a kind of its own
+        ds = balance_pairs(with_correction_kinds(ds, space, texts=args.swap_texts), args.max_pairs, space,
+                           seed=args.seed).remove_columns(CORRECTION_COLUMN)
     path = save_pairs(ds, args.out)
     print(json.dumps({"pairs": len(ds), "path": str(path), **pair_stats(ds)}, default=str))
     return 0

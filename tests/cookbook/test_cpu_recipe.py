@@ -258,7 +258,7 @@ DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0,
                 "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "stop_when_decided": True, "skip_stale": True, "critic_episodes": 6, "team": False,
                 "serve": False, "serve_dtype": "auto", "serve_agents": "lora", "serve_backend": "vllm", "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
                 "dpo_lr": 5e-5, "marl_iterations": 0, "marl_episodes": 2, "marl_task_episodes": (), "marl_pairs": 0, "marl_right_pairs": False,
-                "marl_lost_only": False, "marl_repeat_clicks": False, "marl_skip_stale": False,
+                "marl_lost_only": False, "marl_repeat_clicks": False, "marl_skip_stale": False, "marl_swap_texts": False,
                 "marl_mirror": False, "marl_element_kinds": False, "marl_pool": False, "marl_shared": False, "marl_anchor": 0.0, "marl_rehearse": 0.0, "marl_interpolate": 1.0, "marl_epochs": 1.0, "marl_rollouts_from": None,
                 "marl_reuse_iterations": 1,
                 # bf16 mixed precision where this machine computes it natively (AVX512-BF16/AMX, CUDA)
@@ -370,7 +370,7 @@ def test_made_by_is_a_command_the_recipe_accepts():
         {k: recipe.flag_values(config)[k] for k in recipe._TAUGHT}
     # The MARL team's, list flags included (items comma-separated; an empty list left out).
     for more in ([], ["--marl-task-episodes", "login-user-popup=18,form-sequence=9"],
-                 ["--marl-right-pairs", "--marl-repeat-clicks", "--marl-lost-only", "--marl-skip-stale"]):
+                 ["--marl-right-pairs", "--marl-repeat-clicks", "--marl-swap-texts", "--marl-lost-only", "--marl-skip-stale"]):
         config = recipe._args(["--team", "--marl-iterations", "1", "--marl-shared", *more])
         words = recipe.made_by_command(config, marl=True).split()
         again = recipe._args(words[1:])
@@ -378,6 +378,7 @@ def test_made_by_is_a_command_the_recipe_accepts():
             {k: recipe.flag_values(config)[k] for k in recipe._TAUGHT_MARL}
         assert ("--marl-task-episodes" in words) == ("--marl-task-episodes" in more)
         assert ("--marl-lost-only" in words) == ("--marl-lost-only" in more)
+        assert ("--marl-swap-texts" in words) == ("--marl-swap-texts" in more)
 
 
 def test_recipe_runs_as_a_script(tmp_path):
@@ -475,7 +476,7 @@ def test_marl_rows_use_the_marl_teams_and_ablations_need_a_team(tmp_path, capsys
         keys = ("critic", "adversary", "edge_update", "objective")
         differs = {k for k in keys if getattr(ablated, k) != getattr(full, k)}
         # one thing changed (no CR: the critic, so its pairs' source, and no own-pair options), the rest kept
-        assert differs == set(change) - {"right_pairs", "repeat_clicks", "lost_only"}
+        assert differs == set(change) - {"right_pairs", "repeat_clicks", "swap_texts", "lost_only"}
 
 
 @pytest.mark.slow
@@ -990,12 +991,12 @@ def test_marl_update_flags_reach_the_marl_config(tmp_path):
     # Every pair option on at once still builds each ablation (no_cr's rule adversary drops right pairs).
     every = recipe._args(["--team", "--marl-iterations", "1", "--marl-right-pairs", "--marl-mirror", "--marl-pairs", "7",
                           "--marl-element-kinds", "--marl-anchor", "1", "--marl-shared", "--marl-pool",
-                          "--marl-repeat-clicks", "--marl-lost-only", "--marl-skip-stale"])
+                          "--marl-repeat-clicks", "--marl-swap-texts", "--marl-lost-only", "--marl-skip-stale"])
     for name, change in MARL_STAGE.ABLATIONS.items():
         built = MARL_STAGE.marl_config(every, tmp_path / "b", tmp_path / name, **change)
         assert (built.mirror_corrections, built.element_kinds, built.anchor) == (True, True, 1.0)
         own = name != "ablation_no_cr"
-        assert (built.right_pairs, built.repeat_clicks, built.lost_only) == (own, own, own)
+        assert (built.right_pairs, built.repeat_clicks, built.swap_texts, built.lost_only) == (own, own, own, own)
         assert built.team.skip_stale  # every row's rollouts vote as the evaluated team does
     # The paper's vote in MARL's rollouts by default, whatever the evaluated teams do.
     assert recipe._args(["--team", "--marl-iterations", "1"]).evaluation.team.skip_stale

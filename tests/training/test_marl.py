@@ -201,6 +201,7 @@ def test_rerun_with_another_config_is_a_one_line_error(base_dir, tmp_path):
     ({"right_pairs": True}, "with --adversary own"),
     ({"lost_only": True}, "with --adversary own"),
     ({"adversary": "own", "critic": "verified", "repeat_clicks": True}, "with --right-pairs"),
+    ({"adversary": "own", "critic": "verified", "swap_texts": True}, "with --right-pairs"),
     ({"critic": "outcome", "adversary": "own"}, "outcome critic labels every entry of a step alike"),
     ({"max_pairs": -1}, "max_pairs must be an integer >= 0"),
     ({"concurrency": 2, "workers": 2}, "do not combine"),

@@ -155,6 +155,54 @@ def test_repeat_clicks_pair_the_right_answer_against_clicking_the_previous_eleme
     assert right_pairs_for_step(HEADER, step, label, previous, repeat_clicks=True) == []
 
 
+def _typing(field: str, text: str) -> dict:
+    return {"action": "type_string", "element_id": field, "content": text, "press_enter": False}
+
+
+def test_swap_texts_pair_a_right_typing_against_another_of_the_tasks_texts_in_that_field():
+    from collabui.redaction import PASSWORD_MASK, TASK_PASSWORD
+    from collabui.training.mistake_pairs import right_pairs_for_step
+
+    # The name field N takes "Mercado"; the search still has the genre and the password to type,
+    # and the previous step typed the year.
+    plan = [_typing("N", "Mercado"), _typing("G", "paranoid"), _typing("P", TASK_PASSWORD), {"action": "click", "element_id": "S"}]
+    label = {"rewards": [[1, 1, 1], [1, 0, 1]], "scores": [[1.0] * 3, [1.0, 0.0, 1.0]], "abstained": False,
+             "rationale": json.dumps({"verified_action": plan[0], "continuation": plan})}
+    previous = {"t": 0, "executed": _typing("Y", "1981")}
+    right, wrong = _typing("N", "Mercado"), _typing("N", "mercado ")
+    step = {"t": 1, "proposals": [[_prop(0, j, _answer(right), right) for j in range(3)],
+                                  [_prop(1, 0, _answer(right), right), _prop(1, 1, _answer(wrong), wrong),
+                                   _prop(1, 2, _answer(right), right)]]}
+    assert all(r["rejected_source"] == "team" for r in right_pairs_for_step(HEADER, step, label, previous))  # off by default
+    rows = [r for r in right_pairs_for_step(HEADER, step, label, previous, swap_texts=True) if r["rejected_source"] == "swap"]
+    typed = {(r["agent"], r["round"]): json.loads(r["rejected"][0]["content"].removeprefix("Action: ")) for r in rows}
+    # One swap per right entry, the other texts in turn by round; all into the name field; the
+    # password as the trace writes it (masked), never the stand-in.
+    assert typed == {(0, 0): _typing("N", "paranoid"), (0, 1): _typing("N", PASSWORD_MASK), (0, 2): _typing("N", "1981"),
+                     (1, 0): _typing("N", "paranoid"), (1, 2): _typing("N", "1981")}
+    assert all(r["chosen_source"] == "own" and '"Mercado"' in r["chosen"][0]["content"] for r in rows)
+
+
+def test_no_swap_pair_without_another_text_or_when_the_other_text_was_right_there():
+    from collabui.training.mistake_pairs import right_pairs_for_step
+
+    one = _typing("N", "Mercado")
+    label = {"rewards": [[1, 1]], "scores": [[1.0, 1.0]], "abstained": False,
+             "rationale": json.dumps({"verified_action": one, "continuation": [one, {"action": "click", "element_id": "S"}]})}
+    # Only its own text to type (another case of it counts as the same text): nothing to swap in.
+    step = {"t": 0, "proposals": [[_prop(0, 0, _answer(one), one), _prop(0, 1, _answer(one), one)]]}
+    assert right_pairs_for_step(HEADER, step, label, {"executed": _typing("Y", "MERCADO")}, swap_texts=True) == []
+    # The field takes either text (the critic rewarded both): neither is a swap of the other.
+    other = _typing("N", "Lopez")
+    label["rationale"] = json.dumps({"verified_action": one, "continuation": [one, _typing("M", "Lopez")]})
+    step = {"t": 0, "proposals": [[_prop(0, 0, _answer(one), one), _prop(0, 1, _answer(other), other)]]}
+    assert right_pairs_for_step(HEADER, step, label, None, swap_texts=True) == []
+    # A click has no text to swap.
+    click = {"action": "click", "element_id": "S"}
+    step = {"t": 0, "proposals": [[_prop(0, 0, _answer(click), click)]]}
+    assert right_pairs_for_step(HEADER, step, {**label, "rewards": [[1]], "scores": [[1.0]]}, None, swap_texts=True) == []
+
+
 def test_balance_pairs_draws_each_agent_evenly_over_the_kinds_of_correction():
     from datasets import Dataset
 
@@ -239,6 +287,42 @@ def test_element_kinds_name_the_tag_and_mirror_submit_against_ticking_a_box():
                     "type_string(?) -> click(button)": 1}
     plain = with_correction_kinds(ds, "web")
     assert correction_counts(mirror_corrections(plain, "web", seed=0), "web")["click -> click"] == 10
+
+
+def test_with_texts_a_correction_of_the_text_alone_is_its_own_kind_and_is_never_mirrored_away():
+    from datasets import Dataset
+
+    from collabui.training.mistake_pairs import (
+        balance_pairs,
+        correction_counts,
+        mirror_corrections,
+        with_correction_kinds,
+    )
+
+    screen = 'Task: Enter "Mercado" as the name.\nCurrent screen:\ninput "" (Name) [N]\ninput "" (Genre) [G]\nbutton "Submit" [S]'
+    name, genre, swapped = _typing("N", "Mercado"), _typing("G", "Mercado"), _typing("N", "paranoid")
+
+    def pair(k: int, rejected: dict, chosen: dict) -> dict:
+        return {"k": k, "agent": 0, "prompt": [{"role": "user", "content": screen}],
+                "rejected": [{"role": "assistant", "content": _answer(rejected)}],
+                "chosen": [{"role": "assistant", "content": _answer(chosen)}]}
+
+    # Other text in the right field (3), the right text in another field (3), Submit too early (1).
+    rows = [pair(k, swapped, name) for k in range(3)] + [pair(k, genre, name) for k in range(3, 6)] + \
+        [pair(6, {"action": "click", "element_id": "S"}, name)]
+    ds = Dataset.from_list(rows)
+    tagged = with_correction_kinds(ds, "web", elements=True, texts=True)
+    assert correction_counts(tagged, "web") == {"click(button) -> type_string(input)": 1,
+                                                "type_string(input) -> type_string(input)": 3,
+                                                "type_string(input, text) -> type_string(input, text)": 3}
+    assert correction_counts(with_correction_kinds(ds, "web", texts=True), "web")["type_string(text) -> type_string(text)"] == 3
+    assert correction_counts(with_correction_kinds(ds, "web", elements=True), "web") == {
+        "click(button) -> type_string(input)": 1, "type_string(input) -> type_string(input)": 6}  # off: one kind
+    # Within one action, as a field for a field: the mirror cut keeps them all.
+    assert correction_counts(mirror_corrections(tagged, "web"), "web")["type_string(input, text) -> type_string(input, text)"] == 3
+    # The even draw takes from it as from any kind: 4 pairs are one of each kind and one more.
+    drawn = correction_counts(balance_pairs(tagged, 4, "web"), "web")
+    assert set(drawn) == set(correction_counts(tagged, "web")) and sorted(drawn.values()) == [1, 1, 2]
 
 
 def test_draws_on_a_dataset_with_its_kinds_parse_each_answer_once(monkeypatch):

@@ -71,7 +71,10 @@ def test_own_pairs_with_right_pairs_and_a_cap_per_agent(tmp_path, capsys):
                                   ["train", "label", "--traces", ".", "--critic", "oracle", "--out", "x.jsonl"],
                                   ["train", "pairs", "--traces", ".", "--labels", "l", "--adversary", "evil", "--out", "p"],
                                   ["train", "pairs", "--traces", ".", "--labels", "l", "--adversary", "own", "--repeat-clicks",
-                                   "--out", "p"]])
+                                   "--out", "p"],
+                                  ["train", "pairs", "--traces", ".", "--labels", "l", "--adversary", "own", "--swap-texts",
+                                   "--out", "p"],
+                                  ["train", "pairs", "--traces", ".", "--labels", "l", "--swap-texts", "--out", "p"]])
 def test_train_bad_input_one_line(argv, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(argv) == 2
