@@ -251,7 +251,8 @@ class RecipeConfig:
     marl_rollouts_from: str | None = field(default=None, metadata={
         "metavar": "RUN", "help": "MARL: take iteration 0's rollouts (and labels) from the recipe run folder RUN, "
         "which trained MARL from the same bundle with the same team, tasks and episodes: a sweep of the update "
-        "(--dpo-lr, --marl-epochs, ...) on the same episodes, without rolling them out again"})
+        "(--dpo-lr, --marl-epochs, ...) on the same episodes, without rolling them out again. More episodes of a "
+        "task (--marl-episodes, --marl-task-episodes) grow RUN's: only the rest are rolled out"})
     marl_reuse_iterations: int = field(default=1, metadata={
         "metavar": "K", "help": "with --marl-rollouts-from: reuse the rollouts (and labels) of RUN's first K "
         "iterations. From iteration 1 on they are the episodes RUN's own updated team played, not this run's: "

@@ -178,12 +178,17 @@ def reuse_rollouts(config: RecipeConfig, run: Path, start: Path, target: Path) -
     ``--marl-reuse-iterations`` iterations copied into ``target`` (labels too when the critic is
     the same), so a sweep of the update compares updates on the same episodes.
 
+    More episodes of a task here than there (``--marl-episodes``, ``--marl-task-episodes``) grow
+    RUN's rollouts: an episode's seed depends on its task and number only, so RUN's episodes are
+    this run's first ones, and the run rolls out (and labels) only the rest.
+
     Raises:
-        ConfigError: RUN has not finished those iterations' rollouts, started from another bundle
-            or rolled out other episodes (another team, tasks, seeds, page format or DAG).
+        ConfigError: RUN has not finished those iterations' rollouts, started from another bundle,
+            rolled out other episodes (another team, tasks, seeds, page format or DAG) or more
+            episodes of a task than this run asks for.
     """
     from collabui.training.marl import RESUMABLE_CHANGES, STATE_FILE
-    from collabui.training.marl_config import changed_fields, stored_fields
+    from collabui.training.marl_config import MARLConfig, changed_fields, stored_fields
 
     source = run / "marl" / "trained_team"
     try:
@@ -195,18 +200,31 @@ def reuse_rollouts(config: RecipeConfig, run: Path, start: Path, target: Path) -
     if missing:
         raise ConfigError(f"--marl-rollouts-from {run}: its MARL iteration {missing[0]} has not rolled out yet; "
                           "finish that run first, or lower --marl-reuse-iterations")
-    ours = json.loads(json.dumps(marl_config(config, start, target).to_dict()))
-    differ = changed_fields(theirs, ours, _UPDATE_ONLY + tuple(RESUMABLE_CHANGES))
+    built = marl_config(config, start, target)
+    ours = json.loads(json.dumps(built.to_dict()))
+    differ = changed_fields(theirs, ours, _UPDATE_ONLY + tuple(RESUMABLE_CHANGES) + _EPISODE_COUNTS)
     mine, other = stored_fields(ours), stored_fields(theirs)
     if differ:
         shown = ", ".join(f"{k}: {other.get(k)!r} there, {mine.get(k)!r} here" for k in differ[:3])
         raise ConfigError(f"--marl-rollouts-from {run}: its episodes differ ({shown}); use the same team and "
                           "MARL episode flags, or drop --marl-rollouts-from")
+    reused = MARLConfig.from_dict(theirs)  # the same tasks: train_tasks is no episode count
+    more = [(task, reused.episodes_of(task), built.episodes_of(task)) for task in built.train_tasks
+            if reused.episodes_of(task) > built.episodes_of(task)]
+    if more:
+        task, there, here = more[0]
+        raise ConfigError(f"--marl-rollouts-from {run}: it rolled out {there} episodes of {task}, more than the "
+                          f"{here} asked for here; ask for at least as many (--marl-task-episodes {task}={there}) "
+                          "or drop --marl-rollouts-from")
     if _fingerprint(run / "bundle") != _fingerprint(start):
         raise ConfigError(f"--marl-rollouts-from {run}: it trained MARL from another bundle than {start}; use the "
                           "same --from-bundle (or SFT flags), or drop --marl-rollouts-from")
     share_rollouts(source, target, {} if mine["critic"] == other["critic"] else {"critic": mine["critic"]},
                    config.marl_reuse_iterations)
+
+
+#: The episode counts: a run that asks for more episodes of a task grows the reused rollouts.
+_EPISODE_COUNTS = ("episodes_per_task", "task_episodes")
 
 
 def _fingerprint(bundle_dir: Path) -> str:

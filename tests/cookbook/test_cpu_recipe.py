@@ -825,7 +825,9 @@ def _small_marl_stage(recipe, monkeypatch, logs):
 
     def small_config(config, start, out, **change):
         full = real_config(config, start, out, **change)
-        return dataclasses.replace(full, train_tasks=("task-a",), episodes_per_task=1, concurrency=1,
+        # one episode at the recipe's default (2), one fewer than asked for otherwise
+        return dataclasses.replace(full, train_tasks=("task-a",), episodes_per_task=max(1, full.episodes_per_task - 1),
+                                   task_episodes=(), concurrency=1,
                                    team=dataclasses.replace(full.team, max_steps=1, rounds=1, max_new_tokens=4),
                                    dpo={**full.dpo, "max_steps": 1, "per_device_train_batch_size": 1})
 
@@ -885,6 +887,18 @@ def test_marl_rollouts_from_another_run_trains_another_update_on_its_episodes(tm
         with pytest.raises(recipe.ConfigError, match=re.escape(reason)):
             stage(argv, run)
     assert len(logs) == 2  # nothing trained after a refusal
+    # More episodes than the first run's grow its rollouts: its episode copied, the next one played.
+    grown = tmp_path / "grown"
+    stage([*sweep, "--marl-episodes", "3"], grown)
+    assert logs[2]["requests"] > 0
+    ours, theirs = (run / "marl" / "trained_team" / "iter0" for run in (grown, first))
+    assert [json.loads(line)["episode_id"] for line in (ours / "rollouts.jsonl").read_text().splitlines()] == \
+        ["iter0-task-a-0", "iter0-task-a-1"]
+    assert (ours / "traces" / "iter0-task-a-0.jsonl").read_bytes() == (theirs / "traces" / "iter0-task-a-0.jsonl").read_bytes()
+    # Fewer than the reused run's: refused (the update would learn from episodes its flags do not name).
+    with pytest.raises(recipe.ConfigError, match="it rolled out 2 episodes of task-a, more than the 1 asked for"):
+        stage(["--marl-rollouts-from", str(grown)], tmp_path / "fewer")
+    assert len(logs) == 3
     for argv in (["--marl-epochs", "0"], ["--marl-rollouts-from", str(first)]):
         with pytest.raises(SystemExit):
             recipe._args(["--team", *argv] if argv[0] != "--marl-epochs" else ["--marl-iterations", "1", *argv])
