@@ -266,7 +266,8 @@ class RecipeConfig:
         "tune on; held-out tasks never are)"})
     validate_forms: int = field(default=0, metadata={
         "metavar": "N", "help": "with --team: also evaluate the trained team (the MARL team when there is one) on "
-        "N new seeds of each training form with several fields (login-user-popup, multi-layouts) and count its "
+        "N new seeds of each training page with several steps before Submit (the forms login-user-popup and "
+        "multi-layouts, the checkbox list click-checkboxes) and count its "
         "typing loops: updates too strong for the team loop there as on the held-out login forms, which "
         "--validate's 3 seeds a task hardly show (v52p looped in 9 of 15 login-user-popup episodes, v41 in 0)"})
     publish: bool = field(default=False, metadata={"help": "copy results.json next to this file"})

@@ -104,9 +104,13 @@ def eval_config(config: RecipeConfig, fields: dict[str, Any]) -> MiniWoBEvalConf
     return row
 
 
-#: The training forms with several fields to fill (``--validate-forms``): where updates too strong
-#: for the team type one text into field after field, as they do on the held-out login forms.
-FORM_TASKS = ("login-user-popup", "multi-layouts")
+#: The training pages of several steps before Submit (``--validate-forms``): two forms with fields
+#: to fill, where updates too strong for the team type one text into field after field (as they do
+#: on the held-out login forms), and a list of boxes to tick, where they submit before choosing
+#: (v62t's team passed the two forms and clicked Submit first on every held-out click-option
+#: page). An episode's seed depends on its task and number, so the forms' episodes are the ones
+#: measured before the list was added.
+FORM_TASKS = ("login-user-popup", "multi-layouts", "click-checkboxes")
 
 
 def validate(config: RecipeConfig, trained: Path, out: Path, *, team: bool = False,

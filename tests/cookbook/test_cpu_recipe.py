@@ -77,7 +77,7 @@ def test_serve_puts_the_model_rows_on_vllm_and_keeps_the_baselines_here(tmp_path
     assert (single.team.n_agents, single.team.rounds, team.team.n_agents, team.team.rounds) == (1, 1, 4, 3)
     assert team.tasks.split(",") == list(recipe.TRAIN_TASKS) and team.episodes == 5 and team.team.seed == 100
     assert not EVAL_STAGE.validation_config(recipe._args(["--validate", "5"]), tmp_path / "b").serve
-    # --validate-forms: the team on its own seeds of the multi-field training forms, served likewise.
+    # --validate-forms: the team on its own seeds of the multi-step training pages, served likewise.
     forms = EVAL_STAGE.validation_config(recipe._args(["--team", "--serve", "--validate-forms", "20"]), tmp_path / "b",
                                          forms=True)
     assert forms.tasks.split(",") == list(EVAL_STAGE.FORM_TASKS) and set(EVAL_STAGE.FORM_TASKS) < set(recipe.TRAIN_TASKS)
