@@ -23,6 +23,7 @@ from collabui.evaluation.miniwob import SERVE_DTYPE_HELP, SERVE_DTYPES, check_se
 from collabui.models.bundle import check_agent_weight
 from collabui.serving.managed import SERVE_BACKENDS
 from collabui.training.marl_bundle import is_bundle_spec
+from collabui.training.mistake_pairs import OWN_PAIR_OPTIONS, check_pair_options
 
 __all__ = ["MARLConfig", "OBJECTIVES", "RESUMABLE_CHANGES", "flat_fields", "nest_team_fields", "rft_config"]
 
@@ -221,15 +222,7 @@ class MARLConfig:
             # Every entry of an episode shares its outcome: no step has a right and a wrong proposal.
             raise ConfigError("the outcome critic labels every entry of a step alike, so no agent has an own "
                               "mistake beside a right answer: use --adversary rule with it")
-        if self.right_pairs and self.adversary != "own":
-            raise ConfigError("right_pairs pairs right proposals with the team's own wrong ones: use it with "
-                              "--adversary own")
-        if self.repeat_clicks and not self.right_pairs:
-            raise ConfigError("repeat_clicks adds a negative to the right answers' pairs: use it with --right-pairs")
-        if self.swap_texts and not self.right_pairs:
-            raise ConfigError("swap_texts adds a negative to the right answers' pairs: use it with --right-pairs")
-        if self.lost_only and self.adversary != "own":
-            raise ConfigError("lost_only picks which of the team's own mistakes are paired: use it with --adversary own")
+        check_pair_options(self.adversary, **{name: getattr(self, name) for name in OWN_PAIR_OPTIONS})
         self._check_pair_options()
         check_agent_weight(self.interpolate, "interpolate")
         if self.model != "smollm2" and not (self.model.startswith("hf:") and len(self.model) > 3) \

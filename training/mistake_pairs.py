@@ -45,9 +45,37 @@ if TYPE_CHECKING:
 __all__ = ["build_mistake_pairs", "mistake_pairs_for_step", "right_pairs_for_step", "balance_pairs",
            "mirror_corrections", "correction_kind", "correction_counts", "with_correction_kinds",
            "traces_action_space", "verified_sft_rows", "anchor_pairs", "rehearsal_pairs",
-           "MISTAKE_COLUMNS", "CORRECTION_COLUMN"]
+           "MISTAKE_COLUMNS", "CORRECTION_COLUMN", "OWN_PAIR_OPTIONS", "check_pair_options"]
 
 MISTAKE_COLUMNS = (*PAIR_COLUMNS, "chosen_source")
+
+#: :func:`build_mistake_pairs`'s options: each shapes the own adversary's pairs, so each needs it
+#: (``MARLConfig``, the recipe and ``collabui train pairs`` take them as one group).
+OWN_PAIR_OPTIONS = ("right_pairs", "repeat_clicks", "swap_texts", "lost_only")
+#: The options that add a negative to :func:`right_pairs_for_step`'s pairs.
+_RIGHT_PAIR_NEGATIVES = ("repeat_clicks", "swap_texts")
+
+
+def check_pair_options(adversary: str, **options: bool) -> None:
+    """Refuse an own-pair option (:data:`OWN_PAIR_OPTIONS`, by name) that would change nothing:
+    any of them without the own adversary, a right-pair negative without ``right_pairs``.
+
+    Raises:
+        ConfigError: naming the first such option, as its flag, and the flag it needs.
+    """
+    from collabui.errors import ConfigError
+
+    unknown = sorted(set(options) - set(OWN_PAIR_OPTIONS))
+    if unknown:
+        raise TypeError(f"not an own-pair option: {unknown[0]!r}")
+    for name in OWN_PAIR_OPTIONS:
+        if not options.get(name):
+            continue
+        flag = "--" + name.replace("_", "-")
+        if adversary != "own":
+            raise ConfigError(f"{flag} shapes the pairs of the team's own mistakes: use it with --adversary own")
+        if name in _RIGHT_PAIR_NEGATIVES and not options.get("right_pairs"):
+            raise ConfigError(f"{flag} adds a negative to the right answers' pairs: use it with --right-pairs")
 
 
 def verified_answer(header: dict[str, Any], step: dict[str, Any], action: dict[str, Any]) -> str:

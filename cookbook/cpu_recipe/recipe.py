@@ -69,6 +69,7 @@ from collabui.errors import ConfigError, ModelLoadError
 from collabui.evaluation.miniwob import MiniWoBEvalConfig
 from collabui.training.demonstrate import DemoConfig
 from collabui.training.marl_config import MARLConfig
+from collabui.training.mistake_pairs import OWN_PAIR_OPTIONS
 from collabui.training.sft import AgentSFTConfig
 from collabui.training.task_lists import HELDOUT_TASKS, TRAIN_TASKS
 
@@ -88,8 +89,8 @@ _EVAL_TEAM_FLAGS = ("seed", "max_steps", "stop_when_decided", "skip_stale")
 #: Flags spelled otherwise than their fields: the recipe's flags from before the config existed.
 _RENAME = {"minutes": "demo_minutes", "workers": "demo_workers", "seeds": "demo_seeds", "num_train_epochs": "sft_epochs",
            "learning_rate": "lr", "per_device_train_batch_size": "batch", "seed": "sft_seed", "teams": "team",
-           "episodes_per_task": "marl_episodes", "task_episodes": "marl_task_episodes", "max_pairs": "marl_pairs", "right_pairs": "marl_right_pairs",
-           "lost_only": "marl_lost_only", "repeat_clicks": "marl_repeat_clicks", "swap_texts": "marl_swap_texts",
+           "episodes_per_task": "marl_episodes", "task_episodes": "marl_task_episodes", "max_pairs": "marl_pairs",
+           **{name: f"marl_{name}" for name in OWN_PAIR_OPTIONS},
            "mirror_corrections": "marl_mirror", "element_kinds": "marl_element_kinds", "pool_pairs": "marl_pool",
            "shared_adapter": "marl_shared", "anchor": "marl_anchor", "rehearse": "marl_rehearse",
            "interpolate": "marl_interpolate"}

@@ -15,6 +15,7 @@ from collabui.config import TeamConfig
 from collabui.errors import ConfigError
 from collabui.training.marl_bundle import bundle_tag
 from collabui.training.marl_config import MARLConfig
+from collabui.training.mistake_pairs import OWN_PAIR_OPTIONS
 from collabui.training.task_lists import TRAIN_TASKS
 
 if TYPE_CHECKING:
@@ -27,13 +28,13 @@ if TYPE_CHECKING:
 #: mistake beside a right answer: the adversary writes the rejected answers (the paper's own
 #: way of making pairs), as many per agent as the full run had, and none says what was right
 #: beside the team's own wrong proposal (``right_pairs``, which needs them).
-ABLATIONS: dict[str, dict[str, Any]] = {"ablation_no_cr": {"critic": "outcome", "adversary": "rule", "right_pairs": False,
-                                                           "repeat_clicks": False, "swap_texts": False, "lost_only": False},
+ABLATIONS: dict[str, dict[str, Any]] = {"ablation_no_cr": {"critic": "outcome", "adversary": "rule",
+                                                           **dict.fromkeys(OWN_PAIR_OPTIONS, False)},
                                         "ablation_no_edge_update": {"edge_update": False},
                                         "ablation_rft": {"objective": "rft"}}
 #: MARLConfig's fields with recipe flags (``--marl-episodes``, ``--marl-mirror``...: recipe._RENAME);
 #: the recipe sets the others (``marl_config``).
-MARL_FLAGS = ("episodes_per_task", "task_episodes", "right_pairs", "repeat_clicks", "swap_texts", "lost_only", "max_pairs", "mirror_corrections", "element_kinds", "pool_pairs",
+MARL_FLAGS = ("episodes_per_task", "task_episodes", *OWN_PAIR_OPTIONS, "max_pairs", "mirror_corrections", "element_kinds", "pool_pairs",
               "shared_adapter", "anchor", "rehearse", "interpolate")
 #: Where a MARL run's rehearsal rows are written (in the run's marl/ folder): stage 1's SFT rows.
 REHEARSAL_FILE = "rehearsal.jsonl"
@@ -168,7 +169,7 @@ def share_rollouts(source: Path, target: Path, change: dict[str, Any], iteration
 
 #: MARL settings that change no rollout of iteration 0: how it is labelled, paired and learnt
 #: from, how many iterations follow, and where the episodes run.
-_UPDATE_ONLY = ("dpo", "objective", "adversary", "right_pairs", "repeat_clicks", "swap_texts", "lost_only", "max_pairs", "mirror_corrections", "element_kinds",
+_UPDATE_ONLY = ("dpo", "objective", "adversary", *OWN_PAIR_OPTIONS, "max_pairs", "mirror_corrections", "element_kinds",
                 "anchor", "rehearse", "rehearsal", "critic", "shared_adapter", "pool_pairs",
                 "iterations", "out_dir", "model", "eval_tasks", "eval_episodes_per_task")
 

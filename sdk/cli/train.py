@@ -198,13 +198,12 @@ def _label(args: argparse.Namespace) -> int:
 def _pairs(args: argparse.Namespace) -> int:
     if args.adversary == "own" and not args.max_pairs:  # own mistakes are read, not drawn
         refuse_ignored(changed_flags(args, {"seed": 0}), "with --adversary own (it draws nothing); drop it")
+    from collabui.training.mistake_pairs import OWN_PAIR_OPTIONS, check_pair_options
+
     if args.adversary != "own":
-        own_only = {"right_pairs": False, "repeat_clicks": False, "swap_texts": False, "lost_only": False}
-        refuse_ignored(changed_flags(args, own_only), "without --adversary own; add it or drop it")
-    if args.repeat_clicks and not args.right_pairs:
-        raise ConfigError("--repeat-clicks adds a negative to the right answers' pairs: add --right-pairs")
-    if args.swap_texts and not args.right_pairs:
-        raise ConfigError("--swap-texts adds a negative to the right answers' pairs: add --right-pairs")
+        refuse_ignored(changed_flags(args, dict.fromkeys(OWN_PAIR_OPTIONS, False)),
+                       "without --adversary own; add it or drop it")
+    check_pair_options(args.adversary, **{name: getattr(args, name) for name in OWN_PAIR_OPTIONS})
     if args.max_pairs < 0:
         raise ConfigError(f"--max-pairs must be >= 0, got {args.max_pairs}")
     from collabui.training.adversary import LLMAdversary, RuleAdversary

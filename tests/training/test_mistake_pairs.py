@@ -430,3 +430,21 @@ def test_lost_only_keeps_the_pairs_of_the_episodes_the_team_did_not_win(tmp_path
     lost = build_mistake_pairs(tmp_path, labels, right_pairs=True, lost_only=True).to_list()
     assert {r["episode_id"] for r in every} == {"won", "lost"}
     assert lost == [r for r in every if r["episode_id"] == "lost"] and lost
+
+
+def test_pair_options_are_refused_where_they_would_change_nothing():
+    from collabui.errors import ConfigError
+    from collabui.training.mistake_pairs import OWN_PAIR_OPTIONS, check_pair_options
+
+    every = dict.fromkeys(OWN_PAIR_OPTIONS, True)
+    check_pair_options("own", **every)  # all of them at once is a valid run
+    for name in OWN_PAIR_OPTIONS:  # each one alone needs the own adversary
+        flag = "--" + name.replace("_", "-")
+        with pytest.raises(ConfigError, match=f"^{flag} .*: use it with --adversary own$"):
+            check_pair_options("rule", **{name: True})
+    for name in ("repeat_clicks", "swap_texts"):  # the right answers' extra negatives need them
+        with pytest.raises(ConfigError, match="use it with --right-pairs"):
+            check_pair_options("own", **{name: True})
+    check_pair_options("own", lost_only=True)
+    with pytest.raises(TypeError, match="repeat_click"):
+        check_pair_options("own", repeat_click=True)  # a misspelt option is a bug, not a quiet no-op
