@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from recipe_sft import ALL_LINEAR, demo_rows
+from recipe_sft import ALL_LINEAR, demo_rows, demonstrate
 
 from collabui.config import TeamConfig
 from collabui.errors import ConfigError
@@ -76,7 +76,7 @@ def train_marl(config: RecipeConfig, start: Path, out: Path, clock: Clock) -> di
     runs = {"trained_team": {}, **trained_ablations(config)}
     found = {}
     if config.marl.rehearse:
-        write_rehearsal(config, out.parent / "demo", out / REHEARSAL_FILE)
+        write_rehearsal(config, rehearsal_demo(config, out.parent / "demo", clock), out / REHEARSAL_FILE)
     if config.marl_rollouts_from is not None:
         reuse_rollouts(config, Path(config.marl_rollouts_from), start, out / "trained_team")
     for row, change in runs.items():
@@ -89,19 +89,30 @@ def train_marl(config: RecipeConfig, start: Path, out: Path, clock: Clock) -> di
     return found
 
 
+def rehearsal_demo(config: RecipeConfig, demo: Path, clock: Clock) -> Path:
+    """The demonstrations ``--marl-rehearse`` reads: the run's own stage 1 (``demo``); in a
+    ``--from-bundle`` run without one (the shipped bundle on a new machine has no start run to copy
+    it from), the recipe's demonstration stage run now at its settings, resumable as in stage 1.
+    The search is bounded in time, so those rows are rows like the ones the start trained on (the
+    same tasks, seeds and format), not the same rows."""
+    if not (demo / "demo_stats.json").is_file():
+        clock.run("1 demonstrations", lambda: demonstrate(config, demo))
+    return demo
+
+
 def write_rehearsal(config: RecipeConfig, demo: Path, target: Path) -> Path:
     """``--marl-rehearse``: the SFT rows stage 1 trained on (the search's verified steps, in the
     agents' format), written once to ``target`` for the MARL update to rehearse.
 
     Raises:
-        ConfigError: the run folder has no demonstrations (a --from-bundle run: copy the start
-            run's demo/ folder in).
+        ConfigError: ``demo`` has no demonstrations (:func:`rehearsal_demo` makes them).
     """
     if target.is_file():
         return target
     if not (demo / "steps.jsonl").is_file():
-        raise ConfigError(f"--marl-rehearse rehearses stage 1's rows but {demo} has no steps.jsonl; copy the start "
-                          "run's demo/ folder there (cp -r RUN/demo OUT/) or drop --marl-rehearse")
+        raise ConfigError(f"--marl-rehearse rehearses stage 1's rows but {demo} has no steps.jsonl; delete its "
+                          "demo_stats.json to demonstrate again, copy the start run's demo/ folder there "
+                          "(cp -r RUN/demo OUT/) or drop --marl-rehearse")
     rows = demo_rows(config, demo)[:config.sft_examples]
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(".jsonl.tmp")

@@ -1028,7 +1028,7 @@ def test_marl_rehearse_writes_the_sft_rows_once_and_names_them_in_every_marl_con
     recipe = _recipe()
     config = recipe._args(["--team", "--marl-iterations", "1", "--marl-rehearse", "0.5", "--sft-examples", "3"])
     demo, marl = tmp_path / "run" / "demo", tmp_path / "run" / "marl"
-    with pytest.raises(ConfigError, match="has no steps.jsonl; copy the start run's demo/ folder there"):
+    with pytest.raises(ConfigError, match="has no steps.jsonl; delete its demo_stats.json to demonstrate again"):
         MARL_STAGE.write_rehearsal(config, demo, marl / MARL_STAGE.REHEARSAL_FILE)
     demo.mkdir(parents=True)
     steps = [{**ROW, "seed": seed, "rendering": rendering} for seed in (1, 2) for rendering in ("page", "rendering-2")]
@@ -1044,6 +1044,35 @@ def test_marl_rehearse_writes_the_sft_rows_once_and_names_them_in_every_marl_con
     path.write_text("kept\n")  # written once: a resumed run rehearses the rows it began with
     assert MARL_STAGE.write_rehearsal(config, demo, path).read_text() == "kept\n"
     assert "--marl-rehearse 0.5" in recipe.made_by_command(config, marl=True)
+
+
+def test_marl_rehearse_from_a_bundle_runs_the_demonstration_stage_once_when_the_run_has_none(tmp_path, monkeypatch):
+    """The shipped bundle has no start run whose demo/ could be copied in: a --from-bundle run with
+    --marl-rehearse demonstrates first, at the recipe's settings, and a resumed run does not again."""
+    from tests.training.test_hindsight import ROW
+
+    recipe = _recipe()
+    config = recipe._args(["--team", "--from-bundle", "smollm2-trained", "--marl-iterations", "1",
+                           "--marl-rehearse", "0.5", "--sft-examples", "2"])
+    searched = []
+
+    def search(demo_config):  # the search itself: tests/training/test_verified.py
+        searched.append(demo_config)
+        out = tmp_path / "run" / "demo"
+        out.mkdir(parents=True)
+        (out / "steps.jsonl").write_text("".join(json.dumps({**ROW, "seed": seed}) + "\n" for seed in (1, 2)))
+        (out / "demo_stats.json").write_text("{}")
+
+    monkeypatch.setattr("collabui.training.demonstrate.generate_demonstrations", search)
+    run = tmp_path / "run"
+    clock = recipe._Clock(run / "recipe.json", config)
+    for _ in range(2):
+        demo = MARL_STAGE.rehearsal_demo(config, run / "demo", clock)
+        assert len(searched) == 1 and demo == run / "demo"
+    assert (searched[0].out_dir, searched[0].tasks, searched[0].minutes) == (str(run / "demo"), TRAIN_TASKS, 10.0)
+    assert "1 demonstrations" in clock.data["seconds"]
+    path = MARL_STAGE.write_rehearsal(config, demo, run / "marl" / MARL_STAGE.REHEARSAL_FILE)
+    assert len(path.read_text().splitlines()) == 2
 
 
 def test_the_recipe_composes_marl_config_its_flags_help_and_checks(capsys):
