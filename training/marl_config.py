@@ -222,7 +222,6 @@ class MARLConfig:
             # Every entry of an episode shares its outcome: no step has a right and a wrong proposal.
             raise ConfigError("the outcome critic labels every entry of a step alike, so no agent has an own "
                               "mistake beside a right answer: use --adversary rule with it")
-        check_pair_options(self.adversary, **{name: getattr(self, name) for name in OWN_PAIR_OPTIONS})
         self._check_pair_options()
         check_agent_weight(self.interpolate, "interpolate")
         if self.model != "smollm2" and not (self.model.startswith("hf:") and len(self.model) > 3) \
@@ -242,6 +241,7 @@ class MARLConfig:
         return int(counts.get(task, self.episodes_per_task))
 
     def _check_pair_options(self) -> None:
+        check_pair_options(self.adversary, **{name: getattr(self, name) for name in OWN_PAIR_OPTIONS})
         for name in ("anchor", "rehearse"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:

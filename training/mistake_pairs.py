@@ -82,11 +82,10 @@ def verified_answer(header: dict[str, Any], step: dict[str, Any], action: dict[s
     """``action`` written as the step's agents answer: ``Action: <json>``, after the target's
     screen line when the team used the ``grounded`` prompt style."""
     from collabui.prompts import GROUNDED_STYLES
-    from collabui.redaction import PASSWORD_MASK, TASK_PASSWORD
     from collabui.training.sft_data import answer_text, grounded_thought, target_line
 
-    if action.get("content") == TASK_PASSWORD:  # written as the trace shows the task's password
-        action = {**action, "content": PASSWORD_MASK}
+    if isinstance(action.get("content"), str):  # written as the trace shows the task's password
+        action = {**action, "content": _as_traced(action["content"])}
     space = _space(header)
     team = header.get("team") or {}
     thought = None
@@ -232,7 +231,7 @@ def _other_texts(label: dict[str, Any], previous: dict[str, Any] | None) -> list
 
 
 def _as_traced(text: str) -> str:
-    """A continuation's text as the trace writes it: the task's password as its mask."""
+    """A text to type as the trace writes it: the task's password as its mask."""
     from collabui.redaction import PASSWORD_MASK, TASK_PASSWORD
 
     return PASSWORD_MASK if text == TASK_PASSWORD else text
