@@ -380,10 +380,11 @@ _TAUGHT = ("balance_steps", "batch", "bf16", "demo_minutes", "demo_seeds", "dpo_
            "extract_rank", "full_finetune", "hindsight",
            "length_window", "lora_dropout", "lora_from_layer", "lora_r", "lr", "onpolicy_dpo", "onpolicy_episodes", "round2_demo_rows",
            "sft_draws", "sft_epochs", "sft_examples", "sft_seed", "style", "synthetic_pages", "team_share")
-#: MARL's settings, in the MARL team's ``made_by`` (they shape the team, not the SFT model).
-_TAUGHT_MARL = ("marl_anchor", "marl_element_kinds", "marl_episodes", "marl_epochs", "marl_interpolate", "marl_iterations",
-                "marl_lost_only", "marl_mirror", "marl_pairs", "marl_pool", "marl_rehearse", "marl_repeat_clicks", "marl_right_pairs", "marl_shared",
-                "marl_skip_stale", "marl_swap_texts", "marl_task_episodes")
+#: MARL's settings, in the MARL team's ``made_by`` (they shape the team, not the SFT model): every
+#: MARLConfig flag plus the recipe's own MARL fields that change what is trained (not where from:
+#: ``--marl-rollouts-from`` is added apart).
+_TAUGHT_MARL = tuple(sorted({_RENAME.get(name, name) for name in MARL_FLAGS}
+                            | {"marl_epochs", "marl_iterations", "marl_skip_stale"}))
 
 
 def made_by_command(config: RecipeConfig, *, marl: bool = False) -> str:
