@@ -258,6 +258,10 @@ class RecipeConfig:
         "metavar": "K", "help": "with --marl-rollouts-from: reuse the rollouts (and labels) of RUN's first K "
         "iterations. From iteration 1 on they are the episodes RUN's own updated team played, not this run's: "
         "every update of the sweep then learns from the same data"})
+    marl_gate: bool = field(default=False, metadata={
+        "help": "with --marl-iterations, --team, --validate and --validate-forms: validate the SFT team on the same "
+        "pages too, and keep the MARL team (its trained_team rows, --publish) only when it is below the SFT team on "
+        "neither; else those rows and --publish take the SFT team (results.json: marl_gate)"})
     ablations: bool = field(default=False, metadata={
         "help": "with --marl-iterations and --team: also train the paper's ablations from the same SFT model at "
         "the same compute (ablation_no_cr: outcome critic; ablation_no_edge_update; ablation_rft: SFT on "
@@ -324,6 +328,9 @@ class RecipeConfig:
         if self.marl_reuse_iterations > 1 and self.marl_rollouts_from is None:
             raise ConfigError("--marl-reuse-iterations says how many of another run's iterations to reuse: give "
                               "--marl-rollouts-from RUN with it")
+        if self.marl_gate and not (self.marl_iterations and self.teams and self.validate and self.validate_forms):
+            raise ConfigError("--marl-gate compares the MARL team with the SFT team on both validations: give "
+                              "--marl-iterations N, --team, --validate N and --validate-forms N with it")
         if self.validate_forms and not self.teams:
             raise ConfigError("--validate-forms measures the trained team: give --team with it")
         if self.ablations and not (self.marl_iterations and self.teams):
@@ -523,10 +530,29 @@ def checks(config: RecipeConfig, trained: Path, out: Path, clock: _Clock,
         print(f"[recipe] validation of the trained team on the training forms (new seeds): {val['successes']}/"
               f"{val['episodes']}, typing loops in {val.get('typing_loops')} {json.dumps(val['per_task'])}",
               file=sys.stderr)
+    if config.marl_gate and team != trained:
+        found["marl_gate"] = marl_gate(config, trained, out, clock, found)
     check = found["critic_check"] = clock.run("4 critic check", lambda: critic_check(config, out / "critic_check"))
     print(f"[recipe] verified critic: coverage {check['coverage_a']}, agreement with the oracle "
           f"{check['agreement']} over {check['entries_both']} entries", file=sys.stderr)
     return found
+
+
+def marl_gate(config: RecipeConfig, trained: Path, out: Path, clock: _Clock, found: dict[str, Any]) -> dict[str, Any]:
+    """``--marl-gate``: the SFT team on the pages the MARL team was just validated on (``found``),
+    and the team the run keeps: the MARL team unless it is below the SFT team on either validation
+    (the forms are where too strong an update shows first, as typing loops)."""
+    sft = {"validation": _row(clock.run("5 validation sft team", lambda: validate(
+               config, trained, out / "validation-team", team=True))),
+           "forms": _row(clock.run("5 validation sft forms", lambda: validate(
+               config, trained, out / "validation-forms-team", team=True, forms=True)))}
+    marl = {"validation": found["validation_team"], "forms": found["validation_forms_team"]}
+    figures = {who: {k: v["successes"] for k, v in rows.items()} for who, rows in (("sft_team", sft), ("marl_team", marl))}
+    kept = "marl" if all(figures["marl_team"][k] >= figures["sft_team"][k] for k in marl) else "sft"
+    episodes = {k: v["episodes"] for k, v in marl.items()}
+    print(f"[recipe] MARL gate: the MARL team {figures['marl_team']} against the SFT team's {figures['sft_team']} "
+          f"(of {episodes}): the run keeps the {kept.upper()} team", file=sys.stderr)
+    return {**figures, "episodes": episodes, "kept": kept}
 
 
 def run_facts(config: RecipeConfig, out: Path, clock: _Clock) -> dict[str, Any]:
@@ -626,19 +652,32 @@ def _reads_marl(fields: dict[str, Any], out: Path) -> bool:
     return str(fields["model"]).startswith(f"trained:{out / 'marl'}")
 
 
+def _row_folder(config: RecipeConfig, name: str, fields: dict[str, Any], out: Path) -> str:
+    """Where a row is evaluated (in ``eval/``): its name, with the MARL team's ``-xN`` (iterations)
+    or, for a team row that ``--marl-gate`` gave the SFT team, ``-sft`` (the MARL team's folder
+    of an earlier run stays)."""
+    if _reads_marl(fields, out):
+        return name + marl_suffix(config.marl_iterations, config.marl.interpolate)
+    if config.marl_iterations and name.startswith("trained_team"):
+        return name + "-sft"
+    return name
+
+
 def _run(config: RecipeConfig, out: Path, names: list[str]) -> None:
     """The stages :func:`main` runs: training (or the bundle's copy), MARL, checks, the rows."""
     clock = _Clock(out / "recipe.json", config)
     trained = start_bundle(config, out / "bundle") if config.from_bundle is not None else train(config, out, clock)
     teams = marl(config, trained, out / "marl", clock) if config.marl_iterations else {}
-    rows = systems(config, trained, out / "marl")
     found = checks(config, trained, out, clock, teams)
+    if found.get("marl_gate", {}).get("kept") == "sft":  # the team rows and --publish take the SFT team
+        teams = {name: team for name, team in teams.items() if name != "trained_team"}
+    rows = systems(config, trained, out / "marl", marl_team="trained_team" in teams or not config.marl_iterations)
     path = out / "results.json"
     # Rows of earlier runs into this folder stay: --systems can add rows one session at a time.
     results: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {"systems": {}}
     results.update({**found, **run_facts(config, out, clock)})
     for name in names:
-        folder = name + (marl_suffix(config.marl_iterations, config.marl.interpolate) if _reads_marl(rows[name], out) else "")
+        folder = _row_folder(config, name, rows[name], out)
         done = clock.run(f"3 eval {folder}", lambda n=name, f=folder: evaluate(config, f, rows[n], out / "eval"))
         results["systems"][name] = _row(done)
         if rows[name].get("team", {}).get("n_agents", 1) > 1:

@@ -40,11 +40,13 @@ def critic_check(config: RecipeConfig, out: Path) -> dict[str, Any]:
         verified.close()
 
 
-def systems(config: RecipeConfig, trained: Path, marl: Path | None = None) -> dict[str, dict[str, Any]]:
+def systems(config: RecipeConfig, trained: Path, marl: Path | None = None, *,
+            marl_team: bool = True) -> dict[str, dict[str, Any]]:
     """The evaluated systems: eval config fields per row of results.json (``team``: the
     TeamConfig fields of the row; the baselines' default to a single agent). With
     ``--marl-iterations`` the trained team rows are the MARL teams in ``marl/<row>/bundle``
-    (each in the DAG it was trained in: the bundle's own)."""
+    (each in the DAG it was trained in: the bundle's own); ``marl_team=False`` (``--marl-gate``
+    kept the SFT team): the SFT team's, the ablation rows still theirs."""
     rows: dict[str, dict[str, Any]] = {
         "random": {"model": "random", "episodes": config.baseline_episodes},
         "lexical": {"model": "lexical", "episodes": config.baseline_episodes},
@@ -58,7 +60,7 @@ def systems(config: RecipeConfig, trained: Path, marl: Path | None = None) -> di
         rows["base_team"] = {"model": "smollm2", "team": {"n_agents": 4, "rounds": 3, "prompt_style": "react"}}
         team = {"n_agents": 4, "rounds": 3, "max_new_tokens": 128}
         marl = marl if marl is not None else trained.parent / "marl"
-        team_model = marl / "trained_team" / "bundle" if config.marl_iterations else trained
+        team_model = marl / "trained_team" / "bundle" if config.marl_iterations and marl_team else trained
         # The headline row: as many episodes as the baselines it is compared with (200 by default).
         rows["trained_team"] = {"model": f"trained:{team_model}", "team": team, "episodes": config.baseline_episodes}
         # Same team, pages in their own order and ids: a position habit would show as a gap.

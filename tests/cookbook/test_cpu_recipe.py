@@ -260,7 +260,7 @@ DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0,
                 "dpo_lr": 5e-5, "marl_iterations": 0, "marl_episodes": 2, "marl_task_episodes": (), "marl_pairs": 0, "marl_right_pairs": False,
                 "marl_lost_only": False, "marl_repeat_clicks": False, "marl_skip_stale": False, "marl_swap_texts": False,
                 "marl_mirror": False, "marl_element_kinds": False, "marl_pool": False, "marl_shared": False, "marl_anchor": 0.0, "marl_rehearse": 0.0, "marl_interpolate": 1.0, "marl_epochs": 1.0, "marl_rollouts_from": None,
-                "marl_reuse_iterations": 1,
+                "marl_reuse_iterations": 1, "marl_gate": False,
                 # bf16 mixed precision where this machine computes it natively (AVX512-BF16/AMX, CUDA)
                 "bf16": default_bf16(),
                 "ablations": False, "validate": 0, "validate_forms": 0,
@@ -780,6 +780,60 @@ def test_a_marl_team_grown_to_more_iterations_is_measured_into_folders_of_its_ow
     assert measured == ["validation", "validation-marl-team-x2-w0.5", "validation-forms-marl-team-x2-w0.5",
                         "eval/trained_single", "eval/trained_team-x2-w0.5"]
     assert recipe.marl_suffix(1) == "" and recipe.marl_suffix(3) == "-x3" and recipe.marl_suffix(1, 0.5) == "-w0.5"
+
+def test_the_marl_gate_keeps_the_sft_team_unless_marl_validates_as_well(tmp_path, monkeypatch, tiny_model_dir,
+                                                                         capsys):
+    """--marl-gate: the SFT team plays the MARL team's validations; a MARL team below it on the
+    forms is not kept (the team row evaluates the SFT bundle into its own folder, --publish ships
+    the SFT bundle), one level on both is; asked without both validations it is refused."""
+    recipe = _recipe()
+    source = _team_bundle(tmp_path / "shipped", tiny_model_dir)
+    monkeypatch.setattr(recipe, "marl", lambda config, start, where, clock: {
+        "trained_team": _team_bundle(where / "trained_team" / "bundle", tiny_model_dir)})
+    monkeypatch.setattr(recipe, "run_facts", lambda *a: {"minutes": 1.0})
+    monkeypatch.setattr(recipe, "critic_check", lambda config, where: {"coverage_a": 1, "agreement": 1,
+                                                                       "entries_both": 1})
+    monkeypatch.setattr(recipe, "team_figures", lambda folder: {})
+    monkeypatch.setattr(recipe, "HERE", tmp_path / "here")
+    monkeypatch.setattr(recipe, "SHIPPED", tmp_path / "here" / "smollm2")
+    (tmp_path / "here").mkdir()
+    validated, evaluated = [], []
+    marl_forms = {"gate-low": 3, "gate-level": 4}
+
+    def fake_validate(config, model, folder, team=False, forms=False):
+        validated.append((folder.name, str(model)))
+        if folder.name == "validation-forms-marl-team":
+            return _fake_results(marl_forms[folder.parent.name])
+        return _fake_results(4 if forms else 5)
+
+    monkeypatch.setattr(recipe, "validate", fake_validate)
+    monkeypatch.setattr(recipe, "evaluate", lambda config, folder, fields, where: (
+        evaluated.append((folder, fields["model"])) or _fake_results(6)))
+    argv = ["--from-bundle", str(source), "--team", "--validate", "1", "--validate-forms", "2", "--marl-iterations",
+            "1", "--marl-gate", "--systems", "trained_team"]
+
+    out = tmp_path / "gate-low"
+    assert recipe.main(["--out", str(out), *argv, "--publish"]) == 0
+    assert [name for name, _ in validated] == ["validation", "validation-marl-team", "validation-forms-marl-team",
+                                               "validation-team", "validation-forms-team"]
+    assert validated[3][1] == validated[4][1] == str(out / "bundle")  # the SFT team played the same pages
+    assert evaluated == [("trained_team-sft", f"trained:{out / 'bundle'}")]
+    gate = json.loads((out / "results.json").read_text())["marl_gate"]
+    assert gate == {"sft_team": {"validation": 5, "forms": 4}, "marl_team": {"validation": 5, "forms": 3},
+                    "episodes": {"validation": 10, "forms": 10}, "kept": "sft"}
+    assert (tmp_path / "here" / "smollm2" / "team.json").read_text() == (out / "bundle" / "team.json").read_text()
+    assert "keeps the SFT team" in capsys.readouterr().err
+
+    validated.clear(), evaluated.clear()
+    out = tmp_path / "gate-level"
+    assert recipe.main(["--out", str(out), *argv]) == 0
+    assert evaluated == [("trained_team", f"trained:{out / 'marl' / 'trained_team' / 'bundle'}")]
+    assert json.loads((out / "results.json").read_text())["marl_gate"]["kept"] == "marl"
+
+    with pytest.raises(SystemExit):
+        recipe._args(["--marl-iterations", "1", "--team", "--validate", "1", "--marl-gate"])
+    assert "--marl-gate compares the MARL team with the SFT team on both validations" in capsys.readouterr().err
+
 
 def test_from_bundle_refuses_what_it_cannot_start_from(tmp_path, tiny_model_dir, adapter_dirs, capsys):
     """A folder without a bundle, MARL from a bundle whose agents have adapters already, and
