@@ -669,9 +669,10 @@ def _run(config: RecipeConfig, out: Path, names: list[str]) -> None:
     trained = start_bundle(config, out / "bundle") if config.from_bundle is not None else train(config, out, clock)
     teams = marl(config, trained, out / "marl", clock) if config.marl_iterations else {}
     found = checks(config, trained, out, clock, teams)
-    if found.get("marl_gate", {}).get("kept") == "sft":  # the team rows and --publish take the SFT team
+    kept_marl = found.get("marl_gate", {}).get("kept") != "sft"
+    if not kept_marl:  # the team rows and --publish take the SFT team
         teams = {name: team for name, team in teams.items() if name != "trained_team"}
-    rows = systems(config, trained, out / "marl", marl_team="trained_team" in teams or not config.marl_iterations)
+    rows = systems(config, trained, out / "marl", marl_team=kept_marl)
     path = out / "results.json"
     # Rows of earlier runs into this folder stay: --systems can add rows one session at a time.
     results: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {"systems": {}}
