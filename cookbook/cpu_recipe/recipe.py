@@ -335,6 +335,9 @@ class RecipeConfig:
             raise ConfigError("--validate-forms measures the trained team: give --team with it")
         if self.ablations and not (self.marl_iterations and self.teams):
             raise ConfigError("--ablations compares MARL teams: give --marl-iterations N and --team with it")
+        if self.publish_ablations and self.marl_gate:
+            raise ConfigError("--publish-ablations publishes the MARL team beside its ablations, and --marl-gate may "
+                              "replace that team by the SFT team: drop one of the two")
         if self.publish_ablations and not self.ablations:
             raise ConfigError("--publish-ablations copies the run's ablation rows: give --ablations with it")
 
@@ -689,6 +692,7 @@ def _run(config: RecipeConfig, out: Path, names: list[str]) -> None:
     path.write_text(json.dumps(results, indent=1))  # also when no row was evaluated this time
     if config.publish_row is not None:
         command = f"{out} ({datetime.date.today()}): {made_by_command(config, marl=bool(config.marl_iterations))}"
+        command += " --marl-gate" if config.marl_gate else ""  # the row may then be the SFT team's (runs.<row>.marl_gate)
         publish_row(results, config.publish_row, command, HERE / "results.json")
     if config.publish_ablations:
         # Each ablation row is the MARL team's command with the one change its name says.

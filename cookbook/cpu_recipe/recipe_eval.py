@@ -188,7 +188,8 @@ def team_figures(folder: Path) -> dict[str, Any]:
 MARL_ROW = "trained_team_marl"
 
 #: What ``--publish-row`` keeps of a run beside its trained team row (under ``runs.<row>``).
-_RUN_FACTS = ("start", "marl", "minutes", "eval_minutes", "validation", "validation_team", "validation_forms_team")
+_RUN_FACTS = ("start", "marl", "minutes", "eval_minutes", "validation", "validation_team", "validation_forms_team",
+              "marl_gate")
 
 
 def check_row_name(name: str, taken: Iterable[str] = ()) -> None:

@@ -826,13 +826,19 @@ def test_the_marl_gate_keeps_the_sft_team_unless_marl_validates_as_well(tmp_path
 
     validated.clear(), evaluated.clear()
     out = tmp_path / "gate-level"
-    assert recipe.main(["--out", str(out), *argv]) == 0
+    assert recipe.main(["--out", str(out), *argv, "--publish-row", "trained_team_gated"]) == 0
     assert evaluated == [("trained_team", f"trained:{out / 'marl' / 'trained_team' / 'bundle'}")]
+    published = json.loads((tmp_path / "here" / "results.json").read_text())
+    assert published["systems"]["trained_team_gated"]["from"].endswith("--marl-gate")
+    assert published["runs"]["trained_team_gated"]["marl_gate"]["kept"] == "marl"
     assert json.loads((out / "results.json").read_text())["marl_gate"]["kept"] == "marl"
 
     with pytest.raises(SystemExit):
         recipe._args(["--marl-iterations", "1", "--team", "--validate", "1", "--marl-gate"])
     assert "--marl-gate compares the MARL team with the SFT team on both validations" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        recipe._args([*argv, "--validate-forms", "2", "--ablations", "--publish-ablations"])
+    assert "--marl-gate may replace that team by the SFT team" in capsys.readouterr().err
 
 
 def test_from_bundle_refuses_what_it_cannot_start_from(tmp_path, tiny_model_dir, adapter_dirs, capsys):
