@@ -523,13 +523,12 @@ def checks(config: RecipeConfig, trained: Path, out: Path, clock: _Clock,
     team = (teams or {}).get("trained_team", trained)
     name = f"marl-team{marl_suffix(config.marl_iterations, config.marl.interpolate)}" if team != trained else "team"
     if config.validate and config.teams:
-        val = found["validation_team"] = _row(clock.run("5 validation team", lambda: validate(
-            config, team, out / f"validation-{name}", team=True)))
+        val = found["validation_team"] = _team_validation(config, team, out, name, clock, "5 validation team")
         print(f"[recipe] validation of the trained team (training tasks, new seeds): {val['successes']}/"
               f"{val['episodes']} {json.dumps(val['per_task'])}", file=sys.stderr)
     if config.validate_forms:
-        val = found["validation_forms_team"] = _row(clock.run("5 validation forms", lambda: validate(
-            config, team, out / f"validation-forms-{name}", team=True, forms=True)))
+        val = found["validation_forms_team"] = _team_validation(config, team, out, name, clock, "5 validation forms",
+                                                                forms=True)
         print(f"[recipe] validation of the trained team on the training forms (new seeds): {val['successes']}/"
               f"{val['episodes']}, typing loops in {val.get('typing_loops')} {json.dumps(val['per_task'])}",
               file=sys.stderr)
@@ -541,14 +540,20 @@ def checks(config: RecipeConfig, trained: Path, out: Path, clock: _Clock,
     return found
 
 
+def _team_validation(config: RecipeConfig, model: Path, out: Path, name: str, clock: _Clock, stage: str, *,
+                     forms: bool = False) -> dict[str, Any]:
+    """``model`` as the 4 x 3 team on the validation pages (``forms``: ``--validate-forms``') into
+    ``validation[-forms]-<name>/``, timed as ``stage``: its results.json row."""
+    folder = out / f"validation-{'forms-' if forms else ''}{name}"
+    return _row(clock.run(stage, lambda: validate(config, model, folder, team=True, forms=forms)))
+
+
 def marl_gate(config: RecipeConfig, trained: Path, out: Path, clock: _Clock, found: dict[str, Any]) -> dict[str, Any]:
     """``--marl-gate``: the SFT team on the pages the MARL team was just validated on (``found``),
     and the team the run keeps: the MARL team unless it is below the SFT team on either validation
     (the forms are where too strong an update shows first, as typing loops)."""
-    sft = {"validation": _row(clock.run("5 validation sft team", lambda: validate(
-               config, trained, out / "validation-team", team=True))),
-           "forms": _row(clock.run("5 validation sft forms", lambda: validate(
-               config, trained, out / "validation-forms-team", team=True, forms=True)))}
+    sft = {"validation": _team_validation(config, trained, out, "team", clock, "5 validation sft team"),
+           "forms": _team_validation(config, trained, out, "team", clock, "5 validation sft forms", forms=True)}
     marl = {"validation": found["validation_team"], "forms": found["validation_forms_team"]}
     figures = {who: {k: v["successes"] for k, v in rows.items()} for who, rows in (("sft_team", sft), ("marl_team", marl))}
     kept = "marl" if all(figures["marl_team"][k] >= figures["sft_team"][k] for k in marl) else "sft"

@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -1118,7 +1119,7 @@ def test_marl_rehearse_from_a_bundle_runs_the_demonstration_stage_once_when_the_
 
     def search(demo_config):  # the search itself: tests/training/test_verified.py
         searched.append(demo_config)
-        out = tmp_path / "run" / "demo"
+        out = Path(demo_config.out_dir)
         out.mkdir(parents=True)
         (out / "steps.jsonl").write_text("".join(json.dumps({**ROW, "seed": seed}) + "\n" for seed in (1, 2)))
         (out / "demo_stats.json").write_text("{}")
