@@ -208,7 +208,7 @@ class _Run:
         self.stage(f"iter{k}/edge_update", lambda: topo.to_dict())
 
         def rollout() -> dict[str, Any]:
-            specs = [spec for task in c.train_tasks
+            specs = [spec for task in c.rollout_tasks
                      for spec in episode_specs((task,), c.episodes_of(task), tag=f"iter{k}",
                                                seed_parts=(c.team.seed, "train", k))]
             records = _rollouts(c, self.models, self.envs, self.adapters(k - 1), topo,
@@ -524,7 +524,7 @@ def _check_tasks(config: MARLConfig) -> None:
     from collabui.devices.miniwob import miniwob_tasks, synthetic_tasks
 
     known = {*miniwob_tasks(), *synthetic_tasks()}
-    unknown = [t for t in (*config.train_tasks, *config.eval_tasks) if t not in known]
+    unknown = [t for t in (*config.rollout_tasks, *config.eval_tasks) if t not in known]
     if unknown:
         raise ConfigError(f"unknown MiniWoB++ task(s) {unknown}; run `collabui envs` to list them")
 

@@ -131,7 +131,7 @@ def write_marl_bundle(config: Any, out_dir: Path, adapters: Mapping[str, Path], 
                         team=team, made_by=f"collabui train marl --model {c.model} --iterations {iterations}"
                         + (" --shared-adapter" if c.shared_adapter else "")
                         + (f" --interpolate {c.interpolate}" if c.interpolate != 1 else ""),
-                        marl=marl, train_tasks=list(c.train_tasks), agent_weight=c.interpolate)
+                        marl=marl, train_tasks=list(c.rollout_tasks), agent_weight=c.interpolate)
 
 
 def team_adapter_slots(config: Any, adapters: Mapping[str, Any]) -> tuple[str | None, ...]:

@@ -60,7 +60,11 @@ def _tasks(value: Any, name: str) -> tuple[str, ...]:
 
 
 def _task_episodes(value: Any, train: tuple[str, ...]) -> tuple[str, ...]:
-    """``task_episodes`` as ``("task=N", ...)``, each task a training task named once, N >= 1."""
+    """``task_episodes`` as ``("task=N", ...)``, each task a training task or a synthetic page
+    (``synth-forms``...) named once, N >= 1."""
+    from collabui.devices.miniwob import synthetic_tasks
+
+    allowed = {*train, *synthetic_tasks()}
     items = value.split(",") if isinstance(value, str) else list(value or ())
     seen: dict[str, int] = {}
     for item in (str(i).strip() for i in items):
@@ -70,9 +74,9 @@ def _task_episodes(value: Any, train: tuple[str, ...]) -> tuple[str, ...]:
         if not count.isdigit() or int(count) < 1:
             raise ConfigError(f"task_episodes entry {item!r} is not TASK=N with N >= 1; write e.g. "
                               "login-user-popup=18")
-        if task not in train or task in seen:
-            why = "is named twice" if task in seen else "is not one of train_tasks"
-            raise ConfigError(f"task_episodes: {task!r} {why}; give each training task at most once")
+        if task not in allowed or task in seen:
+            why = "is named twice" if task in seen else "is neither one of train_tasks nor a synthetic page"
+            raise ConfigError(f"task_episodes: {task!r} {why}; give each training task or synth-* page at most once")
         seen[task] = int(count)
     return tuple(f"{task}={n}" for task, n in seen.items())
 
@@ -99,7 +103,8 @@ class MARLConfig:
     task_episodes: tuple[str, ...] = field(default=(), metadata={
         "metavar": "TASK=N,...", "help": "rollout episodes per iteration of these training tasks instead of "
         "the episodes per task, e.g. login-user-popup=18,multi-layouts=18: more of the agents' own mistakes at the "
-        "decisions of a task the others seldom reach (which field next, or submit)"})
+        "decisions of a task the others seldom reach (which field next, or submit); a synthetic page named here "
+        "(synth-fields, synth-choices, synth-forms) is rolled out beside the training tasks"})
     eval_episodes_per_task: int = field(default=2, metadata={
         "help": "evaluation episodes per held-out task (0: no evaluation in the loop; the caller evaluates)"})
     iterations: int = field(default=2, metadata={"help": "MARL iterations (may grow on a rerun)"})
@@ -234,6 +239,13 @@ class MARLConfig:
             raise ConfigError("dpo must not set output_dir: run_marl puts TRL's folder in out_dir/iter{k}/trl")
         object.__setattr__(self, "dpo", dict(self.dpo))
         self._check_team()
+
+    @property
+    def rollout_tasks(self) -> tuple[str, ...]:
+        """The tasks each iteration rolls out: ``train_tasks``, then the synthetic pages that
+        ``task_episodes`` adds (named there and not already training tasks)."""
+        named = (item.split("=")[0] for item in self.task_episodes)
+        return (*self.train_tasks, *(task for task in named if task not in self.train_tasks))
 
     def episodes_of(self, task: str) -> int:
         """Rollout episodes of ``task`` per iteration: its ``task_episodes`` count, else ``episodes_per_task``."""

@@ -221,7 +221,7 @@ def reuse_rollouts(config: RecipeConfig, run: Path, start: Path, target: Path) -
         raise ConfigError(f"--marl-rollouts-from {run}: its episodes differ ({shown}); use the same team and "
                           "MARL episode flags, or drop --marl-rollouts-from")
     reused = MARLConfig.from_dict(theirs)  # the same tasks: train_tasks is no episode count
-    more = [(task, reused.episodes_of(task), built.episodes_of(task)) for task in built.train_tasks
+    more = [(task, reused.episodes_of(task), built.episodes_of(task)) for task in built.rollout_tasks
             if reused.episodes_of(task) > built.episodes_of(task)]
     if more:
         task, there, here = more[0]

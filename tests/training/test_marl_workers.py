@@ -175,7 +175,24 @@ def test_task_episodes_rolls_out_more_of_the_named_tasks(base_dir, tmp_path, sto
     assert config.task_episodes == ("task-c=4",) and config.episodes_of("task-a") == 2
 
 
-@pytest.mark.parametrize("extra, error", [("task-b=2", "'task-b' is not one of train_tasks"),
+def test_task_episodes_adds_the_synthetic_pages_it_names(base_dir, tmp_path, stop_after_rollouts):
+    """A synthetic page in ``task_episodes`` is rolled out beside the training tasks, with the
+    training tasks' episodes and seeds unchanged; its name goes into the trained bundle's tasks."""
+    runs = {}
+    for name, extra in (("plain", ()), ("synth", "synth-forms=3")):
+        config = _config(base_dir, tmp_path / name, task_episodes=extra)
+        with pytest.raises(StopAfterRollouts):
+            run_marl(config, progress=False, env_factory=fake_env)
+        manifest = (tmp_path / name / "iter0" / "rollouts.jsonl").read_text().splitlines()
+        runs[name] = {r["episode_id"]: (r["task"], r["seed"]) for r in map(json.loads, manifest)}
+    assert sorted(runs["synth"]) == ["iter0-synth-forms-0", "iter0-synth-forms-1", "iter0-synth-forms-2",
+                                     "iter0-task-a-0", "iter0-task-a-1"]
+    assert all(runs["synth"][k] == v for k, v in runs["plain"].items())
+    assert config.rollout_tasks == ("task-a", "synth-forms") and config.train_tasks == ("task-a",)
+
+
+@pytest.mark.parametrize("extra, error", [("task-b=2", "'task-b' is neither one of train_tasks nor a synthetic"),
+                                          ("synth-nope=2", "'synth-nope' is neither"),
                                           ("task-a=0", "'task-a=0' is not TASK=N with N >= 1"),
                                           ("task-a", "'task-a' is not TASK=N"),
                                           ("task-a=2,task-a=3", "'task-a' is named twice")])
