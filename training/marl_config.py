@@ -215,12 +215,12 @@ class MARLConfig:
         held_out: tuple[str, ...] = ()
         if self.eval_episodes_per_task or _tasks_given(self.eval_tasks):  # no evaluation: none needed
             held_out = _tasks(self.eval_tasks, "eval_tasks")
-        overlap = sorted(set(train) & set(held_out))
-        if overlap:
-            raise ConfigError(f"eval task(s) {overlap} are also training tasks; held-out tasks must differ")
         object.__setattr__(self, "train_tasks", train)
         object.__setattr__(self, "eval_tasks", held_out)
         object.__setattr__(self, "task_episodes", _task_episodes(self.task_episodes, train))
+        overlap = sorted(set(self.rollout_tasks) & set(held_out))  # a synthetic page named above is trained on too
+        if overlap:
+            raise ConfigError(f"eval task(s) {overlap} are also training tasks; held-out tasks must differ")
         _check_spec(self.critic, ("outcome", "reference", "oracle", "verified"), "critic")
         _check_spec(self.adversary, ("rule", "own"), "adversary")
         if self.critic == "outcome" and self.adversary == "own":

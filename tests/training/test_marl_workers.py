@@ -37,7 +37,8 @@ def stop_after_rollouts(monkeypatch):
 
 def _config(base_dir: Path, out: Path, **kw: Any) -> MARLConfig:
     kw.setdefault("train_tasks", ("task-a",))
-    return MARLConfig(model=f"hf:{base_dir}", eval_tasks=("task-b",), episodes_per_task=2,
+    kw.setdefault("eval_tasks", ("task-b",))
+    return MARLConfig(model=f"hf:{base_dir}", episodes_per_task=2,
                       eval_episodes_per_task=1, iterations=1, critic="reference", out_dir=str(out),
                       team=TeamConfig(n_agents=2, rounds=1, max_steps=2, max_new_tokens=6, prompt_style="react"), **kw)
 
@@ -199,6 +200,11 @@ def test_task_episodes_adds_the_synthetic_pages_it_names(base_dir, tmp_path, sto
 def test_task_episodes_names_a_bad_entry(tmp_path, extra, error):
     with pytest.raises(ConfigError, match=error):
         _config(tmp_path, tmp_path / "x", task_episodes=extra)
+
+
+def test_a_synthetic_page_rolled_out_is_no_held_out_task(tmp_path):
+    with pytest.raises(ConfigError, match=r"eval task\(s\) \['synth-forms'\] are also training tasks"):
+        _config(tmp_path, tmp_path / "x", task_episodes="synth-forms=2", eval_tasks=("synth-forms",))
 
 
 def test_a_field_a_stored_config_lacks_reads_as_its_default(tmp_path):
