@@ -244,13 +244,15 @@ class MARLConfig:
     def rollout_tasks(self) -> tuple[str, ...]:
         """The tasks each iteration rolls out: ``train_tasks``, then the synthetic pages that
         ``task_episodes`` adds (named there and not already training tasks)."""
-        named = (item.split("=")[0] for item in self.task_episodes)
-        return (*self.train_tasks, *(task for task in named if task not in self.train_tasks))
+        return (*self.train_tasks, *(task for task in self._named_counts() if task not in self.train_tasks))
 
     def episodes_of(self, task: str) -> int:
         """Rollout episodes of ``task`` per iteration: its ``task_episodes`` count, else ``episodes_per_task``."""
-        counts = dict(item.split("=") for item in self.task_episodes)
-        return int(counts.get(task, self.episodes_per_task))
+        return self._named_counts().get(task, self.episodes_per_task)
+
+    def _named_counts(self) -> dict[str, int]:
+        """``task_episodes`` (validated ``task=N`` items) as ``{task: N}``, in the order named."""
+        return {task: int(n) for task, _, n in (item.partition("=") for item in self.task_episodes)}
 
     def _check_pair_options(self) -> None:
         check_pair_options(self.adversary, **{name: getattr(self, name) for name in OWN_PAIR_OPTIONS})
