@@ -238,6 +238,10 @@ class BrowserDevice(Device):
         self._navigations_seen = 0
         #: Pages the context announced (its "page" events), and how many the last settle saw.
         self._pages_announced = self._pages_seen = self._new_pages_seen = 0
+        #: Windows the pages opened (CDP ``Page.windowOpen``), and how many the last settle saw.
+        self._windows_opened = self._windows_seen = self._blank_pages_seen = 0
+        #: CDP sessions being set up on adopted pages (awaited before the next action).
+        self._watching: set[asyncio.Future[None]] = set()
         #: Refused frames being undone (see ``_on_frame``).
         self._undoing: dict[Any, asyncio.Future[None]] = {}
         self._page_globals: dict[str, Any] = {}
@@ -427,6 +431,7 @@ class BrowserDevice(Device):
         self._context.on("page", self._announced_page)
         self._page = await self._context.new_page()
         self._adopt_page(self._page)
+        await self._watched()
 
     def _context_options(self) -> dict[str, Any]:
         """Keyword arguments of ``browser.new_context`` (subclasses emulate devices here)."""
@@ -448,6 +453,31 @@ class BrowserDevice(Device):
         page.on("crash", lambda _p: self._mark_dead("the browser page crashed"))
         page.on("framenavigated", self._on_frame)
         self._on_frame(page.main_frame)  # a popup may have opened straight onto its URL
+        watching = asyncio.ensure_future(self._watch_window_opens(page))
+        self._watching.add(watching)
+        watching.add_done_callback(self._watching.discard)
+
+    async def _watch_window_opens(self, page: Any) -> None:
+        """Count the windows ``page`` opens. CDP's ``Page.windowOpen`` comes as window.open or
+        a target=_blank click runs, before the click returns; the popup's request and "page"
+        event may come long after on a loaded machine, so ``_settle_navigations`` waits for
+        each window counted here."""
+        from playwright.async_api import Error as PlaywrightError
+
+        def opened(_event: Any) -> None:
+            self._windows_opened += 1
+
+        try:
+            session = await self._context.new_cdp_session(page)
+            session.on("Page.windowOpen", opened)
+            await session.send("Page.enable")
+        except PlaywrightError:
+            pass  # the page closed already: it opens nothing
+
+    async def _watched(self) -> None:
+        """Wait until every adopted page's window-open watch is set up."""
+        if self._watching:
+            await asyncio.gather(*self._watching, return_exceptions=True)
 
     def _on_frame(self, frame: Any) -> None:
         """A frame committed a URL: one routing never saw (data:, blob:) and the guard refuses
@@ -527,6 +557,7 @@ class BrowserDevice(Device):
             await self._launch()
         self._guard, self._navigations_seen = guard, 0
         self._pages_announced = self._pages_seen = self._new_pages_seen = 0
+        self._windows_opened = self._windows_seen = self._blank_pages_seen = 0
         await self._new_context()
         self._observations = 0
         self._task = options.get("task", self.config.task)
@@ -677,6 +708,7 @@ class BrowserDevice(Device):
 
     async def _act(self, action: Action) -> StepOutcome:
         self._blocked = []
+        await self._watched()  # a popup adopted since the last step: its window opens count too
         error, info = await self._execute(action)
         observation = await self._observe(error)
         if self._blocked:
@@ -699,11 +731,22 @@ class BrowserDevice(Device):
             # wait for as many pages as navigations opened one (a loaded machine takes longer
             # than the 0.1 s that are always given).
             await asyncio.sleep(0.1)
-            while (self._pages_announced - self._pages_seen < guard.new_pages - self._new_pages_seen
-                   and loop.time() < deadline):
-                await asyncio.sleep(0.02)
+        # Each window opened ends announced or blank (its request refused); each allowed
+        # page-opening request ends announced. The request itself may not have reached the
+        # guard yet when the action returns.
+        while (self._pages_pending() and loop.time() < deadline):
+            await asyncio.sleep(0.02)
         self._navigations_seen = guard.navigations
         self._new_pages_seen, self._pages_seen = guard.new_pages, self._pages_announced
+        self._windows_seen, self._blank_pages_seen = self._windows_opened, guard.blank_pages
+
+    def _pages_pending(self) -> bool:
+        """True while a popup the last action opened is not yet announced (or refused)."""
+        guard = self._guard
+        announced = self._pages_announced - self._pages_seen
+        blank = guard.blank_pages - self._blank_pages_seen if guard is not None else 0
+        allowed = guard.new_pages - self._new_pages_seen if guard is not None else 0
+        return announced < allowed or announced + blank < self._windows_opened - self._windows_seen
 
 
 def _mix_seed(*parts: Any) -> int:

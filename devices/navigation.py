@@ -106,6 +106,8 @@ class NavigationGuard:
         self.navigations = 0
         #: Of the allowed ones, those that open a page not made yet (a popup: window.open, target=_blank).
         self.new_pages = 0
+        #: Requests that would open a page but were refused: that popup stays blank, unannounced.
+        self.blank_pages = 0
         self._in_flight = 0
 
     def describe(self) -> str:
@@ -177,6 +179,7 @@ class NavigationGuard:
         reason = self.refusal(url)
         if reason:
             self._block(url, reason, "navigation")
+            self.blank_pages += opens_page
             await route.fulfill(status=204)
             return
         try:
@@ -191,6 +194,7 @@ class NavigationGuard:
             reason = self.refusal(target)
             if reason:
                 self._block(target, reason, f"redirect from {url}")
+                self.blank_pages += opens_page
                 await route.fulfill(status=204)
                 return
         # Only a page that gets content is announced soon after (a refused popup stays blank).

@@ -11,6 +11,7 @@ receives a request; navigation inside the site keeps working.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -228,6 +229,27 @@ def test_navigation_inside_the_site_works(device, sites):
     assert popup.tabs == ("Index", "Second") and popup.current_tab == 1
     jumped = device.act(web.JumpTo(home.url("second.html"), new_tab=True)).observation
     assert jumped.last_action_error is None and len(jumped.tabs) == 3
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("button, tabs", [("popup home", ("Index", "Second")), ("popup away", ("Index",))])
+def test_a_popup_whose_request_comes_late_is_in_the_steps_observation(device, sites, monkeypatch,
+                                                                      button, tabs):
+    """On a loaded machine a popup's request can reach the guard after the click returned;
+    the step still waits for the popup (or its refusal), never reports the page without it."""
+    home, _ = sites
+    checked = NavigationGuard.route
+
+    async def late(guard: NavigationGuard, route, **kwargs) -> None:
+        if route.request.is_navigation_request():
+            await asyncio.sleep(0.6)
+        await checked(guard, route, **kwargs)
+
+    observation = _open(device, home)
+    monkeypatch.setattr(NavigationGuard, "route", late)
+    outcome = _click(device, observation, button)
+    assert outcome.observation.tabs == tabs
+    assert ("blocked_navigations" in outcome.info) is (button == "popup away")
 
 
 @pytest.mark.browser
