@@ -734,18 +734,17 @@ class BrowserDevice(Device):
         # Each window opened ends announced or blank (its request refused); each allowed
         # page-opening request ends announced. The request itself may not have reached the
         # guard yet when the action returns.
-        while (self._pages_pending() and loop.time() < deadline):
+        while self._pages_pending(guard) and loop.time() < deadline:
             await asyncio.sleep(0.02)
         self._navigations_seen = guard.navigations
         self._new_pages_seen, self._pages_seen = guard.new_pages, self._pages_announced
         self._windows_seen, self._blank_pages_seen = self._windows_opened, guard.blank_pages
 
-    def _pages_pending(self) -> bool:
+    def _pages_pending(self, guard: NavigationGuard) -> bool:
         """True while a popup the last action opened is not yet announced (or refused)."""
-        guard = self._guard
         announced = self._pages_announced - self._pages_seen
-        blank = guard.blank_pages - self._blank_pages_seen if guard is not None else 0
-        allowed = guard.new_pages - self._new_pages_seen if guard is not None else 0
+        allowed = guard.new_pages - self._new_pages_seen
+        blank = guard.blank_pages - self._blank_pages_seen
         return announced < allowed or announced + blank < self._windows_opened - self._windows_seen
 
 

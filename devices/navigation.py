@@ -106,7 +106,7 @@ class NavigationGuard:
         self.navigations = 0
         #: Of the allowed ones, those that open a page not made yet (a popup: window.open, target=_blank).
         self.new_pages = 0
-        #: Requests that would open a page but were refused: that popup stays blank, unannounced.
+        #: Requests that would open a page but were refused or unreachable: no content for that popup.
         self.blank_pages = 0
         self._in_flight = 0
 
@@ -186,6 +186,7 @@ class NavigationGuard:
             # Fetched here without following redirects, so every hop is checked.
             response = await route.fetch(max_redirects=0, timeout=timeout_s * 1000)
         except PlaywrightError:
+            self.blank_pages += opens_page  # a popup's wait (the device's settle) ends here too
             await route.abort()  # unreachable: the browser reports it as it would have
             return
         location = response.headers.get("location")
