@@ -660,13 +660,14 @@ def _reads_marl(fields: dict[str, Any], out: Path) -> bool:
     return str(fields["model"]).startswith(f"trained:{out / 'marl'}")
 
 
-def _row_folder(config: RecipeConfig, name: str, fields: dict[str, Any], out: Path) -> str:
+def _row_folder(config: RecipeConfig, name: str, fields: dict[str, Any], out: Path, trained: Path) -> str:
     """Where a row is evaluated (in ``eval/``): its name, with the MARL team's ``-xN`` (iterations)
-    or, for a team row that ``--marl-gate`` gave the SFT team, ``-sft`` (the MARL team's folder
-    of an earlier run stays)."""
+    or, for a team row that ``--marl-gate`` gave the SFT team (``trained``), ``-sft`` (the MARL
+    team's folder of an earlier run stays)."""
     if _reads_marl(fields, out):
         return name + marl_suffix(config.marl_iterations, config.marl.interpolate)
-    if config.marl_iterations and name.startswith("trained_team"):
+    sft_team = fields["model"] == f"trained:{trained}" and fields.get("team", {}).get("n_agents", 1) > 1
+    if config.marl_iterations and sft_team:
         return name + "-sft"
     return name
 
@@ -686,7 +687,7 @@ def _run(config: RecipeConfig, out: Path, names: list[str]) -> None:
     results: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {"systems": {}}
     results.update({**found, **run_facts(config, out, clock)})
     for name in names:
-        folder = _row_folder(config, name, rows[name], out)
+        folder = _row_folder(config, name, rows[name], out, trained)
         done = clock.run(f"3 eval {folder}", lambda n=name, f=folder: evaluate(config, f, rows[n], out / "eval"))
         results["systems"][name] = _row(done)
         if rows[name].get("team", {}).get("n_agents", 1) > 1:
