@@ -660,13 +660,18 @@ def _reads_marl(fields: dict[str, Any], out: Path) -> bool:
     return str(fields["model"]).startswith(f"trained:{out / 'marl'}")
 
 
+def _is_team(fields: dict[str, Any]) -> bool:
+    """Whether a row of :func:`systems` evaluates a team (more than one agent)."""
+    return fields.get("team", {}).get("n_agents", 1) > 1
+
+
 def _row_folder(config: RecipeConfig, name: str, fields: dict[str, Any], out: Path, trained: Path) -> str:
     """Where a row is evaluated (in ``eval/``): its name, with the MARL team's ``-xN`` (iterations)
     or, for a team row that ``--marl-gate`` gave the SFT team (``trained``), ``-sft`` (the MARL
     team's folder of an earlier run stays)."""
     if _reads_marl(fields, out):
         return name + marl_suffix(config.marl_iterations, config.marl.interpolate)
-    sft_team = fields["model"] == f"trained:{trained}" and fields.get("team", {}).get("n_agents", 1) > 1
+    sft_team = fields["model"] == f"trained:{trained}" and _is_team(fields)
     if config.marl_iterations and sft_team:
         return name + "-sft"
     return name
@@ -690,7 +695,7 @@ def _run(config: RecipeConfig, out: Path, names: list[str]) -> None:
         folder = _row_folder(config, name, rows[name], out, trained)
         done = clock.run(f"3 eval {folder}", lambda n=name, f=folder: evaluate(config, f, rows[n], out / "eval"))
         results["systems"][name] = _row(done)
-        if rows[name].get("team", {}).get("n_agents", 1) > 1:
+        if _is_team(rows[name]):
             results.setdefault("team_dynamics", {})[name] = team_figures(out / "eval" / folder)
         results["eval_minutes"] = clock.minutes("3 ")
         path.write_text(json.dumps(results, indent=1))  # after every row: an interrupted run keeps them
