@@ -191,7 +191,7 @@ class RecipeConfig:
     synthetic_pages: bool = field(default=False, metadata={
         "help": "stage 1 also searches collabui's synthetic form pages (miniwob/synth-fields, "
                 "synth-choices, synth-forms) beside the training tasks"})
-    sft_examples: int = field(default=1600, metadata={"help": "SFT rows drawn from the data"})
+    sft_examples: int = field(default=3200, metadata={"help": "SFT rows drawn from the data"})
     team_share: float = field(default=0.5, metadata={
         "metavar": "P", "help": "share of SFT rows read as an agent of a 4 x 3 team reads them: drawn answers "
         "of the other agents beside the page, right or a plausible mistake (collabui.training.team_context)"})

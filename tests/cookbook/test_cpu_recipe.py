@@ -118,6 +118,20 @@ def test_table_is_generated_from_results(tmp_path):
     assert "| trained_team | 62/200 = 31.0% | 25.0-37.7% | 200 | 181.2 |" in text
 
 
+def test_the_readme_results_table_is_the_shipped_results_json():
+    """The cookbook README's Results table is ``recipe.py --table`` of the shipped results.json, and
+    the shipped bundle was made by the recipe's defaults (a figure edited by hand, or a results.json
+    published without its README, fails here)."""
+    recipe = _recipe()
+    shipped = json.loads((CPU_RECIPE / "results.json").read_text())
+    readme = (CPU_RECIPE / "README.md").read_text()
+    results_section = readme[readme.index("## Results (shipped model"):]
+    assert recipe.table(shipped).strip() in results_section.split("\n## ")[0]
+    team = json.loads((Path(recipe.SHIPPED) / "team.json").read_text())
+    # --bf16's default depends on the CPU (collabui.training._peft.default_bf16), the rest does not
+    assert team["made_by"].replace(" --bf16", "") == recipe.made_by_command(recipe._args([])).replace(" --bf16", "")
+
+
 RANDOM_ROW = {"successes": 3, "episodes": 25, "rate": 0.12, "ci95": [0.04, 0.3], "per_task": {}}
 
 
@@ -252,7 +266,7 @@ def test_negative_counts_are_refused_with_the_flag_named(capsys):
 #: recipe.json's "args" at the defaults, as the recipe wrote them before RecipeConfig existed
 #: (its --no-balance flag is now --balance/--no-balance, recorded as balance); since v35 full
 #: fine-tuning at lr 1e-4, shipped as a rank-48 extract.
-DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0, "demo_workers": 4, "demo_seeds": 400, "sft_examples": 1600,
+DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0, "demo_workers": 4, "demo_seeds": 400, "sft_examples": 3200,
                 "synthetic_pages": False, "team_share": 0.5, "sft_epochs": 1.0, "balance": True, "balance_steps": True, "hindsight": 0, "lr": 1e-4, "lora_r": 32,
                 "batch": 8, "lora_dropout": 0.0, "lora_from_layer": 0, "length_window": 32, "full_finetune": True, "sft_seed": 0, "sft_draws": 1,
                 "extract_rank": 48, "extract_embedding_rank": 32, "element_format": "text-first", "style": "terse", "episodes": 13,
@@ -331,7 +345,7 @@ def test_stage_configs_are_the_ones_the_recipe_always_built(tmp_path, monkeypatc
         "--element-format text-first --extract-embedding-rank 32 --extract-rank 48 --full-finetune --hindsight 0 "
         "--length-window 32 --lora-dropout 0.0 --lora-from-layer 0 "
         "--lora-r 32 --lr 0.0001 --onpolicy-dpo --onpolicy-episodes 0 --round2-demo-rows 400 --sft-draws 1 --sft-epochs 1.0 "
-        "--sft-examples 1600 --sft-seed 0 --style terse --team-share 0.5")
+        "--sft-examples 3200 --sft-seed 0 --style terse --team-share 0.5")
     clock = recipe._Clock(tmp_path / "recipe.json", config)
     clock.run("x", lambda: None)
     assert json.loads((tmp_path / "recipe.json").read_text())["args"] == json.loads(json.dumps(DEFAULT_ARGS))  # tuples read back as lists
