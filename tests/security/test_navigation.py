@@ -48,6 +48,10 @@ def _pages(other: str) -> dict[str, str]:
         "frame.html": f'<html><head><title>Frame</title></head><body><p>framed</p><iframe src="{off}">'
                       "</iframe></body></html>",
         "off.html": "<html><head><title>OFFSITE</title></head><body><p>you left</p></body></html>",
+        # An allowed host (this one) on a port nothing listens on: the popup's fetch fails.
+        "dead_popup.html": "<html><head><title>Dead</title></head><body>"
+                           "<button onclick=\"window.open('http://127.0.0.1:1/gone.html')\">popup dead</button>"
+                           "</body></html>",
         # Documents Chromium loads without a request (routing never sees them), made by script.
         "data_frame.html": _scripted("DataFrame", "frame(DOC_DATA)"),
         "blob_frame.html": _scripted("BlobFrame", "frame(blobUrl())"),
@@ -250,6 +254,19 @@ def test_a_popup_whose_request_comes_late_is_in_the_steps_observation(device, si
     outcome = _click(device, observation, button)
     assert outcome.observation.tabs == tabs
     assert ("blocked_navigations" in outcome.info) is (button == "popup away")
+
+
+@pytest.mark.browser
+def test_a_popup_the_guard_cannot_fetch_is_counted_blank(device, sites):
+    """An allowed popup whose page is unreachable gets no content: the guard counts it blank (the
+    step's settle wait ends on that count instead of waiting for a page that never comes)."""
+    home, _ = sites
+    observation = _open(device, home, "dead_popup.html")
+    guard = device._guard
+    blank, opened = guard.blank_pages, guard.new_pages
+    outcome = _click(device, observation, "popup dead")
+    assert (guard.blank_pages - blank, guard.new_pages - opened) == (1, 0)
+    assert outcome.observation.tabs[0] == "Dead" and "blocked_navigations" not in outcome.info
 
 
 @pytest.mark.browser
