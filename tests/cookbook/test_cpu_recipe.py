@@ -127,7 +127,7 @@ def test_the_readme_results_table_is_the_shipped_results_json():
     readme = (CPU_RECIPE / "README.md").read_text()
     results_section = readme[readme.index("## Results (shipped model"):]
     assert recipe.table(shipped).strip() in results_section.split("\n## ")[0]
-    team = json.loads((Path(recipe.SHIPPED) / "team.json").read_text())
+    team = json.loads((recipe.SHIPPED / "team.json").read_text())
     # --bf16's default depends on the CPU (collabui.training._peft.default_bf16), the rest does not
     assert team["made_by"].replace(" --bf16", "") == recipe.made_by_command(recipe._args([])).replace(" --bf16", "")
 
