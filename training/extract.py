@@ -77,10 +77,19 @@ def extract_adapter(base_model: str | Path, tuned_model: str | Path, out_dir: st
     tmp = fresh_tmp(out)
     # save_embedding_layers=False: the adapter only, not a 56 MB copy of the targeted embedding.
     peft_model.half().save_pretrained(str(tmp), save_embedding_layers=False, safe_serialization=True)
+    _sort_targets(tmp / "adapter_config.json")
     report.adapter_bytes = (tmp / "adapter_model.safetensors").stat().st_size
     (tmp / "extract.json").write_text(json.dumps(report.to_dict(), indent=1))
     publish(tmp, out)
     return report
+
+
+def _sort_targets(config_path: Path) -> None:
+    """PEFT writes ``target_modules`` in its set's order, which changes with Python's hash seed: sorted,
+    the same extract writes the same file (a shipped adapter's diff shows only real changes)."""
+    config = json.loads(config_path.read_text())
+    config["target_modules"] = sorted(config["target_modules"])
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def _check_same_shapes(base: Any, tuned: dict[str, Any], base_path: Any, tuned_path: Any) -> None:

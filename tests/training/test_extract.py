@@ -41,6 +41,9 @@ def test_full_rank_extract_merges_back_to_the_tuned_linears_and_tied_embedding(t
     assert all(v == pytest.approx(1.0) for v in report.energy.values())
     assert set(report.not_carried) == {"input_layernorm", "post_attention_layernorm", "norm"}
     assert json.loads((tmp_path / "ad" / "extract.json").read_text())["rank"] == 64
+    # In sorted order, not PEFT's set order (which follows the hash seed): one extract, one file.
+    targets = json.loads((tmp_path / "ad" / "adapter_config.json").read_text())["target_modules"]
+    assert targets == sorted(targets) and "q_proj" in targets
 
 
 def test_truncated_extract_is_the_best_rank_r_change_and_leaves_the_embedding_when_asked(
