@@ -38,10 +38,12 @@ from typing import Any
 # The stages, in modules beside this file (a script's folder is on sys.path).
 from recipe_eval import (
     MARL_ROW,
+    check_previous,
     check_row_name,
     critic_check,
     evaluate,
     publish_ablations,
+    publish_results,
     publish_row,
     systems,
     table,
@@ -275,7 +277,12 @@ class RecipeConfig:
         "multi-layouts, the checkbox list click-checkboxes) and count its "
         "typing loops: updates too strong for the team loop there as on the held-out login forms, which "
         "--validate's 3 seeds a task hardly show (v52p looped in 9 of 15 login-user-popup episodes, v41 in 0)"})
-    publish: bool = field(default=False, metadata={"help": "copy results.json next to this file"})
+    publish: bool = field(default=False, metadata={
+        "help": "ship this run: its bundle as smollm2-trained, its results.json next to this file with the shipped "
+        "rows it lacks kept (carried baselines, experiment rows) and the shipped model's own rows replaced"})
+    publish_previous: str | None = field(default=None, metadata={
+        "metavar": "NAME", "help": "with --publish: keep the shipped model's own rows beside this run's as "
+        "<row>_NAME (e.g. NAME v66: trained_team_v66), each with its command and figures"})
     publish_row: str | None = field(default=None, metadata={
         "metavar": "NAME", "help": "add this run's trained_team row to the results.json next to this file as row "
         "NAME (with the command that trained it and the run's MARL and validation figures under runs.NAME), "
@@ -311,6 +318,11 @@ class RecipeConfig:
         if self.from_bundle is not None and (self.onpolicy_episodes or self.sft_draws > 1):
             raise ConfigError("--from-bundle starts from a trained model and skips stages 1-2; the on-policy round "
                               "(--onpolicy-episodes) and --sft-draws belong to them: drop one or the other")
+        if self.publish_previous is not None and not self.publish:
+            raise ConfigError("--publish-previous names the shipped model that --publish replaces: give --publish "
+                              "with it")
+        if self.publish_previous is not None:
+            check_previous({}, self.publish_previous)  # its form; main checks it against the shipped rows
         if self.publish_row is not None:
             if not self.teams:
                 raise ConfigError("--publish-row copies the run's trained_team row: give --team with it")
@@ -631,6 +643,8 @@ def main(argv: list[str] | None = None) -> int:
             if not _will_have(out, names, ["trained_team"]):
                 raise ConfigError("--publish-row copies the run's trained_team row, which neither --systems nor "
                                   "an earlier run into this folder gives: add trained_team to --systems")
+        if config.publish_previous is not None and (HERE / "results.json").is_file():
+            check_previous(json.loads((HERE / "results.json").read_text()), config.publish_previous)
         if config.publish_ablations and not (_will_have(out, names, ["trained_team"])
                                              and _will_have(out, names, list(ABLATIONS))):
             raise ConfigError("--publish-ablations copies the run's trained_team row and its ablation rows, which "
@@ -711,7 +725,11 @@ def _run(config: RecipeConfig, out: Path, names: list[str]) -> None:
         written = publish_ablations(results, command, HERE / "results.json")
         print(f"[recipe] published {', '.join(written)} to {HERE / 'results.json'}", file=sys.stderr)
     if config.publish:
-        shutil.copyfile(out / "results.json", HERE / "results.json")
+        note = f"the model shipped until {out} replaced it ({datetime.date.today()})"
+        dropped = publish_results(results, HERE / "results.json", previous=config.publish_previous, note=note)
+        if dropped:
+            print(f"[recipe] dropped the shipped model's rows this run did not evaluate: {', '.join(dropped)} "
+                  "(--publish-previous NAME keeps them as <row>_NAME)", file=sys.stderr)
         shutil.rmtree(SHIPPED, ignore_errors=True)
         # collabui/trained/smollm2: the smollm2-trained spec (the MARL team when there is one)
         shutil.copytree(teams.get("trained_team", trained), SHIPPED)

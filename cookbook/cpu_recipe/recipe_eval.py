@@ -256,9 +256,78 @@ def publish_rows(results: dict[str, Any], rows: dict[str, str], command: str, ta
     for name, source in rows.items():
         shipped["systems"][name] = {**results["systems"][source], "from": command}
         shipped.setdefault("runs", {})[name] = _row_facts(results, source)
+    _write(target, shipped)
+
+
+def publish_results(results: dict[str, Any], target: Path, *, previous: str | None, note: str) -> list[str]:
+    """``--publish``: the run's results into the shipped ``target`` by :func:`merge_published` (the
+    run's alone when there is no shipped file yet); returns the shipped rows dropped."""
+    shipped = json.loads(target.read_text(encoding="utf-8")) if target.is_file() else {"systems": {}}
+    merged, dropped = merge_published(shipped, results, previous=previous, note=note)
+    _write(target, merged)
+    return dropped
+
+
+def _write(target: Path, results: dict[str, Any]) -> None:
+    """Replace ``target`` at once: an interrupted write leaves the shipped results as they were."""
     tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(json.dumps(shipped, indent=1), encoding="utf-8")
+    tmp.write_text(json.dumps(results, indent=1), encoding="utf-8")
     tmp.replace(target)
+
+
+def check_previous(shipped: dict[str, Any], previous: str) -> None:
+    """``--publish-previous``'s NAME: a suffix that renames none of the shipped model's own rows onto
+    a row the shipped results already have.
+
+    Raises:
+        ConfigError: not of lowercase letters, digits, ``_.-``, or a renamed row would overwrite one.
+    """
+    if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]*", previous):
+        raise ConfigError(f"--publish-previous {previous!r}: use lowercase letters, digits and _.- "
+                          "(the shipped model's name, e.g. v66)")
+    rows = shipped.get("systems", {})
+    taken = sorted(f"{name}_{previous}" for name, row in rows.items()
+                   if "from" not in row and f"{name}_{previous}" in rows)
+    if taken:
+        raise ConfigError(f"--publish-previous {previous}: the shipped results already have {', '.join(taken)}; "
+                          "name the shipped model differently")
+
+
+def merge_published(shipped: dict[str, Any], results: dict[str, Any], *, previous: str | None,
+                    note: str) -> tuple[dict[str, Any], list[str]]:
+    """``--publish``: the run's ``results`` with the shipped rows it lacks, and the rows dropped.
+
+    A shipped row with ``from`` (a carried baseline, an experiment) stays unless the run evaluated
+    a row of its name. The shipped model's own rows (no ``from``) give way to the run's; with
+    ``previous`` they stay beside them as ``<row>_<previous>`` (``from``: ``previous`` and
+    ``note``; the shipped file's figures about them under ``runs``), else they are dropped: a row
+    of the model shipped before, under the new model's name, would misreport it. Order: the shipped
+    file's, the run's new rows last.
+    """
+    if previous is not None:
+        check_previous(shipped, previous)
+    ran = results.get("systems", {})
+    rows: dict[str, Any] = {}
+    runs: dict[str, Any] = {}
+    dynamics = dict(results.get("team_dynamics", {}))
+    dropped: list[str] = []
+    for name, row in shipped.get("systems", {}).items():
+        if name in ran:
+            rows[name] = ran[name]
+        if "from" in row:
+            if name not in ran:
+                rows[name] = row
+                runs.update({name: shipped["runs"][name]} if name in shipped.get("runs", {}) else {})
+                dynamics.update({name: shipped["team_dynamics"][name]}
+                                if name in shipped.get("team_dynamics", {}) else {})
+        elif previous is not None:
+            rows[f"{name}_{previous}"] = {**row, "from": f"{previous}: {note}"}
+            runs[f"{name}_{previous}"] = _row_facts(shipped, name)
+        elif name not in ran:
+            dropped.append(name)
+    rows.update({name: row for name, row in ran.items() if name not in rows})
+    merged = {**results, "systems": rows, **({"runs": runs} if runs else {})}
+    return {**merged, **({"team_dynamics": dynamics} if dynamics else {})}, dropped
 
 
 def _row_facts(results: dict[str, Any], source: str) -> dict[str, Any]:

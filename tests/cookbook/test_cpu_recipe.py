@@ -212,6 +212,72 @@ def test_publish_row_adds_one_experiment_row_to_the_shipped_results(tmp_path, mo
                      "team_dynamics": {"winner_share": 0.9}}
 
 
+def test_publish_keeps_the_shipped_rows_the_run_lacks_and_renames_the_shipped_models_own(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """--publish: published rows (with ``from``) the run did not evaluate stay, in their place, with
+    their figures; the shipped model's own rows give way to the run's, and with --publish-previous
+    NAME stay beside them as <row>_NAME; a NAME that would overwrite a shipped row is refused
+    before any training."""
+    recipe = _recipe()
+    with pytest.raises(SystemExit):
+        recipe._args(["--publish-previous", "v1"])
+    assert "give --publish with it" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        recipe._args(["--publish", "--publish-previous", "V 1"])
+    assert "use lowercase letters, digits and _.-" in capsys.readouterr().err
+    shipped = tmp_path / "ship"
+    shipped.mkdir()
+    old_team = {"successes": 2, "episodes": 10, "rate": 0.2, "ci95": [0.0, 1.0], "per_task": {}}
+    experiment = {**old_team, "successes": 5, "from": "runs/x1: an experiment"}
+    before = {"systems": {"random": {**RANDOM_ROW, "from": "v0: carried"}, "trained_team": old_team,
+                          "trained_team_x1": experiment, "trained_single": old_team},
+              "runs": {"trained_team_x1": {"minutes": 3.0}}, "team_dynamics": {"trained_team": {"winner_share": 0.5},
+                                                                              "trained_team_x1": {"winner_share": 0.7}},
+              "validation_team": {"successes": 30, "episodes": 60}, "minutes": 50.0}
+    (shipped / "results.json").write_text(json.dumps(before))
+    monkeypatch.setattr(recipe, "HERE", shipped)
+    monkeypatch.setattr(recipe, "SHIPPED", shipped / "smollm2")
+
+    def fake_train(config, out, clock):
+        (out / "bundle-x").mkdir(parents=True, exist_ok=True)
+        (out / "bundle-x" / "team.json").write_text("{}")
+        return out / "bundle-x"
+
+    monkeypatch.setattr(recipe, "train", fake_train)
+    monkeypatch.setattr(recipe, "checks", lambda *a: {"validation_team": {"successes": 40, "episodes": 60}})
+    monkeypatch.setattr(recipe, "run_facts", lambda *a: {"minutes": 12.5})
+    monkeypatch.setattr(recipe, "team_figures", lambda folder: {"winner_share": 0.9})
+    monkeypatch.setattr(recipe, "evaluate", lambda *a: _fake_results(7))
+    flags = ["--team", "--systems", "trained_team", "--publish"]
+    (shipped / "results.json").write_text(json.dumps({**before, "systems": {**before["systems"],
+                                                                            "trained_team_v1": experiment}}))
+    monkeypatch.setattr(recipe, "train", lambda *a: pytest.fail("trained before checking --publish-previous"))
+    assert recipe.main(["--out", str(tmp_path / "refused"), *flags, "--publish-previous", "v1"]) == 2
+    assert "already have trained_team_v1" in capsys.readouterr().err
+
+    (shipped / "results.json").write_text(json.dumps(before))
+    monkeypatch.setattr(recipe, "train", fake_train)
+    assert recipe.main(["--out", str(tmp_path / "plain"), *flags]) == 0
+    assert "dropped the shipped model's rows this run did not evaluate: trained_single" in capsys.readouterr().err
+    results = json.loads((shipped / "results.json").read_text())
+    assert list(results["systems"]) == ["random", "trained_team", "trained_team_x1"]
+    assert results["systems"]["trained_team"]["successes"] == 7 and results["systems"]["random"]["from"] == "v0: carried"
+    assert results["runs"] == {"trained_team_x1": {"minutes": 3.0}}
+    assert results["team_dynamics"] == {"trained_team": {"winner_share": 0.9}, "trained_team_x1": {"winner_share": 0.7}}
+    assert (results["minutes"], results["validation_team"]["successes"]) == (12.5, 40)
+    assert (shipped / "smollm2" / "team.json").is_file()
+
+    (shipped / "results.json").write_text(json.dumps(before))
+    assert recipe.main(["--out", str(tmp_path / "kept"), *flags, "--publish-previous", "v1"]) == 0
+    results = json.loads((shipped / "results.json").read_text())
+    assert list(results["systems"]) == ["random", "trained_team", "trained_team_v1", "trained_team_x1",
+                                        "trained_single_v1"]
+    kept = results["systems"]["trained_team_v1"]
+    assert kept["successes"] == 2 and kept["from"].startswith(f"v1: the model shipped until {tmp_path / 'kept'}")
+    assert results["runs"]["trained_team_v1"] == {"minutes": 50.0, "validation_team": {"successes": 30, "episodes": 60},
+                                                  "team_dynamics": {"winner_share": 0.5}}
+
+
 def test_publish_ablations_replaces_the_shipped_marl_rows_with_one_starts(tmp_path, monkeypatch, capsys):
     """--publish-ablations: the run's MARL team (as trained_team_marl) and its ablation rows replace
     the shipped ones, each with its own MARL facts; a run without those rows is refused before any
@@ -279,7 +345,7 @@ DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0,
                 # bf16 mixed precision where this machine computes it natively (AVX512-BF16/AMX, CUDA)
                 "bf16": default_bf16(),
                 "ablations": False, "validate": 0, "validate_forms": 0,
-                "publish": False, "publish_row": None, "publish_ablations": False, "table": False}
+                "publish": False, "publish_previous": None, "publish_row": None, "publish_ablations": False, "table": False}
 
 
 def test_flags_and_defaults_are_the_recipes_and_land_in_the_composed_configs(tmp_path):
