@@ -84,6 +84,9 @@ def add_commands(sub: Any) -> None:
                         "MiniWoB++ run folders also the paired counts on the same episodes (exact McNemar)")
     c.add_argument("a", help="results.json of A (the reference)")
     c.add_argument("b", help="results.json of B")
+    c.add_argument("--also", nargs=2, action="append", default=[], metavar=("A2", "B2"),
+                   help="pool the paired counts with this pair of run folders too (the same two systems on "
+                   "another eval seed); repeatable: one paired table and p-value over every episode")
     c.add_argument("--out", default=None, help="also write the table: FILE.md (Markdown) or FILE.json")
     c.add_argument("--plot", default=None, metavar="FILE.png",
                    help="also draw A and B side by side per task/action type (needs matplotlib)")
@@ -215,10 +218,16 @@ def _report_errors(out: Path, counts: dict[str, Any]) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    from collabui.errors import ConfigError
     from collabui.evaluation.paired import paired_from_folders, render_paired
     from collabui.evaluation.report import compare, load_results, render_compare, write_compare
 
     a, b = load_results(args.a), load_results(args.b)
+    # Before any output: a folder given twice is refused whole.
+    found = paired_from_folders([args.a, *(a for a, _ in args.also)], [args.b, *(b for _, b in args.also)])
+    if found is None and args.also:
+        raise ConfigError("--also pools paired episodes, but a folder has no episodes.jsonl or the runs share "
+                          "no episode: give MiniWoB++ run folders of the same tasks")
     rows = compare(a, b)
     label_a = (a.get("system") or {}).get("label") or "A"
     label_b = (b.get("system") or {}).get("label") or "B"
@@ -226,9 +235,9 @@ def _compare(args: argparse.Namespace) -> int:
     sys.stdout.write(render_compare(rows, "A", "B"))
     if not rows:
         log.warning("no metric is shared by A and B (different harnesses?)")
-    found = paired_from_folders(args.a, args.b)
     if found is not None:
-        sys.stdout.write(render_paired(found))
+        pooled = f" (pooled over {1 + len(args.also)} pairs of runs)" if args.also else ""
+        sys.stdout.write(render_paired(found).replace(":\n", pooled + ":\n", 1))
     if args.out:
         log.info("written %s", write_compare(rows, args.out, a=a, b=b, paired=found))
     if args.plot:

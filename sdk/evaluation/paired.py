@@ -7,7 +7,8 @@ its two-sided p-value is the binomial probability of a split at least as uneven 
 
 Episodes are matched by ``(task, seed)`` from each run folder's ``episodes.jsonl`` (an episode an
 error ended counts as a failure, as in the results); episodes only one run has are left out and
-counted. Used by ``collabui eval compare A B`` when both results files sit in run folders.
+counted. Used by ``collabui eval compare A B`` when both results files sit in run folders, pooled
+with more pairs of folders by ``--also A2 B2`` (the same two systems on other eval seeds).
 """
 
 from __future__ import annotations
@@ -60,17 +61,46 @@ def paired_counts(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]
             "unmatched": len(ra) + len(rb) - 2 * len(keys)}
 
 
-def paired_from_folders(a_results: str | Path, b_results: str | Path) -> dict[str, Any] | None:
+def paired_from_folders(a_results: str | Path | Sequence[str | Path],
+                        b_results: str | Path | Sequence[str | Path]) -> dict[str, Any] | None:
     """:func:`paired_counts` of two run folders (or the results files in them); None when either has
-    no ``episodes.jsonl`` beside it or they share no episode."""
+    no ``episodes.jsonl`` beside it or they share no episode. Each side may be several folders (the
+    same system on other eval seeds): their episodes are pooled, so the counts and the p-value are
+    those of every paired episode at once.
+
+    Raises:
+        ConfigError: one side's folders hold the same episode twice (a folder given twice).
+    """
+    sides = [[a_results] if isinstance(a_results, (str, Path)) else list(a_results),
+             [b_results] if isinstance(b_results, (str, Path)) else list(b_results)]
+    records = [_pooled(folders, side) for folders, side in zip(sides, "AB", strict=True)]
+    if any(r is None for r in records):
+        return None
+    found = paired_counts(*records)  # type: ignore[arg-type]
+    return found if found["episodes"] else None
+
+
+def _pooled(folders: Sequence[str | Path], side: str) -> list[Mapping[str, Any]] | None:
+    """The episode records of ``folders`` (run folders or their results files), or None when one has
+    no ``episodes.jsonl``."""
+    from collabui.errors import ConfigError
     from collabui.evaluation.runner import read_manifest
 
-    folders = [Path(p).expanduser() for p in (a_results, b_results)]
-    manifests = [(f if f.is_dir() else f.parent) / "episodes.jsonl" for f in folders]
-    if not all(m.is_file() for m in manifests):
-        return None
-    found = paired_counts(*(list(read_manifest(m).values()) for m in manifests))
-    return found if found["episodes"] else None
+    records: list[Mapping[str, Any]] = []
+    seen: dict[tuple[str, int], Path] = {}
+    for given in folders:
+        folder = Path(given).expanduser()
+        manifest = (folder if folder.is_dir() else folder.parent) / "episodes.jsonl"
+        if not manifest.is_file():
+            return None
+        for record in read_manifest(manifest).values():
+            key = (str(record["task"]), int(record["seed"]))
+            if key in seen:
+                raise ConfigError(f"{side}'s runs {seen[key].parent} and {manifest.parent} both hold episode "
+                                  f"{key[0]} seed {key[1]}: give each run once (pooled runs differ in eval seed)")
+            seen[key] = manifest
+            records.append(record)
+    return records
 
 
 def render_paired(found: Mapping[str, Any]) -> str:

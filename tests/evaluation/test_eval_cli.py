@@ -175,6 +175,31 @@ def test_compare_of_two_run_folders_pairs_their_episodes(tmp_path, capsys):
     assert "is a folder without results.json" in err and err.count("\n") == 0
 
 
+def test_compare_also_pools_the_paired_episodes_of_more_runs(tmp_path, capsys):
+    """--also A2 B2: the same two systems on another eval seed join one paired table and p-value;
+    a run given twice on one side is refused before any output, one line."""
+    from collabui.evaluation.paired import mcnemar_exact
+
+    a = _run_folder(tmp_path / "a", "sft", {("click-test", s): s < 5 for s in range(10)})
+    b = _run_folder(tmp_path / "b", "marl", {("click-test", s): s < 7 for s in range(10)})  # only B: 5, 6
+    a2 = _run_folder(tmp_path / "a2", "sft", {("click-test", s): s % 2 == 0 for s in range(100, 110)})
+    b2 = _run_folder(tmp_path / "b2", "marl", {("click-test", s): s < 104 for s in range(100, 110)})
+    assert main(["eval", "compare", str(a), str(b), "--also", str(a2.parent), str(b2.parent)]) == 0
+    out = capsys.readouterr().out
+    assert "(pooled over 2 pairs of runs)" in out
+    row = next(line for line in out.splitlines() if line.startswith("all"))
+    # seed 2: A solves 100, 102, ..., 108, B 100-103: both 2, only A 3, only B 2, neither 3
+    assert row.split() == ["all", "20", "10", "11", "7", "3", "4", "6", f"{mcnemar_exact(3, 4):.4f}"]
+    assert main(["eval", "compare", str(a), str(b), "--also", str(a), str(b2)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert "both hold episode click-test seed 0: give each run once" in captured.err
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "results.json").write_text(json.dumps(_results("no episodes", (1, 0))))
+    assert main(["eval", "compare", str(a), str(b), "--also", str(tmp_path / "c"), str(b2)]) == 2
+    assert "--also pools paired episodes, but a folder has no episodes.jsonl" in capsys.readouterr().err
+
+
 def test_errors_are_one_line_with_exit_code_2(tmp_path, capsys):
     assert main(["eval", "compare", str(tmp_path / "nope.json"), str(tmp_path / "b.json")]) == 2
     assert capsys.readouterr().err.strip().count("\n") == 0
