@@ -224,7 +224,7 @@ def _compare(args: argparse.Namespace) -> int:
 
     a, b = load_results(args.a), load_results(args.b)
     # Before any output: a folder given twice is refused whole.
-    found = paired_from_folders([args.a, *(a for a, _ in args.also)], [args.b, *(b for _, b in args.also)])
+    found = paired_from_folders([args.a, *(pair[0] for pair in args.also)], [args.b, *(pair[1] for pair in args.also)])
     if found is None and args.also:
         raise ConfigError("--also pools paired episodes, but a folder has no episodes.jsonl or the runs share "
                           "no episode: give MiniWoB++ run folders of the same tasks")
