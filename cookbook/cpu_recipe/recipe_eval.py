@@ -198,12 +198,16 @@ def check_row_name(name: str, taken: Iterable[str] = ()) -> None:
     Raises:
         ConfigError: a name of the recipe's own rows, or not of lowercase letters, digits, ``_.-``.
     """
-    if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]*", name):
-        raise ConfigError(f"--publish-row {name!r}: use lowercase letters, digits and _.- "
-                          "(e.g. trained_team_marl_anchor)")
+    _check_form("--publish-row", name, "e.g. trained_team_marl_anchor")
     if name in set(taken):
         raise ConfigError(f"--publish-row {name!r} is a row the recipe writes itself (--publish); name the "
                           "experiment, e.g. trained_team_marl_anchor")
+
+
+def _check_form(flag: str, name: str, example: str) -> None:
+    """A name that goes into results.json's row names: lowercase letters, digits, ``_.-``."""
+    if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]*", name):
+        raise ConfigError(f"{flag} {name!r}: use lowercase letters, digits and _.- ({example})")
 
 
 def publish_row(results: dict[str, Any], name: str, command: str, target: Path) -> None:
@@ -282,9 +286,7 @@ def check_previous(shipped: dict[str, Any], previous: str) -> None:
     Raises:
         ConfigError: not of lowercase letters, digits, ``_.-``, or a renamed row would overwrite one.
     """
-    if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]*", previous):
-        raise ConfigError(f"--publish-previous {previous!r}: use lowercase letters, digits and _.- "
-                          "(the shipped model's name, e.g. v66)")
+    _check_form("--publish-previous", previous, "the shipped model's name, e.g. v66")
     rows = shipped.get("systems", {})
     taken = sorted(f"{name}_{previous}" for name, row in rows.items()
                    if "from" not in row and f"{name}_{previous}" in rows)
@@ -317,9 +319,10 @@ def merge_published(shipped: dict[str, Any], results: dict[str, Any], *, previou
         if "from" in row:
             if name not in ran:
                 rows[name] = row
-                runs.update({name: shipped["runs"][name]} if name in shipped.get("runs", {}) else {})
-                dynamics.update({name: shipped["team_dynamics"][name]}
-                                if name in shipped.get("team_dynamics", {}) else {})
+                if name in shipped.get("runs", {}):
+                    runs[name] = shipped["runs"][name]
+                if name in shipped.get("team_dynamics", {}):
+                    dynamics[name] = shipped["team_dynamics"][name]
         elif previous is not None:
             rows[f"{name}_{previous}"] = {**row, "from": f"{previous}: {note}"}
             runs[f"{name}_{previous}"] = _row_facts(shipped, name)
