@@ -39,6 +39,7 @@ from typing import Any
 from recipe_eval import (
     MARL_ROW,
     check_previous,
+    check_previous_name,
     check_row_name,
     critic_check,
     evaluate,
@@ -322,7 +323,7 @@ class RecipeConfig:
             raise ConfigError("--publish-previous names the shipped model that --publish replaces: give --publish "
                               "with it")
         if self.publish_previous is not None:
-            check_previous({}, self.publish_previous)  # its form; main checks it against the shipped rows
+            check_previous_name(self.publish_previous)  # main checks it against the shipped rows
         if self.publish_row is not None:
             if not self.teams:
                 raise ConfigError("--publish-row copies the run's trained_team row: give --team with it")

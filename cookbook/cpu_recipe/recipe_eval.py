@@ -279,6 +279,15 @@ def _write(target: Path, results: dict[str, Any]) -> None:
     tmp.replace(target)
 
 
+def check_previous_name(previous: str) -> None:
+    """``--publish-previous``'s NAME alone (before the shipped results are read): its form.
+
+    Raises:
+        ConfigError: not of lowercase letters, digits, ``_.-``.
+    """
+    _check_form("--publish-previous", previous, "the shipped model's name, e.g. v66")
+
+
 def check_previous(shipped: dict[str, Any], previous: str) -> None:
     """``--publish-previous``'s NAME: a suffix that renames none of the shipped model's own rows onto
     a row the shipped results already have.
@@ -286,7 +295,7 @@ def check_previous(shipped: dict[str, Any], previous: str) -> None:
     Raises:
         ConfigError: not of lowercase letters, digits, ``_.-``, or a renamed row would overwrite one.
     """
-    _check_form("--publish-previous", previous, "the shipped model's name, e.g. v66")
+    check_previous_name(previous)
     rows = shipped.get("systems", {})
     taken = sorted(f"{name}_{previous}" for name, row in rows.items()
                    if "from" not in row and f"{name}_{previous}" in rows)
