@@ -68,6 +68,7 @@ from collabui.training.rollout import (
     TeamModels,
     derive_seed,
     episode_specs,
+    finished_records,
     run_episodes,
     run_episodes_on,
     summarize,
@@ -449,6 +450,9 @@ def _rollouts(c: MARLConfig, models: TeamModels, envs: EnvPool, adapters: Mappin
     worker processes (Ray actors with ``c.ray``) that each load the base model with ``adapters``.
     The team's request seeds depend on (seed, step, agent, round) only, so the episodes come out
     the same wherever they run."""
+    finished = finished_records(specs, manifest)
+    if finished is not None:  # copied from another run (an ablation's) or resumed: nothing to serve
+        return finished
     where = {"trace_dir": trace_dir, "manifest": manifest, "label": label, "progress": progress}
     if c.workers == 1 and c.ray is None:
         team = _TeamPerEpisode(functools.partial(_team, c, models.get(adapters), topology, adapters, seed))

@@ -1,6 +1,7 @@
 """Iterative MARL (`run_marl`, `collabui train marl`): stages, outputs, resume, ablation, config checks."""
 
 import json
+import shutil
 import time
 
 import pytest
@@ -541,3 +542,19 @@ def test_element_kinds_alone_is_refused(tmp_path):
         MARLConfig(train_tasks=("task-a",), out_dir=str(tmp_path), element_kinds=True)
     for balance in ({"mirror_corrections": True}, {"max_pairs": 10}):
         assert MARLConfig(train_tasks=("task-a",), out_dir=str(tmp_path), element_kinds=True, **balance).element_kinds
+
+
+def test_rollouts_already_in_the_folder_load_no_model(base_dir, tmp_path, stop_after_rollouts):
+    """An ablation's folder gets the full run's episodes copied in: its rollout stage reads them
+    instead of starting a model (a server on a CPU takes minutes) to play nothing."""
+    first, copy = tmp_path / "full", tmp_path / "ablation"
+    with pytest.raises(StopAfterRollouts):
+        _run(_config(base_dir, first, eval_episodes_per_task=0, episodes_per_task=2), _log())
+    shutil.copytree(first / "iter0" / "traces", copy / "iter0" / "traces")
+    shutil.copy(first / "iter0" / "rollouts.jsonl", copy / "iter0" / "rollouts.jsonl")
+    log = _log()
+    with pytest.raises(StopAfterRollouts):
+        _run(_config(base_dir, copy, eval_episodes_per_task=0, episodes_per_task=2), log)
+    assert log["loads"] == [] and log["requests"] == 0 and log["envs"] == []
+    state = json.loads((copy / "state.json").read_text())["stages"]
+    assert state["iter0/rollout"]["result"]["episodes"] == 2
