@@ -4,8 +4,10 @@ evaluation on shuffled held-out pages, and the README table rendered from result
 import dataclasses
 import json
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -1243,3 +1245,25 @@ def test_serve_backend_auto_reaches_every_served_row_and_marl(tmp_path):
     assert {n for n, c in rows.items() if c.serve_backend == "auto"} == set(rows) - {"random", "lexical"}
     assert EVAL_STAGE.validation_config(args, tmp_path / "b", team=True).serve_backend == "auto"
     assert MARL_STAGE.marl_config(args, tmp_path / "b", tmp_path / "m").serve_backend == "auto"
+
+
+@pytest.mark.browser
+def test_sigterm_stops_the_recipe_keeping_the_stage_seconds(tmp_path):
+    """A stopped run (SIGTERM: a CI, a shell's kill) goes through every finally: the stage it
+    stopped in keeps its seconds in recipe.json (the resumed run adds to them), and the exit is 143."""
+    child = subprocess.Popen([sys.executable, str(RECIPE), "--out", str(tmp_path), "--from-bundle", "smollm2-trained",
+                              "--validate", "0", "--systems", "random", "--baseline-episodes", "2"],
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        for line in child.stderr:  # real browsers play the critic check's random episodes
+            if line.startswith("[recipe] 4 critic check ..."):
+                break
+        time.sleep(3)
+        child.send_signal(signal.SIGTERM)
+        rest = child.stderr.read()
+        assert child.wait(timeout=120) == 143, rest
+    finally:
+        child.kill()
+    assert f"stopped (SIGTERM); the same command resumes the run in {tmp_path}" in rest
+    seconds = json.loads((tmp_path / "recipe.json").read_text())["seconds"]
+    assert seconds["4 critic check"] >= 3
