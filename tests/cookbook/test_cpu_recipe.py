@@ -1255,9 +1255,13 @@ def test_sigterm_stops_the_recipe_keeping_the_stage_seconds(tmp_path):
                               "--validate", "0", "--systems", "random", "--baseline-episodes", "2"],
                              stderr=subprocess.PIPE, text=True)
     try:
+        seen = []
         for line in child.stderr:  # real browsers play the critic check's random episodes
+            seen.append(line)
             if line.startswith("[recipe] 4 critic check ..."):
                 break
+        else:
+            pytest.fail("the recipe ended before its critic check:\n" + "".join(seen))
         time.sleep(3)
         child.send_signal(signal.SIGTERM)
         rest = child.stderr.read()
