@@ -56,6 +56,7 @@ __all__ = [
     "tree_elements",
     "screen_elements",
     "parse_elements",
+    "element_lines",
     "parse_tree",
 ]
 
@@ -636,6 +637,15 @@ def parse_elements(text: str) -> list[Element]:
             _TEXT_FIRST_ELEMENT.fullmatch(line) for line in text.splitlines()):
         return _parse_text_first(text)
     return _parse_html(text)
+
+
+def element_lines(text: str) -> dict[str, str]:
+    """Each element's own line of a text-first observation text, by id (``{"B": 'button "Ok"
+    [B]'}``); empty for simplified HTML, whose elements nest rather than take a line each."""
+    if _HTML_ELEMENT.search(text) is not None:
+        return {}
+    lines = (raw.strip() for raw in text.splitlines())
+    return {match.group(5): line for line in lines if (match := _TEXT_FIRST_ELEMENT.fullmatch(line))}
 
 
 def _parse_text_first(text: str) -> list[Element]:

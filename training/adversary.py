@@ -33,7 +33,6 @@ from collabui.training.critic import StepContext, to_action
 __all__ = ["Rejected", "Adversary", "RuleAdversary", "LLMAdversary", "format_answer",
            "screen_ids", "screen_indices"]
 
-_WEB_ID = re.compile(r"<[a-z0-9-]*\[([A-Za-z0-9_]{1,8})\]\|")
 _MOBILE_INDEX = re.compile(r"(?m)^\s*(\d{1,4}):")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9'-]{2,}")
 _FALLBACK_WORDS = ("hello", "test", "none", "example", "admin")
@@ -57,8 +56,11 @@ def format_answer(thought: str, action: Action) -> str:
 
 
 def screen_ids(observation: str) -> list[str]:
-    """Element ids of a simplified web page (``<button[B]| Submit>`` -> ``B``), in order."""
-    return list(dict.fromkeys(m.upper() for m in _WEB_ID.findall(observation)))
+    """Element ids of a web page in either format (``<button[B]| Submit>`` or ``button "Submit"
+    [B]`` -> ``B``), in order, as the device's format reads them back."""
+    from collabui.devices.simplify import parse_elements
+
+    return list(dict.fromkeys(e.id.upper() for e in parse_elements(observation) if e.id))
 
 
 def screen_indices(observation: str) -> list[int]:
@@ -168,18 +170,28 @@ def _target(action: Action) -> str | None:
     return None if value is None else str(value)
 
 
-def _mirrored_thought(chosen_raw: str, chosen: Action, wrong: Action, space: Any) -> str | None:
+def _mirrored_thought(chosen_raw: str, chosen: Action, wrong: Action, space: Any,
+                     observation: str = "") -> str | None:
     """The chosen answer's own thought with the chosen target swapped for the wrong one.
 
     A pair that differs only in the target (and the action) teaches the action; a rejected
     answer in another wording mostly teaches the wording (measured: DPO on template-worded
-    rejections made a team repeat its demonstration's sentence). None when the chosen answer
-    has no thought to mirror.
+    rejections made a team repeat its demonstration's sentence). A thought that copies the
+    chosen element's screen line (text-first, ``click button "OK" [B]``) gets the wrong
+    element's whole line: an id swapped under the chosen element's text is an answer no agent
+    writes, and DPO learnt from it to write a button's text as its id (runs/v67m, no-CR
+    ablation). None when the chosen answer has no thought to mirror.
     """
     thought = (parse_proposal(chosen_raw, space).thought or "").strip()
     if not thought:
         return None
     old, new = _target(chosen), _target(wrong)
+    if space.name == "web" and old and new and old != new:
+        from collabui.devices.simplify import element_lines
+
+        lines = element_lines(observation)
+        if lines.get(old) and lines.get(new) and lines[old] in thought:
+            return thought.replace(lines[old], lines[new])
     if old and new and old != new:
         # Whole-token replacement only: "B" must not turn "Button" into "Cutton".
         thought = re.sub(rf"(?<![\w]){re.escape(old)}(?![\w])", new, thought)
@@ -221,7 +233,8 @@ class RuleAdversary(Adversary):
             action = to_action(cand, space)
             if not isinstance(action, Unknown) and action.key() != chosen.key():
                 raw = ctx.raws[i][j] if i < len(ctx.raws) and j < len(ctx.raws[i]) else ""
-                thought = _mirrored_thought(str(raw or ""), chosen, action, space) or _thought(action)
+                thought = (_mirrored_thought(str(raw or ""), chosen, action, space, ctx.observation)
+                           or _thought(action))
                 return Rejected(format_answer(thought, action), action.to_dict(), "rule")
         raise AssertionError(f"no perturbation differs from {chosen}")  # generic tail prevents it
 

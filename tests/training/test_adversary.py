@@ -129,3 +129,28 @@ def test_rule_rejection_mirrors_the_chosen_thought():
     bare = StepContext(episode_id="ep", t=0, task="t", action_space="web", observation=WEB_SCREEN, history=(),
                        actions=((chosen,),), raws=(('{"action": "click", "element_id": "B"}',),))
     assert "looks like the right one" in RuleAdversary(seed=3).reject(bare, 0, 0, chosen).text
+
+
+TEXT_FIRST_SCREEN = ('Location: /miniwob/click-button-sequence.html\nClick in order\nbutton "ONE" [Q]\n'
+                     'input "" (Name) [K]\nbutton "TWO" [D]')
+
+
+def test_rule_rejection_on_a_text_first_page_names_a_screen_element_by_its_own_line():
+    """A text-first page's ids are read as the device writes them, and a grounded thought gets
+    the wrong element's whole line (not the chosen line with another id: DPO on those taught a
+    team to write a button's text as its id)."""
+    assert screen_ids(TEXT_FIRST_SCREEN) == ["Q", "K", "D"]
+    chosen = {"action": "click", "element_id": "Q"}
+    raw = 'Thought: click button "ONE" [Q]\nAction: {"action": "click", "element_id": "Q"}'
+    lines = {"Q": 'button "ONE" [Q]', "K": 'input "" (Name) [K]', "D": 'button "TWO" [D]'}
+    seen = set()
+    for seed in range(12):
+        ctx = StepContext(episode_id=f"ep{seed}", t=0, task="Click button ONE, then click button TWO.",
+                          action_space="web", observation=TEXT_FIRST_SCREEN, history=(), actions=((chosen,),),
+                          raws=((raw,),))
+        parsed = parse_proposal(RuleAdversary(seed=seed).reject(ctx, 0, 0, chosen).text, WEB)
+        target = parsed.action.to_dict()["element_id"]
+        assert target in lines  # never an id the page does not show
+        assert parsed.thought == f"click {lines[target]}"
+        seen.add(target)
+    assert seen >= {"K", "D"}  # other elements of the screen, each named by its own line
