@@ -104,21 +104,23 @@ def _web_candidates(a: dict[str, Any], obs: str, rng: random.Random) -> list[dic
     name = a.get("action")
     ids = screen_ids(obs)
     eid = str(a.get("element_id", "")).upper()
-    others = [x for x in ids if x != eid] or ([y for y in ("A", "B", "C") if y != eid])
-    other = rng.choice(others)
+    # Another element of the page; none on a one-element page (an id the page does not show is
+    # not a mistake an agent makes there: the other perturbations stand in).
+    others = [x for x in ids if x != eid]
+    other = [{"element_id": rng.choice(others)}] if others else []
     cands: list[dict[str, Any]] = []
     if name in ("click", "hover", "select", "type_string"):
-        cands.append({**a, "element_id": other})
+        cands += [{**a, **o} for o in other]
     if name == "click":
         cands += [{"action": "hover", "element_id": eid}]
     elif name == "hover":
-        cands += [{"action": "click", "element_id": other}]
+        cands += [{"action": "click", **o} for o in other] or [{"action": "click", "element_id": eid}]
     elif name == "select":
-        cands += [{**a, "option": _wrong_text(str(a.get("option", "")), obs, rng)},
-                  {"action": "click", "element_id": other}]
+        cands += [{**a, "option": _wrong_text(str(a.get("option", "")), obs, rng)}]
+        cands += [{"action": "click", **o} for o in other]
     elif name == "type_string":
-        cands += [{**a, "content": _wrong_text(str(a.get("content", "")), obs, rng)},
-                  {"action": "click", "element_id": other}]
+        cands += [{**a, "content": _wrong_text(str(a.get("content", "")), obs, rng)}]
+        cands += [{"action": "click", **o} for o in other]
     elif name == "scroll_page":
         cands.append({"action": "scroll_page", "direction": "up" if a.get("direction") == "down" else "down"})
     elif name == "go":
@@ -128,8 +130,8 @@ def _web_candidates(a: dict[str, Any], obs: str, rng: random.Random) -> list[dic
     elif name == "finish" and a.get("answer"):
         cands.append({"action": "finish", "answer": _wrong_text(str(a["answer"]), obs, rng)})
     # Another action type that always differs from these: the premature stop or a stray click.
-    cands += [{"action": "click", "element_id": other}, {"action": "scroll_page", "direction": "down"},
-              {"action": "go", "direction": "backward"}]
+    cands += [{"action": "click", **o} for o in other] or [{"action": "hover", "element_id": eid or (ids or ["A"])[0]}]
+    cands += [{"action": "scroll_page", "direction": "down"}, {"action": "go", "direction": "backward"}]
     return cands
 
 

@@ -154,3 +154,13 @@ def test_rule_rejection_on_a_text_first_page_names_a_screen_element_by_its_own_l
         assert parsed.thought == f"click {lines[target]}"
         seen.add(target)
     assert seen >= {"K", "D"}  # other elements of the screen, each named by its own line
+
+
+def test_rule_rejection_on_a_one_element_page_names_no_absent_element():
+    screen = 'Location: /miniwob/click-test.html\nbutton "Click Me!" [D]'
+    chosen = {"action": "click", "element_id": "D"}
+    for seed in range(8):
+        ctx = StepContext(episode_id=f"ep{seed}", t=0, task="Click the button.", action_space="web",
+                          observation=screen, history=(), actions=((chosen,),), raws=(("",),))
+        rejected = RuleAdversary(seed=seed).reject(ctx, 0, 0, chosen).action
+        assert rejected.get("element_id", "D") == "D" and rejected != chosen
