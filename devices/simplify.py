@@ -644,14 +644,18 @@ def element_lines(text: str) -> dict[str, str]:
     [B]'}``); empty for simplified HTML, whose elements nest rather than take a line each."""
     if _HTML_ELEMENT.search(text) is not None:
         return {}
-    lines = (raw.strip() for raw in text.splitlines())
-    return {match.group(5): line for line in lines if (match := _TEXT_FIRST_ELEMENT.fullmatch(line))}
+    return {match.group(5): line for line, match in _text_first_lines(text) if match}
+
+
+def _text_first_lines(text: str) -> Iterator[tuple[str, re.Match[str] | None]]:
+    """Each non-empty line of a text-first text, with its element match (None: a text line)."""
+    for line in filter(None, (raw.strip() for raw in text.splitlines())):
+        yield line, _TEXT_FIRST_ELEMENT.fullmatch(line)
 
 
 def _parse_text_first(text: str) -> list[Element]:
     out = []
-    for line in filter(None, (raw.strip() for raw in text.splitlines())):
-        match = _TEXT_FIRST_ELEMENT.fullmatch(line)
+    for line, match in _text_first_lines(text):
         try:
             label = json.loads(match.group(2)) if match else None
         except json.JSONDecodeError:  # a text line that only looks like an element

@@ -15,7 +15,6 @@ element's quoted text, averaged over the episodes. Cookbook section *The paper's
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,12 +26,11 @@ def first_clicks(traces: Path, task: str, limit: int) -> list[tuple[list[dict[st
     """(messages, thought) of the first step of up to ``limit`` episodes of ``task``: an entry of
     round 0 with no predecessors (its prompt shows no other answer) that thought of clicking a
     quoted element ``... "TEXT" [ID]``."""
+    from collabui.trace import read_trace
+
     found = []
     for path in sorted(traces.glob(f"*{task}-[0-9]*.jsonl"))[:limit]:
-        for line in path.read_text(encoding="utf-8").splitlines():
-            record = json.loads(line)
-            if record.get("type") != "step" or str(record.get("t")) != "0":
-                continue
+        for record in read_trace(path, validate=False).steps[:1]:
             for entry in (e for agent in record.get("proposals") or [] for e in agent):
                 thought = entry.get("thought") or ""
                 if (entry.get("round") == 0 and not entry.get("predecessors") and thought.count('"') >= 2

@@ -2,6 +2,7 @@
 
 import json
 
+from collabui.trace import SCHEMA_VERSION
 from tests.cookbook.scripts import CPU_RECIPE, load_script
 
 SHIPPED = CPU_RECIPE.parents[1] / "sdk" / "trained" / "smollm2"
@@ -14,7 +15,8 @@ def _trace(folder, episode: int, predecessors: list[int]) -> None:
              "action": {"action": "click", "element_id": "Q"},
              "messages": [{"role": "system", "content": "You operate a web browser to complete the user's task."},
                           {"role": "user", "content": PAGE}]}
-    records = [{"type": "episode", "env": "miniwob/click-button-sequence"},
+    records = [{"type": "episode", "schema": "collabui.trace", "version": SCHEMA_VERSION,
+                "env": "miniwob/click-button-sequence"},
                {"type": "step", "t": 0, "proposals": [[entry]]}, {"type": "end", "success": True}]
     path = folder / f"miniwob-click-button-sequence-{episode}.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
