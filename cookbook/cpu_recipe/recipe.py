@@ -43,6 +43,7 @@ from recipe_eval import (
     check_row_name,
     critic_check,
     evaluate,
+    paired_rows,
     publish_ablations,
     publish_results,
     publish_row,
@@ -70,6 +71,7 @@ from collabui.config import TeamConfig
 from collabui.devices.simplify import ELEMENT_FORMATS
 from collabui.errors import ConfigError, ModelLoadError
 from collabui.evaluation.miniwob import MiniWoBEvalConfig
+from collabui.evaluation.paired import render_paired
 from collabui.training.demonstrate import DemoConfig
 from collabui.training.marl_config import MARLConfig
 from collabui.training.mistake_pairs import OWN_PAIR_OPTIONS
@@ -293,6 +295,9 @@ class RecipeConfig:
         "the results.json next to this file, replacing those of an earlier start, so every MARL row there "
         "branches from one SFT model"})
     table: bool = field(default=False, metadata={"help": "print the README table of results.json and exit"})
+    paired: str | None = field(default=None, metadata={
+        "metavar": "A,B", "help": "print the paired counts (exact McNemar) of rows A and B of results.json on "
+        "the episodes both played, from the per-episode outcomes rows keep, and exit"})
 
     def __post_init__(self) -> None:
         for name in ("validate", "validate_forms", "onpolicy_episodes", "round2_demo_rows", "hindsight", "marl_iterations"):
@@ -637,10 +642,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:  # no time bound: a stop may come while a stage saves a model
         _stopping.install(watchdog=False)
     out = Path(config.out_dir)
-    if config.table:
+    if config.table or config.paired is not None:
         path = out / "results.json" if (out / "results.json").is_file() else HERE / "results.json"
-        print(table(json.loads(path.read_text())))
-        return 0
+        return _show(config, json.loads(path.read_text()), path)
     out.mkdir(parents=True, exist_ok=True)
     try:  # before hours of training, not after
         rows = systems(config, out / "bundle")
@@ -667,6 +671,24 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ModelLoadError) as exc:  # e.g. a stage's folder holds another run: one line, not a trace
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _show(config: RecipeConfig, results: dict[str, Any], path: Path) -> int:
+    """``--table`` / ``--paired A,B``: print from ``results`` (read from ``path``) and exit."""
+    if config.table:
+        print(table(results))
+        return 0
+    names = [n.strip() for n in (config.paired or "").split(",")]
+    try:
+        if len(names) != 2 or not all(names):
+            raise ConfigError(f"--paired takes two row names, A,B; got {config.paired!r}")
+        found = paired_rows(results, *names)
+    except ConfigError as exc:
+        print(f"error: {exc} ({path})", file=sys.stderr)
+        return 2
+    print(f"A = {names[0]}, B = {names[1]} ({path})")
+    print(render_paired(found), end="")
     return 0
 
 
@@ -718,7 +740,7 @@ def _run(config: RecipeConfig, out: Path, names: list[str]) -> None:
     for name in names:
         folder = _row_folder(config, name, rows[name], out, trained)
         done = clock.run(f"3 eval {folder}", lambda n=name, f=folder: evaluate(config, f, rows[n], out / "eval"))
-        results["systems"][name] = _row(done)
+        results["systems"][name] = _row(done, out / "eval" / folder)
         if _is_team(rows[name]):
             results.setdefault("team_dynamics", {})[name] = team_figures(out / "eval" / folder)
         results["eval_minutes"] = clock.minutes("3 ")

@@ -149,14 +149,67 @@ def _format(config: RecipeConfig, model: str) -> str:
     return config.element_format if model.startswith("trained:") else "html"
 
 
-def row(results: dict[str, Any]) -> dict[str, Any]:
+def row(results: dict[str, Any], folder: Path | None = None) -> dict[str, Any]:
+    """A results.json row of one evaluation; with its run ``folder``, also each episode's outcome
+    (:func:`outcomes`), so the row can be paired with another after the run folder is gone."""
     rate = results["overall"]["success_rate"]
     tokens = results.get("counts", {}).get("prompt_tokens_per_answer")  # none for the baselines
     loops = results["overall"].get("typing_loop_rate")  # none in results written before it was counted
     return {"successes": rate["successes"], "episodes": rate["n"], "rate": rate["value"],
             "ci95": rate["ci95"], **({"prompt_tokens": tokens} if tokens is not None else {}),
             **({"typing_loops": loops["successes"]} if loops is not None else {}),
-            "per_task": {t: v["success_rate"]["value"] for t, v in results["breakdown"]["per_task"].items()}}
+            "per_task": {t: v["success_rate"]["value"] for t, v in results["breakdown"]["per_task"].items()},
+            **({"outcomes": found} if folder is not None and (found := outcomes(folder)) else {})}
+
+
+def outcomes(folder: Path) -> dict[str, dict[str, Any]]:
+    """Each episode's outcome in an evaluation folder, compactly: ``{task: {"seeds": [...],
+    "solved": "0110..."}}`` (one character per seed, ``1`` solved; an episode an error ended is
+    ``0``, as in the results). Empty when the folder has no ``episodes.jsonl``."""
+    from collabui.evaluation.runner import read_manifest
+
+    by_task: dict[str, list[tuple[int, bool]]] = {}
+    for record in read_manifest(folder / "episodes.jsonl").values():
+        by_task.setdefault(str(record["task"]), []).append((int(record["seed"]), bool(record.get("success"))))
+    return {task: {"seeds": [seed for seed, _ in sorted(done)], "solved": "".join("01"[ok] for _, ok in sorted(done))}
+            for task, done in by_task.items()}
+
+
+def episode_records(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """A row's :func:`outcomes` as episode records (``task``, ``seed``, ``success``), the form
+    ``collabui.evaluation.paired.paired_counts`` pairs.
+
+    Raises:
+        ConfigError: the row has no outcomes (published before they were kept).
+    """
+    if not row.get("outcomes"):
+        raise ConfigError("this row keeps no per-episode outcomes (published before rows kept them); pair its "
+                          "run folders with `collabui eval compare A B` instead")
+    return [{"task": task, "seed": seed, "success": solved == "1"}
+            for task, kept in row["outcomes"].items()
+            for seed, solved in zip(kept["seeds"], kept["solved"], strict=True)]
+
+
+def paired_rows(results: dict[str, Any], a: str, b: str) -> dict[str, Any]:
+    """``--paired A,B``: the exact McNemar counts of two rows of ``results`` on the episodes both
+    played (``collabui.evaluation.paired.paired_counts``), from their kept outcomes.
+
+    Raises:
+        ConfigError: a name that is no row, a row without outcomes, or rows that share no episode.
+    """
+    from collabui.evaluation.paired import paired_counts
+
+    rows = results.get("systems", {})
+    for name in (a, b):
+        if name not in rows:
+            raise ConfigError(f"--paired: no row {name!r}; choose from {sorted(rows)}")
+    try:
+        found = paired_counts(episode_records(rows[a]), episode_records(rows[b]))
+    except ConfigError as exc:
+        raise ConfigError(f"--paired: {[a, b][0 if not rows[a].get('outcomes') else 1]}: {exc}") from None
+    if not found["episodes"]:
+        raise ConfigError(f"--paired: {a} and {b} share no episode (another eval seed or task list?)")
+    return found
 
 
 def table(results: dict[str, Any]) -> str:

@@ -1271,3 +1271,38 @@ def test_sigterm_stops_the_recipe_keeping_the_stage_seconds(tmp_path):
     assert f"stopped (SIGTERM); the same command resumes the run in {tmp_path}" in rest
     seconds = json.loads((tmp_path / "recipe.json").read_text())["seconds"]
     assert seconds["4 critic check"] >= 3
+
+
+def test_rows_keep_each_episodes_outcome_and_pair_from_them_as_their_folders_do(tmp_path, capsys):
+    """A row keeps its episodes' outcomes (real MiniWoB++ runs of the two baselines), so two rows
+    pair from results.json exactly as their run folders pair (`collabui eval compare`) after the
+    folders are gone; a row without outcomes, or a bad --paired, is one line and exit 2."""
+    from collabui.evaluation.miniwob import MiniWoBEvalConfig, evaluate_miniwob
+    from collabui.evaluation.paired import paired_from_folders
+
+    recipe = _recipe()
+    rows = {}
+    for model in ("random", "lexical"):
+        config = MiniWoBEvalConfig(tasks="click-button,click-link,focus-text", episodes=3, model=model)
+        done = evaluate_miniwob(config, tmp_path / model, progress=False)
+        rows[model] = EVAL_STAGE.row(done, tmp_path / model)
+        kept = rows[model]["outcomes"]
+        assert sorted(kept) == ["click-button", "click-link", "focus-text"]
+        assert all(len(k["seeds"]) == len(k["solved"]) == 3 for k in kept.values())
+        assert sum(k["solved"].count("1") for k in kept.values()) == rows[model]["successes"]
+    assert rows["lexical"]["successes"] > rows["random"]["successes"]  # else the pairing below shows nothing
+    results = {"systems": {**rows, "old": {k: v for k, v in rows["random"].items() if k != "outcomes"}}}
+    found = EVAL_STAGE.paired_rows(results, "random", "lexical")
+    assert found == paired_from_folders(tmp_path / "random", tmp_path / "lexical")
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    assert recipe.main(["--out", str(tmp_path), "--paired", "random,lexical"]) == 0
+    out = capsys.readouterr().out
+    assert "A = random, B = lexical" in out
+    assert out.splitlines()[-1].split() == ["all", "9", *(str(found[k]) for k in ("a", "b", "both", "only_a",
+                                            "only_b", "neither")), f"{found['p_value']:.4f}"]
+    for bad, said in [("random", "two row names"), ("random,lexcal", "no row 'lexcal'"),
+                      ("old,lexical", "old: this row keeps no per-episode outcomes")]:
+        assert recipe.main(["--out", str(tmp_path), "--paired", bad]) == 2
+        err = capsys.readouterr().err
+        assert said in err and err.count("\n") == 1, err
+    assert "outcomes" not in EVAL_STAGE.row(done)  # no folder given: the figures alone
