@@ -92,12 +92,33 @@ def _seed(*parts: Any) -> int:
     return int.from_bytes(digest[:8], "big")
 
 
-def _wrong_text(text: str, observation: str, rng: random.Random) -> str:
-    """A plausible but different text: another word of the screen, else a stock word."""
-    words = [w for w in dict.fromkeys(_WORD.findall(observation)) if w.casefold() != text.strip().casefold()]
+def _wrong_text(text: str, page_words: Sequence[str], rng: random.Random) -> str:
+    """A plausible but different text: another word of the page, else a stock word."""
+    words = [w for w in page_words if w.casefold() != text.strip().casefold()]
     pool = words or [w for w in _FALLBACK_WORDS if w != text.strip().casefold()]
     return rng.choice(pool)
 
+
+
+def _page_words(observation: str) -> list[str]:
+    """The words of the page's own text, in order: not of the observation's head lines
+    (``Viewport (pages): 1 of 1`` is no text an agent types) nor of the element markup."""
+    from collabui.devices.simplify import parse_elements
+    from collabui.parsing import OBSERVATION_HEADS
+
+    heads = tuple(OBSERVATION_HEADS.values())
+    screen = "\n".join(line for line in observation.splitlines() if not line.lstrip().startswith(heads))
+    texts = (e.text for e in parse_elements(screen)) if screen.strip() else iter(())
+    return list(dict.fromkeys(w for text in texts for w in _WORD.findall(text or "")))
+
+
+def _label_words(observation: str) -> list[str]:
+    """The words of a phone screen's labels (``3: Button "OK" [..]`` -> ``OK``), in order, read
+    by the device's own line reader."""
+    from collabui.devices.ui_elements import parse_lines
+
+    labels = (str(r.get("label") or "") for r in parse_lines(observation))
+    return list(dict.fromkeys(w for label in labels for w in _WORD.findall(label)))
 
 
 def _web_candidates(a: dict[str, Any], obs: str, rng: random.Random) -> list[dict[str, Any]]:
@@ -116,10 +137,10 @@ def _web_candidates(a: dict[str, Any], obs: str, rng: random.Random) -> list[dic
     elif name == "hover":
         cands += [{"action": "click", **o} for o in other] or [{"action": "click", "element_id": eid}]
     elif name == "select":
-        cands += [{**a, "option": _wrong_text(str(a.get("option", "")), obs, rng)}]
+        cands += [{**a, "option": _wrong_text(str(a.get("option", "")), _page_words(obs), rng)}]
         cands += [{"action": "click", **o} for o in other]
     elif name == "type_string":
-        cands += [{**a, "content": _wrong_text(str(a.get("content", "")), obs, rng)}]
+        cands += [{**a, "content": _wrong_text(str(a.get("content", "")), _page_words(obs), rng)}]
         cands += [{"action": "click", **o} for o in other]
     elif name == "scroll_page":
         cands.append({"action": "scroll_page", "direction": "up" if a.get("direction") == "down" else "down"})
@@ -128,7 +149,7 @@ def _web_candidates(a: dict[str, Any], obs: str, rng: random.Random) -> list[dic
     elif name == "switch_tab":
         cands.append({"action": "switch_tab", "tab_index": int(a.get("tab_index", 0)) + 1})
     elif name == "finish" and a.get("answer"):
-        cands.append({"action": "finish", "answer": _wrong_text(str(a["answer"]), obs, rng)})
+        cands.append({"action": "finish", "answer": _wrong_text(str(a["answer"]), _page_words(obs), rng)})
     # Another action type that always differs from these: the premature stop or a stray click.
     cands += [{"action": "click", **o} for o in other] or [{"action": "hover", "element_id": eid or (ids or ["A"])[0]}]
     cands += [{"action": "scroll_page", "direction": "down"}, {"action": "go", "direction": "backward"}]
@@ -149,7 +170,7 @@ def _mobile_candidates(a: dict[str, Any], obs: str, rng: random.Random) -> list[
     elif name in ("double_tap", "long_press"):
         cands.append({"action": "click", "index": other})
     elif name == "input_text":
-        cands.append({**a, "text": _wrong_text(str(a.get("text", "")), obs, rng)})
+        cands.append({**a, "text": _wrong_text(str(a.get("text", "")), _label_words(obs), rng)})
     elif name in ("scroll", "swipe"):
         flip = {"up": "down", "down": "up", "left": "right", "right": "left"}
         cands.append({**a, "direction": flip.get(str(a.get("direction")), "down")})
@@ -159,7 +180,7 @@ def _mobile_candidates(a: dict[str, Any], obs: str, rng: random.Random) -> list[
     elif name == "status":
         cands.append({"action": "status", "goal_status": "infeasible" if a.get("goal_status") == "complete" else "complete"})
     elif name == "answer":
-        cands.append({"action": "answer", "text": _wrong_text(str(a.get("text", "")), obs, rng)})
+        cands.append({"action": "answer", "text": _wrong_text(str(a.get("text", "")), _label_words(obs), rng)})
     elif name == "navigate_home":
         cands.append({"action": "navigate_back"})
     cands += [{"action": "click", "index": other}, {"action": "navigate_home"}, {"action": "navigate_back"}]

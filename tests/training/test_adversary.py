@@ -164,3 +164,27 @@ def test_rule_rejection_on_a_one_element_page_names_no_absent_element():
                           observation=screen, history=(), actions=((chosen,),), raws=(("",),))
         rejected = RuleAdversary(seed=seed).reject(ctx, 0, 0, chosen).action
         assert rejected.get("element_id", "D") == "D" and rejected != chosen
+
+
+def test_rule_adversarys_wrong_text_is_a_word_of_the_page_not_of_the_headers_or_markup():
+    """A wrong typed text is another word the page shows: never a word of the observation's head
+    lines (``Viewport (pages)``) or the element markup (``button``, ``input``)."""
+    screen = ('Location: /miniwob/enter-password.html\nViewport (pages): 1 of 1\nVerify the password Kiwi\n'
+              'input "" (Password) [K]\nbutton "Submit" [D]')
+    chosen = {"action": "type_string", "element_id": "K", "content": "Kiwi"}
+    typed = set()
+    for seed in range(40):
+        ctx = StepContext(episode_id=f"ep{seed}", t=0, task="Enter the password Kiwi.", action_space="web",
+                          observation=screen, history=(), actions=((chosen,),), raws=(("",),))
+        action = RuleAdversary(seed=seed).reject(ctx, 0, 0, chosen).action
+        if action["action"] == "type_string" and action["element_id"] == "K":
+            typed.add(action["content"])
+    assert typed and typed <= {"Verify", "the", "password", "Submit"}, typed
+    phone = '0: TextView "Airplane mode" [0,0][9,9]\n1: Switch "Bluetooth" (unchecked) [0,9][9,18]'
+    chosen = {"action": "input_text", "text": "Airplane", "index": 1}
+    for seed in range(10):
+        ctx = StepContext(episode_id=f"ep{seed}", t=0, task="Type Airplane.", action_space="mobile",
+                          observation=phone, history=(), actions=((chosen,),), raws=(("",),))
+        action = RuleAdversary(seed=seed).reject(ctx, 0, 0, chosen).action
+        if action["action"] == "input_text" and action["index"] == 1:
+            assert action["text"] in {"mode", "Bluetooth"}, action
