@@ -38,6 +38,7 @@ from typing import Any
 # The stages, in modules beside this file (a script's folder is on sys.path).
 from recipe_eval import (
     MARL_ROW,
+    check_marl_row,
     check_previous,
     check_previous_name,
     check_row_name,
@@ -656,10 +657,11 @@ def main(argv: list[str] | None = None) -> int:
                                   "an earlier run into this folder gives: add trained_team to --systems")
         if config.publish_previous is not None and (HERE / "results.json").is_file():
             check_previous(json.loads((HERE / "results.json").read_text()), config.publish_previous)
-        if config.publish_ablations and not (_will_have(out, names, ["trained_team"])
-                                             and _will_have(out, names, list(ABLATIONS))):
-            raise ConfigError("--publish-ablations copies the run's trained_team row and its ablation rows, which "
+        if config.publish_ablations and not _will_have(out, names, list(ABLATIONS)):
+            raise ConfigError("--publish-ablations copies the run's ablation rows (and its trained_team row), which "
                               "neither --systems nor an earlier run into this folder gives: add them to --systems")
+        if config.publish_ablations and not _will_have(out, names, ["trained_team"]):
+            check_marl_row(HERE / "results.json", _ablations_command(config, out))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -690,6 +692,12 @@ def _show(config: RecipeConfig, results: dict[str, Any], path: Path) -> int:
     print(f"A = {names[0]}, B = {names[1]} ({path})")
     print(render_paired(found), end="")
     return 0
+
+
+def _ablations_command(config: RecipeConfig, out: Path) -> str:
+    """``from`` of the rows --publish-ablations writes: each ablation row is the MARL team's
+    command with the one change its name says."""
+    return f"{out} ({datetime.date.today()}): {made_by_command(config, marl=True)} --ablations"
 
 
 def _will_have(out: Path, names: list[str], rows: list[str]) -> bool:
@@ -753,8 +761,7 @@ def _run(config: RecipeConfig, out: Path, names: list[str]) -> None:
         publish_row(results, config.publish_row, command, HERE / "results.json")
     if config.publish_ablations:
         # Each ablation row is the MARL team's command with the one change its name says.
-        command = f"{out} ({datetime.date.today()}): {made_by_command(config, marl=True)} --ablations"
-        written = publish_ablations(results, command, HERE / "results.json")
+        written = publish_ablations(results, _ablations_command(config, out), HERE / "results.json")
         print(f"[recipe] published {', '.join(written)} to {HERE / 'results.json'}", file=sys.stderr)
     if config.publish:
         note = f"the model shipped until {out} replaced it ({datetime.date.today()})"

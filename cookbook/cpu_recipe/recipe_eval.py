@@ -280,20 +280,57 @@ def publish_row(results: dict[str, Any], name: str, command: str, target: Path) 
 def publish_ablations(results: dict[str, Any], command: str, target: Path) -> list[str]:
     """``--publish-ablations``: the run's MARL team row as ``trained_team_marl`` and each of its
     ablation rows under its own name into the shipped ``target`` results, replacing the rows an
-    earlier start made, so the table's MARL rows all branch from one SFT model. Returns the
-    rows written.
+    earlier start made, so the table's MARL rows all branch from one SFT model. A run without
+    its own MARL team row (an ablation rebuilt alone) publishes its ablation rows only when the
+    shipped ``trained_team_marl`` was made by the same command. Returns the rows written.
 
     Raises:
-        ConfigError: the run has no trained_team row or no ablation row yet, or ``target`` is missing.
+        ConfigError: the run has no ablation row yet, ``target`` is missing, or the run has no
+            trained_team row and the shipped MARL row came from another command.
     """
     have = results.get("systems", {})
     ablations = [name for name in ABLATIONS if name in have]
-    if "trained_team" not in have or not ablations:
-        raise ConfigError("--publish-ablations: this run has no trained_team row and ablation row yet; evaluate "
-                          "them with --systems trained_team,ablation_no_cr (or another ablation)")
-    rows = {MARL_ROW: "trained_team", **{name: name for name in ablations}}
+    if not ablations:
+        raise ConfigError("--publish-ablations: this run has no ablation row yet; evaluate one with --systems "
+                          "trained_team,ablation_no_cr (or another ablation)")
+    if "trained_team" not in have:
+        check_marl_row(target, command)
+    rows = {**({MARL_ROW: "trained_team"} if "trained_team" in have else {}), **{name: name for name in ablations}}
     publish_rows(results, rows, command, target)
     return list(rows)
+
+
+def check_marl_row(target: Path, command: str) -> None:
+    """Ablation rows published without their run's MARL team row: the shipped ``trained_team_marl``
+    must come from the same ``command`` (run folder and date aside), or they would branch from
+    another start.
+
+    Raises:
+        ConfigError: it came from another command, or ``target`` is missing.
+    """
+    shipped = _read_shipped(target).get("systems", {}).get(MARL_ROW, {})
+    if _command_of(shipped.get("from", "")) != _command_of(command):
+        raise ConfigError(f"--publish-ablations: this run has no trained_team row, and the shipped {MARL_ROW} "
+                          "was made by another command (the ablations would branch from another start): "
+                          "evaluate --systems trained_team in this run too")
+
+
+def _command_of(source: str) -> str:
+    """A published row's ``from`` without its run folder and date (``runs/x (2026-12-06): CMD``)."""
+    return source.split("): ", 1)[-1]
+
+
+def _read_shipped(target: Path) -> dict[str, Any]:
+    """The shipped results.json.
+
+    Raises:
+        ConfigError: it is missing (a checkout without the shipped results).
+    """
+    try:
+        return json.loads(target.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"the shipped results {target} are missing: restore them (git checkout -- {target}) "
+                          "and rerun; this run's rows are kept in its own results.json") from None
 
 
 def publish_rows(results: dict[str, Any], rows: dict[str, str], command: str, target: Path) -> None:
@@ -305,11 +342,7 @@ def publish_rows(results: dict[str, Any], rows: dict[str, str], command: str, ta
     Raises:
         ConfigError: ``target`` is missing (a checkout without the shipped results).
     """
-    try:
-        shipped = json.loads(target.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"the shipped results {target} are missing: restore them (git checkout -- {target}) "
-                          "and rerun; this run's rows are kept in its own results.json") from None
+    shipped = _read_shipped(target)
     for name, source in rows.items():
         shipped["systems"][name] = {**results["systems"][source], "from": command}
         shipped.setdefault("runs", {})[name] = _row_facts(results, source)

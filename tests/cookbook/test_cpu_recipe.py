@@ -292,7 +292,7 @@ def test_publish_ablations_replaces_the_shipped_marl_rows_with_one_starts(tmp_pa
     out = tmp_path / "run"
     monkeypatch.setattr(recipe, "train", lambda *a: pytest.fail("trained before checking --publish-ablations"))
     assert recipe.main(["--out", str(out), *flags, "--systems", "trained_team"]) == 2
-    assert "copies the run's trained_team row and its ablation rows" in capsys.readouterr().err
+    assert "copies the run's ablation rows (and its trained_team row)" in capsys.readouterr().err
     shipped = tmp_path / "ship"
     shipped.mkdir()
     old = {"from": "v29m", "successes": 1, "episodes": 104}
@@ -317,6 +317,22 @@ def test_publish_ablations_replaces_the_shipped_marl_rows_with_one_starts(tmp_pa
     assert results["runs"]["ablation_no_cr"]["marl"] == {"ablation_no_cr": {"minutes": 20.0}}
     assert "validation_team" not in results["runs"]["ablation_no_cr"]  # the start's team, not the ablation's
     assert results["runs"]["trained_team_marl"]["validation_team"] == {"successes": 40, "episodes": 60}
+    # An ablation rebuilt alone joins the shipped MARL row only when that row's command is this run's.
+    alone = tmp_path / "alone"
+    monkeypatch.setattr(recipe, "evaluate", lambda *a: pytest.fail("evaluated before checking the shipped row"))
+    rows["trained_team_marl"]["from"] = "runs/v1 (2026-01-01): cookbook/cpu_recipe/recipe.py --dpo-lr 9 --ablations"
+    (shipped / "results.json").write_text(json.dumps(results))
+    assert recipe.main(["--out", str(alone), *flags, "--systems", "ablation_no_cr"]) == 2
+    assert "evaluate --systems trained_team in this run too" in capsys.readouterr().err
+    same = rows["ablation_no_cr"]["from"].split("): ", 1)[1]
+    rows["trained_team_marl"]["from"] = f"runs/v1 (2026-01-01): {same}"
+    (shipped / "results.json").write_text(json.dumps(results))
+    monkeypatch.setattr(recipe, "evaluate", lambda *a: _fake_results(3))
+    assert recipe.main(["--out", str(alone), *flags, "--systems", "ablation_no_cr"]) == 0
+    assert "published ablation_no_cr to" in capsys.readouterr().err
+    again = json.loads((shipped / "results.json").read_text())["systems"]
+    assert again["ablation_no_cr"]["successes"] == 3 and again["ablation_no_cr"]["from"].startswith(str(alone))
+    assert again["trained_team_marl"] == rows["trained_team_marl"]  # the full run's row stays
     (shipped / "results.json").unlink()
     assert recipe.main(["--out", str(out), *flags, "--systems", "none"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
