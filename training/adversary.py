@@ -125,23 +125,22 @@ def _web_candidates(a: dict[str, Any], obs: str, rng: random.Random) -> list[dic
     name = a.get("action")
     ids = screen_ids(obs)
     eid = str(a.get("element_id", "")).upper()
-    # Another element of the page; none on a one-element page (an id the page does not show is
+    # Another element of the page; None on a one-element page (an id the page does not show is
     # not a mistake an agent makes there: the other perturbations stand in).
     others = [x for x in ids if x != eid]
-    other = [{"element_id": rng.choice(others)}] if others else []
+    other = rng.choice(others) if others else None
+    click_other = [{"action": "click", "element_id": other}] if other else []
     cands: list[dict[str, Any]] = []
-    if name in ("click", "hover", "select", "type_string"):
-        cands += [{**a, **o} for o in other]
+    if name in ("click", "hover", "select", "type_string") and other:
+        cands.append({**a, "element_id": other})
     if name == "click":
-        cands += [{"action": "hover", "element_id": eid}]
+        cands.append({"action": "hover", "element_id": eid})
     elif name == "hover":
-        cands += [{"action": "click", **o} for o in other] or [{"action": "click", "element_id": eid}]
+        cands.append({"action": "click", "element_id": other or eid})
     elif name == "select":
-        cands += [{**a, "option": _wrong_text(str(a.get("option", "")), _page_words(obs), rng)}]
-        cands += [{"action": "click", **o} for o in other]
+        cands += [{**a, "option": _wrong_text(str(a.get("option", "")), _page_words(obs), rng)}, *click_other]
     elif name == "type_string":
-        cands += [{**a, "content": _wrong_text(str(a.get("content", "")), _page_words(obs), rng)}]
-        cands += [{"action": "click", **o} for o in other]
+        cands += [{**a, "content": _wrong_text(str(a.get("content", "")), _page_words(obs), rng)}, *click_other]
     elif name == "scroll_page":
         cands.append({"action": "scroll_page", "direction": "up" if a.get("direction") == "down" else "down"})
     elif name == "go":
@@ -150,10 +149,10 @@ def _web_candidates(a: dict[str, Any], obs: str, rng: random.Random) -> list[dic
         cands.append({"action": "switch_tab", "tab_index": int(a.get("tab_index", 0)) + 1})
     elif name == "finish" and a.get("answer"):
         cands.append({"action": "finish", "answer": _wrong_text(str(a["answer"]), _page_words(obs), rng)})
-    # Another action type that always differs from these: the premature stop or a stray click.
-    cands += [{"action": "click", **o} for o in other] or [{"action": "hover", "element_id": eid or (ids or ["A"])[0]}]
-    cands += [{"action": "scroll_page", "direction": "down"}, {"action": "go", "direction": "backward"}]
-    return cands
+    # The generic last three (RuleAdversary.reject keeps them last): a stray click (a hover where
+    # the page has one element), the premature scroll, the step back.
+    stray = click_other or [{"action": "hover", "element_id": eid or (ids or ["A"])[0]}]
+    return [*cands, *stray, {"action": "scroll_page", "direction": "down"}, {"action": "go", "direction": "backward"}]
 
 
 def _mobile_candidates(a: dict[str, Any], obs: str, rng: random.Random) -> list[dict[str, Any]]:
