@@ -363,7 +363,7 @@ DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0,
                 # bf16 mixed precision where this machine computes it natively (AVX512-BF16/AMX, CUDA)
                 "bf16": default_bf16(),
                 "ablations": False, "validate": 0, "validate_forms": 0,
-                "publish": False, "publish_previous": None, "publish_row": None, "publish_ablations": False, "table": False}
+                "publish": False, "publish_previous": None, "publish_row": None, "publish_ablations": False, "table": False, "paired": None}
 
 
 def test_flags_and_defaults_are_the_recipes_and_land_in_the_composed_configs(tmp_path):
