@@ -155,11 +155,12 @@ def row(results: dict[str, Any], folder: Path | None = None) -> dict[str, Any]:
     rate = results["overall"]["success_rate"]
     tokens = results.get("counts", {}).get("prompt_tokens_per_answer")  # none for the baselines
     loops = results["overall"].get("typing_loop_rate")  # none in results written before it was counted
+    kept = outcomes(folder) if folder is not None else {}
     return {"successes": rate["successes"], "episodes": rate["n"], "rate": rate["value"],
             "ci95": rate["ci95"], **({"prompt_tokens": tokens} if tokens is not None else {}),
             **({"typing_loops": loops["successes"]} if loops is not None else {}),
             "per_task": {t: v["success_rate"]["value"] for t, v in results["breakdown"]["per_task"].items()},
-            **({"outcomes": found} if folder is not None and (found := outcomes(folder)) else {})}
+            **({"outcomes": kept} if kept else {})}
 
 
 def outcomes(folder: Path) -> dict[str, dict[str, Any]]:
@@ -177,14 +178,7 @@ def outcomes(folder: Path) -> dict[str, dict[str, Any]]:
 
 def episode_records(row: dict[str, Any]) -> list[dict[str, Any]]:
     """A row's :func:`outcomes` as episode records (``task``, ``seed``, ``success``), the form
-    ``collabui.evaluation.paired.paired_counts`` pairs.
-
-    Raises:
-        ConfigError: the row has no outcomes (published before they were kept).
-    """
-    if not row.get("outcomes"):
-        raise ConfigError("this row keeps no per-episode outcomes (published before rows kept them); pair its "
-                          "run folders with `collabui eval compare A B` instead")
+    ``collabui.evaluation.paired.paired_counts`` pairs (none when the row keeps no outcomes)."""
     return [{"task": task, "seed": seed, "success": solved == "1"}
             for task, kept in row["outcomes"].items()
             for seed, solved in zip(kept["seeds"], kept["solved"], strict=True)]
@@ -203,10 +197,10 @@ def paired_rows(results: dict[str, Any], a: str, b: str) -> dict[str, Any]:
     for name in (a, b):
         if name not in rows:
             raise ConfigError(f"--paired: no row {name!r}; choose from {sorted(rows)}")
-    try:
-        found = paired_counts(episode_records(rows[a]), episode_records(rows[b]))
-    except ConfigError as exc:
-        raise ConfigError(f"--paired: {[a, b][0 if not rows[a].get('outcomes') else 1]}: {exc}") from None
+        if not rows[name].get("outcomes"):
+            raise ConfigError(f"--paired: {name}: this row keeps no per-episode outcomes (published before rows "
+                              "kept them); pair its run folders with `collabui eval compare A B` instead")
+    found = paired_counts(episode_records(rows[a]), episode_records(rows[b]))
     if not found["episodes"]:
         raise ConfigError(f"--paired: {a} and {b} share no episode (another eval seed or task list?)")
     return found
