@@ -357,6 +357,8 @@ class RecipeConfig:
         if self.publish_ablations and self.marl_gate:
             raise ConfigError("--publish-ablations publishes the MARL team beside its ablations, and --marl-gate may "
                               "replace that team by the SFT team: drop one of the two")
+        if self.table and self.paired is not None:
+            raise ConfigError("--table and --paired each print from results.json and exit: give one of them")
         if self.publish_ablations and not self.ablations:
             raise ConfigError("--publish-ablations copies the run's ablation rows: give --ablations with it")
 

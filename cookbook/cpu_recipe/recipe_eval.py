@@ -180,7 +180,7 @@ def episode_records(row: dict[str, Any]) -> list[dict[str, Any]]:
     """A row's :func:`outcomes` as episode records (``task``, ``seed``, ``success``), the form
     ``collabui.evaluation.paired.paired_counts`` pairs (none when the row keeps no outcomes)."""
     return [{"task": task, "seed": seed, "success": solved == "1"}
-            for task, kept in row["outcomes"].items()
+            for task, kept in row.get("outcomes", {}).items()
             for seed, solved in zip(kept["seeds"], kept["solved"], strict=True)]
 
 

@@ -1322,3 +1322,7 @@ def test_rows_keep_each_episodes_outcome_and_pair_from_them_as_their_folders_do(
         err = capsys.readouterr().err
         assert said in err and err.count("\n") == 1, err
     assert "outcomes" not in EVAL_STAGE.row(done)  # no folder given: the figures alone
+    assert EVAL_STAGE.episode_records(results["systems"]["old"]) == []
+    with pytest.raises(SystemExit):
+        recipe._args(["--table", "--paired", "random,lexical"])
+    assert "give one of them" in capsys.readouterr().err
