@@ -62,6 +62,7 @@ from collabui.errors import ActionError
 __all__ = [
     "TEAM_HEADINGS",
     "OBSERVATION_HEADS",
+    "without_heads",
     "MAX_ANSWER_CHARS",
     "MAX_SCAN_CHARS",
     "ParsedProposal",
@@ -207,8 +208,15 @@ TEAM_HEADINGS = {
 
 
 #: The head lines an agent's observation may start with, before the screen (location, tabs,
-#: viewport): written by ``collabui.prompts.render_observation``, skipped by the baselines.
+#: viewport): written by ``collabui.prompts.render_observation``, left out by :func:`without_heads`.
 OBSERVATION_HEADS = {"location": "Location: ", "tabs": "Tabs: ", "viewport": "Viewport (pages): "}
+
+
+def without_heads(observation: str) -> str:
+    """A rendered observation's screen alone: its lines without the :data:`OBSERVATION_HEADS` ones
+    (``Viewport (pages): 1 of 1`` is no text of the page)."""
+    heads = tuple(OBSERVATION_HEADS.values())
+    return "\n".join(line for line in observation.splitlines() if not line.lstrip().startswith(heads))
 
 
 def render_answer(action_json: str, thought: str | None = None) -> str:

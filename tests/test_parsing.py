@@ -483,3 +483,11 @@ def test_render_answer_reads_back_to_its_action_and_thought(thought: str | None)
     assert parsed.action == action
     assert (parsed.thought or None) == (thought or None)
     assert text.startswith("Thought: ") == bool(thought)
+
+
+def test_without_heads_keeps_the_screen_lines_only():
+    from collabui.parsing import without_heads
+
+    text = 'Location: /miniwob/x.html\nTabs: [0] X\nViewport (pages): 1 of 2\nPassword\ninput "" [K]'
+    assert without_heads(text) == 'Password\ninput "" [K]'
+    assert without_heads('button "Location: here" [B]') == 'button "Location: here" [B]'

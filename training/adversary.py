@@ -27,7 +27,7 @@ from typing import Any
 
 from collabui.actions import Action, Unknown
 from collabui.models.base import ChatModel, ChatRequest
-from collabui.parsing import parse_proposal, render_answer
+from collabui.parsing import parse_proposal, render_answer, without_heads
 from collabui.training.critic import StepContext, to_action
 
 __all__ = ["Rejected", "Adversary", "RuleAdversary", "LLMAdversary", "format_answer",
@@ -99,17 +99,13 @@ def _wrong_text(text: str, page_words: Sequence[str], rng: random.Random) -> str
     return rng.choice(pool)
 
 
-
 def _page_words(observation: str) -> list[str]:
     """The words of the page's own text, in order: not of the observation's head lines
     (``Viewport (pages): 1 of 1`` is no text an agent types) nor of the element markup."""
     from collabui.devices.simplify import parse_elements
-    from collabui.parsing import OBSERVATION_HEADS
 
-    heads = tuple(OBSERVATION_HEADS.values())
-    screen = "\n".join(line for line in observation.splitlines() if not line.lstrip().startswith(heads))
-    texts = (e.text for e in parse_elements(screen)) if screen.strip() else iter(())
-    return list(dict.fromkeys(w for text in texts for w in _WORD.findall(text or "")))
+    texts = (e.text or "" for e in parse_elements(without_heads(observation)))
+    return list(dict.fromkeys(w for text in texts for w in _WORD.findall(text)))
 
 
 def _label_words(observation: str) -> list[str]:

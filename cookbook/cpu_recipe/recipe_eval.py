@@ -172,8 +172,9 @@ def outcomes(folder: Path) -> dict[str, dict[str, Any]]:
     by_task: dict[str, list[tuple[int, bool]]] = {}
     for record in read_manifest(folder / "episodes.jsonl").values():
         by_task.setdefault(str(record["task"]), []).append((int(record["seed"]), bool(record.get("success"))))
-    return {task: {"seeds": [seed for seed, _ in sorted(done)], "solved": "".join("01"[ok] for _, ok in sorted(done))}
-            for task, done in by_task.items()}
+    ordered = {task: sorted(done) for task, done in by_task.items()}
+    return {task: {"seeds": [seed for seed, _ in done], "solved": "".join("01"[ok] for _, ok in done)}
+            for task, done in ordered.items()}
 
 
 def episode_records(row: dict[str, Any]) -> list[dict[str, Any]]:

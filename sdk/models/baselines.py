@@ -31,7 +31,7 @@ from typing import Any
 
 from collabui.actions import Action, ActionSpace, get_action_space
 from collabui.models.base import ChatModel, ChatRequest, ChatResult, Message
-from collabui.parsing import OBSERVATION_HEADS, TEAM_HEADINGS, render_answer
+from collabui.parsing import TEAM_HEADINGS, render_answer
 
 __all__ = [
     "RandomPolicyModel",
@@ -49,7 +49,6 @@ __all__ = [
 _MOBILE_MARK = "Android phone"
 _SCREEN_MARK = "\nCurrent screen:\n"
 _SCREEN_ENDS = (*(f"\n{h}" for pair in TEAM_HEADINGS.values() for h in pair), "\nReply with a Thought line and an Action line.")
-_HEAD_LINES = tuple(OBSERVATION_HEADS.values())
 
 # CJK ideographs, kana and hangul: scripts written without spaces, compared as bigrams.
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
