@@ -637,13 +637,13 @@ def main(argv: list[str] | None = None) -> int:
     """The recipe's command. Run as a script, SIGINT and SIGTERM stop it through every ``finally``
     (as ``collabui train`` stops): the stopped stage's seconds reach recipe.json, its servers
     and browsers close, and the exit is 130 / 143; the same command resumes the run."""
-    from collabui.cli import _stopping
+    from collabui.cli import stopping
     from collabui.cli._log import configure
 
     config = _args(argv)
     configure()  # the stages' progress (episodes, labels, MARL stages) on stderr, bars on a tty
     if argv is None:  # no time bound: a stop may come while a stage saves a model
-        _stopping.install(watchdog=False)
+        stopping.install(watchdog=False)
     out = Path(config.out_dir)
     if config.table or config.paired is not None:
         path = out / "results.json" if (out / "results.json").is_file() else HERE / "results.json"
@@ -669,9 +669,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         _run(config, out, names)
-    except KeyboardInterrupt as exc:  # SIGTERM too (collabui.cli._stopping.Interrupted)
+    except KeyboardInterrupt as exc:  # SIGTERM too (collabui.cli.stopping.Interrupted)
         print(f"stopped ({exc or 'SIGINT'}); the same command resumes the run in {out}", file=sys.stderr)
-        return _stopping.exit_code(exc)
+        return stopping.exit_code(exc)
     except (ConfigError, ModelLoadError) as exc:  # e.g. a stage's folder holds another run: one line, not a trace
         print(f"error: {exc}", file=sys.stderr)
         return 2

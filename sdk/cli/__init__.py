@@ -77,17 +77,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``collabui ARGV``; return the exit code (2 and one ``error:`` line on bad input).
 
     From the command line (``argv`` None) SIGINT and SIGTERM stop the command within 5 s
-    (exit 130 / 143, see :mod:`collabui.cli._stopping`); called with a list, as tests do, the
+    (exit 130 / 143, see :mod:`collabui.cli.stopping`); called with a list, as tests do, the
     caller's signal handlers are left alone.
     """
-    from collabui.cli import _log, _stopping, bench, eval, paths, run, serve, trace_viewer, train
+    from collabui.cli import _log, bench, eval, paths, run, serve, stopping, trace_viewer, train
 
     parser = build_parser()
     # Only `train dpo|sft` take extra flags (every TRL config field); elsewhere they are errors.
     args, rest = parser.parse_known_args(argv)
     _log.configure(_log.level_of(args))
     if argv is None:  # the bounded stop is for runs; training may be saving adapters on Ctrl-C
-        _stopping.install(watchdog=args.command in ("run", "eval"))
+        stopping.install(watchdog=args.command in ("run", "eval"))
         threading.excepthook = _log.thread_excepthook
     if rest and not train.takes_extra_flags(args):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
@@ -97,14 +97,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         paths.check_outputs(args)  # before Chromium, a model or a long run starts
         return commands.get(args.command, lambda: run.run_command(args))()
-    except KeyboardInterrupt as exc:  # SIGTERM too (collabui.cli._stopping.Interrupted)
+    except KeyboardInterrupt as exc:  # SIGTERM too (collabui.cli.stopping.Interrupted)
         return _interrupted(exc, argv)
     except BrokenPipeError:  # `collabui envs | head -1`: the reader has all it wanted
-        return _stopping.quiet_broken_pipe()
+        return stopping.quiet_broken_pipe()
     except Exception as exc:  # noqa: BLE001 - a bug or a library's error: one masked line
-        if (signum := _stopping.received()) is not None:  # the stop's aftermath, not a failure
+        if (signum := stopping.received()) is not None:  # the stop's aftermath, not a failure
             log.warning("while stopping: %s", _log.unexpected_error(exc).removeprefix("error: "))
-            return _interrupted(_stopping.Interrupted(signum), argv)
+            return _interrupted(stopping.Interrupted(signum), argv)
         if isinstance(exc, CollabUIError):  # a message may quote a model spec or an endpoint URL
             log.error("%s", redact_url(str(exc)))
             return 2
@@ -114,9 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _interrupted(exc: KeyboardInterrupt, argv: Sequence[str] | None) -> int:
     """The exit of a stopped command: 130 (SIGINT) or 143 (SIGTERM)."""
-    from collabui.cli import _stopping
+    from collabui.cli import stopping
 
     log.warning("interrupted (%s)", exc or "SIGINT")
     if argv is None:  # every finally has run: do not wait on threads stuck in a dead driver
-        _stopping.exit_now(_stopping.exit_code(exc))
-    return _stopping.exit_code(exc)
+        stopping.exit_now(stopping.exit_code(exc))
+    return stopping.exit_code(exc)

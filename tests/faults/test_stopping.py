@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 
-from collabui.cli._stopping import exit_code
+from collabui.cli.stopping import exit_code
 from collabui.trace import read_trace
 from tests.faults.cli import STOP_BOUND_S
 
@@ -22,8 +22,8 @@ pytestmark = pytest.mark.faults
 #: A command whose cleanup never ends (like close() on a browser stuck mid-action), with a child.
 _HANGING = textwrap.dedent("""
     import subprocess, sys, time
-    from collabui.cli import _stopping
-    _stopping.install()
+    from collabui.cli import stopping
+    stopping.install()
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:  # the pid is printed inside: a signal cannot land before the try
         print(child.pid, flush=True)
@@ -51,7 +51,7 @@ def _stop_hanging(signum: int, *, before: str = "") -> tuple[float, str, bool]:
     """Run :data:`_HANGING` (with ``before`` run after install()), signal it once its child is
     up: seconds to the end, stderr, whether the child was gone when the process ended. The
     child is killed here in any case: alive, it would hold the stderr pipe open for 600 s."""
-    script = _HANGING.replace("_stopping.install()\n", f"_stopping.install()\n{before}")
+    script = _HANGING.replace("stopping.install()\n", f"stopping.install()\n{before}")
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     child = None
@@ -86,7 +86,7 @@ def test_the_bound_holds_when_no_thread_can_start_and_a_watchdog_step_fails():
         threading.Thread.start = no_thread
         def failing():
             raise PermissionError("not allowed")
-        _stopping.kill_descendants = failing
+        stopping.kill_descendants = failing
     """)
     _, err, child_gone = _stop_hanging(signal.SIGTERM, before=before)
     assert "while stopping: failing failed (PermissionError: not allowed)" in err
@@ -97,13 +97,13 @@ def test_the_bound_holds_when_no_thread_can_start_and_a_watchdog_step_fails():
 def test_a_forked_child_does_not_wake_its_parents_watchdog():
     script = textwrap.dedent("""
         import os
-        from collabui.cli import _stopping
-        _stopping.install()
+        from collabui.cli import stopping
+        stopping.install()
         if os.fork() == 0:
-            print(_stopping._wake, flush=True)
+            print(stopping._wake, flush=True)
             os._exit(0)
         os.wait()
-        print(_stopping._wake != [], flush=True)
+        print(stopping._wake != [], flush=True)
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["[]", "True"], out
@@ -115,7 +115,7 @@ def test_a_forked_child_does_not_wake_its_parents_watchdog():
 _STUCK_EPISODE = textwrap.dedent("""
     import sys, time
     from collabui import CollabAgentTeam
-    from collabui.cli import _stopping
+    from collabui.cli import stopping
     from collabui.devices.fake import FakeDevice
     from collabui.models.fake import ScriptedChatModel
 
@@ -130,7 +130,7 @@ _STUCK_EPISODE = textwrap.dedent("""
                         pass
             return super().act(action)
 
-    _stopping.install()
+    stopping.install()
     model = ScriptedChatModel(['Action: {"action": "click", "element_id": "A"}'], cycle=True)
     team = CollabAgentTeam(model, n_agents=1, rounds=1, max_steps=5)
     team.run(None, Stuck(["<button[A]| Next>"], task="Press Next"), trace=sys.argv[1], episode_id="e")
@@ -158,7 +158,7 @@ def test_watchdog_ends_the_trace_of_a_stuck_episode(tmp_path):
 
 def test_exit_codes():
     assert exit_code(KeyboardInterrupt()) == 130
-    from collabui.cli._stopping import Interrupted
+    from collabui.cli.stopping import Interrupted
 
     assert exit_code(Interrupted(signal.SIGTERM)) == 143
 

@@ -20,8 +20,9 @@ import pytest
 
 from collabui.actions import web
 from collabui.cli import main
-from collabui.devices import BrowserDevice, make_env
+from collabui.devices import BrowserDevice, browser, make_env
 from collabui.devices.base import Observation
+from collabui.devices.browser import start_refusal
 from collabui.devices.navigation import NavigationGuard, site_of
 from collabui.devices.simplify import parse_elements
 from collabui.errors import ConfigError
@@ -257,12 +258,19 @@ def test_a_popup_whose_request_comes_late_is_in_the_steps_observation(device, si
 
 
 @pytest.mark.browser
-def test_a_popup_the_guard_cannot_fetch_is_counted_blank(device, sites):
+def test_a_popup_the_guard_cannot_fetch_is_counted_blank(device, sites, monkeypatch):
     """An allowed popup whose page is unreachable gets no content: the guard counts it blank (the
     step's settle wait ends on that count instead of waiting for a page that never comes)."""
     home, _ = sites
+    guards: list[NavigationGuard] = []  # the episode's guard, as reset() makes it
+
+    def kept(url: str, allowed: tuple[str, ...] | None) -> NavigationGuard:
+        guards.append(start_refusal(url, allowed))
+        return guards[-1]
+
+    monkeypatch.setattr(browser, "start_refusal", kept)
     observation = _open(device, home, "dead_popup.html")
-    guard = device._guard
+    guard = guards[-1]
     blank, opened = guard.blank_pages, guard.new_pages
     outcome = _click(device, observation, "popup dead")
     assert (guard.blank_pages - blank, guard.new_pages - opened) == (1, 0)

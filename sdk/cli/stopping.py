@@ -8,6 +8,9 @@ kills this process's descendants (Playwright's driver, Chromium, worker processe
 :data:`KILL_AFTER_S` and ends the process after :data:`EXIT_AFTER_S`, having written the ``end``
 record of every trace still open in the last :data:`TRACES_BUDGET_S` before: a run always stops within
 5 s, with exit 130 (SIGINT) or 143 (SIGTERM), and every trace it wrote ends with an ``end``.
+
+Public so that a script running long work (the cookbook's recipe) stops as ``collabui`` does:
+``install(watchdog=False)`` first, ``exit_code(exc)`` on the KeyboardInterrupt.
 """
 
 from __future__ import annotations
