@@ -19,13 +19,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from collabui.devices.simplify import Element, parse_elements
+
 PREFIX = '\nAction: {"action": "click", "element_id": "'
 
 
 def first_clicks(traces: Path, task: str, limit: int) -> list[tuple[list[dict[str, Any]], str]]:
     """(messages, thought) of the first step of up to ``limit`` episodes of ``task``: an entry of
-    round 0 with no predecessors (its prompt shows no other answer) that thought of clicking a
-    quoted element ``... "TEXT" [ID]``."""
+    round 0 with no predecessors (its prompt shows no other answer) that thought of clicking one
+    element's screen line (:func:`target`)."""
     from collabui.trace import read_trace
 
     found = []
@@ -33,11 +35,28 @@ def first_clicks(traces: Path, task: str, limit: int) -> list[tuple[list[dict[st
         for record in read_trace(path, validate=False).steps[:1]:
             for entry in (e for agent in record.get("proposals") or [] for e in agent):
                 thought = entry.get("thought") or ""
-                if (entry.get("round") == 0 and not entry.get("predecessors") and thought.count('"') >= 2
-                        and thought.endswith("]") and (entry.get("action") or {}).get("action") == "click"):
+                if (entry.get("round") == 0 and not entry.get("predecessors") and _names_one(thought)
+                        and (entry.get("action") or {}).get("action") == "click"):
                     found.append((entry["messages"], thought))
                     break
     return found
+
+
+def target(thought: str) -> Element:
+    """The element a grounded thought names: ``click button "ONE" [A]`` is the verb, then the
+    element's screen line, which the device's parser reads (id ``A``, text ``ONE``)."""
+    elements = parse_elements(thought.split(" ", 1)[-1])
+    if len(elements) != 1 or not elements[0].id:
+        raise ValueError(f"the thought {thought!r} names no one element's screen line")
+    return elements[0]
+
+
+def _names_one(thought: str) -> bool:
+    try:
+        target(thought)
+    except ValueError:
+        return False
+    return True
 
 
 def id_probabilities(model: Any, clicks: list[tuple[list[dict[str, Any]], str]]) -> tuple[float, float]:
@@ -50,9 +69,9 @@ def id_probabilities(model: Any, clicks: list[tuple[list[dict[str, Any]], str]])
         ids = tok(chat + f"Thought: {thought}{PREFIX}", return_tensors="pt").input_ids
         with torch.no_grad():
             probs = torch.softmax(model.model(ids).logits[0, -1].float(), -1)
-        element_id, quoted = thought.rsplit("[", 1)[1].rstrip("]"), thought.split('"')[1]
-        letter.append(probs[tok(element_id).input_ids[0]].item())
-        text.append(probs[tok(quoted or " ").input_ids[0]].item())
+        element = target(thought)
+        letter.append(probs[tok(element.id).input_ids[0]].item())
+        text.append(probs[tok(element.text or " ").input_ids[0]].item())
     return sum(letter) / len(letter), sum(text) / len(text)
 
 

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from collabui.trace import SCHEMA_VERSION
 from tests.cookbook.scripts import CPU_RECIPE, load_script
 
@@ -34,6 +36,16 @@ def test_the_shipped_model_writes_the_letter_of_its_line(tmp_path, capsys):
     row = next(line for line in out.splitlines() if line.startswith("| shipped |"))
     letter, text = (float(x) for x in row.strip("| ").split(" | ")[1:])
     assert letter > 0.9 and text < 0.05  # v66 writes [Q]'s letter, not ONE
+
+
+def test_the_target_is_read_by_the_devices_parser():
+    probe = load_script("id_probe")
+    field = probe.target('click input "" (Verify password) [C]')  # a label in brackets, an empty text
+    assert (field.tag, field.id, field.text) == ("input", "C", "")
+    assert probe.target('click link "a [b] c" [K]').id == "K"
+    for thought in ("click the Submit button", 'click "ONE"', ""):
+        with pytest.raises(ValueError, match="names no one element's screen line"):
+            probe.target(thought)
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
