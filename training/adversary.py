@@ -33,7 +33,6 @@ from collabui.training.critic import StepContext, to_action
 __all__ = ["Rejected", "Adversary", "RuleAdversary", "LLMAdversary", "format_answer",
            "screen_ids", "screen_indices"]
 
-_MOBILE_INDEX = re.compile(r"(?m)^\s*(\d{1,4}):")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9'-]{2,}")
 _FALLBACK_WORDS = ("hello", "test", "none", "example", "admin")
 _APPS = ("Settings", "Chrome", "Camera", "Contacts", "Clock", "Files")
@@ -64,8 +63,11 @@ def screen_ids(observation: str) -> list[str]:
 
 
 def screen_indices(observation: str) -> list[int]:
-    """Element indices of a mobile screen (``3: Button "OK"`` -> 3), in order."""
-    return list(dict.fromkeys(int(m) for m in _MOBILE_INDEX.findall(observation)))
+    """Element indices of a mobile screen (``3: Button "OK"`` -> 3), in order, read by the
+    device's own line reader."""
+    from collabui.devices.ui_elements import parse_lines
+
+    return list(dict.fromkeys(int(str(r["index"])) for r in parse_lines(observation)))
 
 
 class Adversary(ABC):
