@@ -45,6 +45,7 @@ from recipe_eval import (
     critic_check,
     evaluate,
     paired_rows,
+    plot,
     publish_ablations,
     publish_results,
     publish_row,
@@ -299,6 +300,9 @@ class RecipeConfig:
     paired: str | None = field(default=None, metadata={
         "metavar": "A,B", "help": "print the paired counts (exact McNemar) of rows A and B of results.json on "
         "the episodes both played, from the per-episode outcomes rows keep, and exit"})
+    plot: str | None = field(default=None, metadata={
+        "metavar": "PNG", "help": "draw the headline rows of results.json (success with 95%% intervals) to PNG "
+        "and exit; a finished run draws OUT/results.png itself"})
 
     def __post_init__(self) -> None:
         for name in ("validate", "validate_forms", "onpolicy_episodes", "round2_demo_rows", "hindsight", "marl_iterations"):
@@ -357,8 +361,8 @@ class RecipeConfig:
         if self.publish_ablations and self.marl_gate:
             raise ConfigError("--publish-ablations publishes the MARL team beside its ablations, and --marl-gate may "
                               "replace that team by the SFT team: drop one of the two")
-        if self.table and self.paired is not None:
-            raise ConfigError("--table and --paired each print from results.json and exit: give one of them")
+        if sum((self.table, self.paired is not None, self.plot is not None)) > 1:
+            raise ConfigError("--table, --paired and --plot each read results.json and exit: give one of them")
         if self.publish_ablations and not self.ablations:
             raise ConfigError("--publish-ablations copies the run's ablation rows: give --ablations with it")
 
@@ -645,7 +649,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:  # no time bound: a stop may come while a stage saves a model
         stopping.install(watchdog=False)
     out = Path(config.out_dir)
-    if config.table or config.paired is not None:
+    if config.table or config.paired is not None or config.plot is not None:
         path = out / "results.json" if (out / "results.json").is_file() else HERE / "results.json"
         return _show(config, json.loads(path.read_text()), path)
     out.mkdir(parents=True, exist_ok=True)
@@ -679,9 +683,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _show(config: RecipeConfig, results: dict[str, Any], path: Path) -> int:
-    """``--table`` / ``--paired A,B``: print from ``results`` (read from ``path``) and exit."""
+    """``--table`` / ``--paired A,B`` / ``--plot PNG``: show ``results`` (read from ``path``) and exit."""
     if config.table:
         print(table(results))
+        return 0
+    if config.plot is not None:
+        try:
+            drawn = plot(results, config.plot)
+        except ConfigError as exc:
+            print(f"error: {exc} ({path})", file=sys.stderr)
+            return 2
+        print(f"{config.plot}: {len(drawn)} rows of {path}")
         return 0
     names = [n.strip() for n in (config.paired or "").split(",")]
     try:
@@ -694,6 +706,15 @@ def _show(config: RecipeConfig, results: dict[str, Any], path: Path) -> int:
     print(f"A = {names[0]}, B = {names[1]} ({path})")
     print(render_paired(found), end="")
     return 0
+
+
+def _draw(results: dict[str, Any], path: Path) -> None:
+    """The run's plot beside its results.json; a run that trained and evaluated does not fail
+    for want of a picture."""
+    try:
+        plot(results, path)
+    except ConfigError as exc:
+        print(f"[recipe] no {path.name}: {exc}", file=sys.stderr)
 
 
 def _ablations_command(config: RecipeConfig, out: Path) -> str:
@@ -775,6 +796,7 @@ def _run(config: RecipeConfig, out: Path, names: list[str]) -> None:
         # collabui/trained/smollm2: the smollm2-trained spec (the MARL team when there is one)
         shutil.copytree(teams.get("trained_team", trained), SHIPPED)
     print(table(results))
+    _draw(results, out / "results.png")
     print(f"[recipe] training {results['minutes']} min, evaluation {results['eval_minutes']} min; "
           f"{out / 'results.json'}", file=sys.stderr)
 

@@ -120,6 +120,23 @@ def test_table_is_generated_from_results(tmp_path):
     assert "| trained_team | 62/200 = 31.0% | 25.0-37.7% | 200 | 181.2 |" in text
 
 
+def test_plot_draws_the_headline_rows_in_order_and_refuses_a_file_without_them(tmp_path, capsys):
+    recipe = _recipe()
+    row = {"successes": 41, "episodes": 200, "rate": 0.205, "ci95": [0.155, 0.266]}
+    results = {"systems": {"trained_team": row, "experiment_x": row, "ablation_rft": row, "lexical": row}}
+    png = tmp_path / "plots" / "results.png"
+    assert recipe.plot(results, png) == ["lexical", "trained_team", "ablation_rft"]  # experiments left out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (tmp_path / "results.json").write_text(json.dumps({"systems": {"experiment_x": row}}))
+    assert recipe.main(["--out", str(tmp_path), "--plot", str(tmp_path / "x.png")]) == 2
+    assert capsys.readouterr().err.startswith("error: no row to plot: results.json has none of random, lexical")
+    assert not (tmp_path / "x.png").exists()
+    with pytest.raises(SystemExit) as stop:  # argparse's usage error
+        recipe.main(["--out", str(tmp_path), "--plot", str(png), "--table"])
+    assert stop.value.code == 2
+    assert "--table, --paired and --plot each read results.json and exit" in capsys.readouterr().err
+
+
 def test_the_readme_results_table_is_the_shipped_results_json():
     """The cookbook README's Results table is ``recipe.py --table`` of the shipped results.json, and
     the shipped bundle was made by the recipe's defaults (a figure edited by hand, or a results.json
@@ -363,7 +380,8 @@ DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0,
                 # bf16 mixed precision where this machine computes it natively (AVX512-BF16/AMX, CUDA)
                 "bf16": default_bf16(),
                 "ablations": False, "validate": 0, "validate_forms": 0,
-                "publish": False, "publish_previous": None, "publish_row": None, "publish_ablations": False, "table": False, "paired": None}
+                "publish": False, "publish_previous": None, "publish_row": None, "publish_ablations": False, "table": False, "paired": None,
+                "plot": None}
 
 
 def test_flags_and_defaults_are_the_recipes_and_land_in_the_composed_configs(tmp_path):
