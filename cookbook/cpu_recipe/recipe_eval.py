@@ -18,7 +18,7 @@ from collabui.errors import ConfigError
 from collabui.evaluation.miniwob import MiniWoBEvalConfig
 
 if TYPE_CHECKING:
-    from recipe import RecipeConfig
+    from recipe_config import RecipeConfig
 
 
 def critic_check(config: RecipeConfig, out: Path) -> dict[str, Any]:

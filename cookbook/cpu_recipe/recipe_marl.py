@@ -19,8 +19,8 @@ from collabui.training.mistake_pairs import OWN_PAIR_OPTIONS
 from collabui.training.task_lists import TRAIN_TASKS
 
 if TYPE_CHECKING:
-    from recipe import RecipeConfig
     from recipe import _Clock as Clock
+    from recipe_config import RecipeConfig
 
 
 #: The paper's ablations (its Table 4), each a MARL run from the same SFT model at the same compute.

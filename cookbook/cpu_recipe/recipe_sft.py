@@ -17,8 +17,8 @@ from collabui.training.sft import AgentSFTConfig
 from collabui.training.task_lists import TRAIN_TASKS
 
 if TYPE_CHECKING:
-    from recipe import RecipeConfig
     from recipe import _Clock as Clock
+    from recipe_config import RecipeConfig
 
 
 #: Every linear layer of a Llama block: capacity where a 135M model needs it.

@@ -34,14 +34,14 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import recipe  # noqa: E402  (the recipe's configs, from beside this file)
+import recipe_config  # noqa: E402  (the recipe's configs, from beside this file)
 import recipe_sft  # noqa: E402  (its SFT rows)
 
 
 def _rows(demo: Path, n: int, dpo: bool) -> object:
     from datasets import Dataset
 
-    config = recipe._args(["--out", str(demo.parent), "--balance-steps"])
+    config = recipe_config.parse_args(["--out", str(demo.parent), "--balance-steps"])
     rows = recipe_sft.demo_rows(config, demo)[:2 * n + 1]
     if dpo:
         return Dataset.from_list([{"prompt": r["prompt"], "chosen": r["completion"], "rejected": nxt["completion"]}
@@ -58,7 +58,7 @@ def _dpo_config(work: Path, steps: int) -> object:
 
 
 def _sft_config(work: Path, steps: int) -> object:
-    template = recipe._sft_template()
+    template = recipe_config.sft_template()
     return dataclasses.replace(template, output_dir=str(work), max_steps=steps, lora_alpha=2 * template.lora_r,
                                warmup_steps=0, disable_tqdm=True)
 

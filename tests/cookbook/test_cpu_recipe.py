@@ -35,7 +35,7 @@ def test_task_lists_are_real_and_disjoint():
 
 def test_every_system_is_a_valid_shuffled_heldout_evaluation(tmp_path):
     recipe = _recipe()
-    args = recipe._args(["--team"])
+    args = recipe.parse_args(["--team"])
     rows = recipe.systems(args, tmp_path / "merged")
     assert {"random", "lexical", "base_single", "trained_single", "base_team", "trained_team"} <= set(rows)
     assert {"trained_team_unshuffled", "trained_single_unshuffled"} <= set(rows)
@@ -69,37 +69,37 @@ def test_every_system_is_a_valid_shuffled_heldout_evaluation(tmp_path):
 
 def test_serve_puts_the_model_rows_on_vllm_and_keeps_the_baselines_here(tmp_path):
     recipe = _recipe()
-    args = recipe._args(["--team", "--serve"])
+    args = recipe.parse_args(["--team", "--serve"])
     rows = {name: EVAL_STAGE.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "merged").items()}
     assert {name for name, c in rows.items() if c.serve} == set(rows) - {"random", "lexical"}
     assert rows["trained_team"].concurrency == 4 and rows["lexical"].concurrency == args.evaluation.concurrency
     # The validations (the figures to tune on: training tasks, new seeds) run where the rows do.
-    args = recipe._args(["--team", "--serve", "--validate", "5"])
+    args = recipe.parse_args(["--team", "--serve", "--validate", "5"])
     single, team = (EVAL_STAGE.validation_config(args, tmp_path / "b", team=t) for t in (False, True))
     assert single.serve and team.serve and team.concurrency == 4
     assert (single.team.n_agents, single.team.rounds, team.team.n_agents, team.team.rounds) == (1, 1, 4, 3)
     assert team.tasks.split(",") == list(recipe.TRAIN_TASKS) and team.episodes == 5 and team.team.seed == 100
-    assert not EVAL_STAGE.validation_config(recipe._args(["--validate", "5"]), tmp_path / "b").serve
+    assert not EVAL_STAGE.validation_config(recipe.parse_args(["--validate", "5"]), tmp_path / "b").serve
     # --validate-forms: the team on its own seeds of the multi-step training pages, served likewise.
-    forms = EVAL_STAGE.validation_config(recipe._args(["--team", "--serve", "--validate-forms", "20"]), tmp_path / "b",
+    forms = EVAL_STAGE.validation_config(recipe.parse_args(["--team", "--serve", "--validate-forms", "20"]), tmp_path / "b",
                                          forms=True)
     assert forms.tasks.split(",") == list(EVAL_STAGE.FORM_TASKS) and set(EVAL_STAGE.FORM_TASKS) < set(recipe.TRAIN_TASKS)
     assert (forms.episodes, forms.team.seed, forms.team.n_agents, forms.serve) == (20, 200, 4, True)
     # --serve-dtype reaches every served row and the validations; the baselines run here, as always.
-    args = recipe._args(["--team", "--serve", "--serve-dtype", "float32", "--validate", "5"])
+    args = recipe.parse_args(["--team", "--serve", "--serve-dtype", "float32", "--validate", "5"])
     rows = {name: EVAL_STAGE.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "m").items()}
     assert {n: c.serve_dtype for n, c in rows.items() if c.serve_dtype != "auto"}.keys() == set(rows) - {"random", "lexical"}
     assert EVAL_STAGE.validation_config(args, tmp_path / "b", team=True).serve_dtype == "float32"
-    marl = MARL_STAGE.marl_config(recipe._args(["--team", "--serve", "--serve-dtype", "float32", "--marl-iterations", "1"]),
+    marl = MARL_STAGE.marl_config(recipe.parse_args(["--team", "--serve", "--serve-dtype", "float32", "--marl-iterations", "1"]),
                               tmp_path / "b", tmp_path / "m")
     assert marl.serve and marl.serve_dtype == "float32"  # MARL's rollouts too
     # --serve-agents merged: the model rows and the validations; baselines load no model.
-    args = recipe._args(["--team", "--serve", "--serve-agents", "merged", "--validate", "5"])
+    args = recipe.parse_args(["--team", "--serve", "--serve-agents", "merged", "--validate", "5"])
     rows = {name: EVAL_STAGE.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "m").items()}
     assert {n for n, c in rows.items() if c.serve_agents == "merged"} == set(rows) - {"random", "lexical"}
     assert EVAL_STAGE.validation_config(args, tmp_path / "b", team=True).serve_agents == "merged"
     # --serve-backend llamacpp: the same rows and validations on llama.cpp's servers.
-    args = recipe._args(["--team", "--serve", "--serve-backend", "llamacpp", "--validate", "5"])
+    args = recipe.parse_args(["--team", "--serve", "--serve-backend", "llamacpp", "--validate", "5"])
     rows = {name: EVAL_STAGE.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "m").items()}
     assert {n for n, c in rows.items() if c.serve_backend == "llamacpp"} == set(rows) - {"random", "lexical"}
     assert EVAL_STAGE.validation_config(args, tmp_path / "b", team=True).serve_backend == "llamacpp"
@@ -148,7 +148,7 @@ def test_the_readme_results_table_is_the_shipped_results_json():
     assert recipe.table(shipped).strip() in results_section.split("\n## ")[0]
     team = json.loads((recipe.SHIPPED / "team.json").read_text())
     # --bf16's default depends on the CPU (collabui.training._peft.default_bf16), the rest does not
-    assert team["made_by"].replace(" --bf16", "") == recipe.made_by_command(recipe._args([])).replace(" --bf16", "")
+    assert team["made_by"].replace(" --bf16", "") == recipe.made_by_command(recipe.parse_args([])).replace(" --bf16", "")
 
 
 RANDOM_ROW = {"successes": 3, "episodes": 25, "rate": 0.12, "ci95": [0.04, 0.3], "per_task": {}}
@@ -204,10 +204,10 @@ def test_publish_row_adds_one_experiment_row_to_the_shipped_results(tmp_path, mo
     assert recipe.main(["--out", str(out), "--team", "--systems", "lexical", "--publish-row", "trained_team_x"]) == 2
     assert "add trained_team to --systems" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        recipe._args(["--team", "--publish-row", "My Row"])
+        recipe.parse_args(["--team", "--publish-row", "My Row"])
     assert "use lowercase letters, digits and _.-" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        recipe._args(["--publish-row", "trained_team_x"])
+        recipe.parse_args(["--publish-row", "trained_team_x"])
     assert "give --team with it" in capsys.readouterr().err
     shipped = tmp_path / "ship"
     shipped.mkdir()
@@ -239,10 +239,10 @@ def test_publish_keeps_the_shipped_rows_the_run_lacks_and_renames_the_shipped_mo
     before any training."""
     recipe = _recipe()
     with pytest.raises(SystemExit):
-        recipe._args(["--publish-previous", "v1"])
+        recipe.parse_args(["--publish-previous", "v1"])
     assert "give --publish with it" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        recipe._args(["--publish", "--publish-previous", "V 1"])
+        recipe.parse_args(["--publish", "--publish-previous", "V 1"])
     assert "use lowercase letters, digits and _.-" in capsys.readouterr().err
     shipped = tmp_path / "ship"
     shipped.mkdir()
@@ -303,7 +303,7 @@ def test_publish_ablations_replaces_the_shipped_marl_rows_with_one_starts(tmp_pa
     training, and a missing shipped file is one line, the run's own results kept."""
     recipe = _recipe()
     with pytest.raises(SystemExit):
-        recipe._args(["--team", "--publish-ablations"])
+        recipe.parse_args(["--team", "--publish-ablations"])
     assert "give --ablations with it" in capsys.readouterr().err
     flags = ["--team", "--marl-iterations", "1", "--ablations", "--publish-ablations"]
     out = tmp_path / "run"
@@ -360,7 +360,7 @@ def test_publish_ablations_replaces_the_shipped_marl_rows_with_one_starts(tmp_pa
 def test_negative_counts_are_refused_with_the_flag_named(capsys):
     recipe = _recipe()
     with pytest.raises(SystemExit):
-        recipe._args(["--validate", "-2"])
+        recipe.parse_args(["--validate", "-2"])
     assert "--validate must be >= 0, got -2" in capsys.readouterr().err
 
 
@@ -386,9 +386,9 @@ DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0,
 
 def test_flags_and_defaults_are_the_recipes_and_land_in_the_composed_configs(tmp_path):
     recipe = _recipe()
-    assert recipe._args([]) == recipe.RecipeConfig()
-    assert recipe.flag_values(recipe._args([])) == DEFAULT_ARGS
-    config = recipe._args(["--demo-minutes", "1.5", "--demo-workers", "2", "--demo-seeds", "24", "--sft-epochs", "2", "--lr", "1e-4",
+    assert recipe.parse_args([]) == recipe.RecipeConfig()
+    assert recipe.flag_values(recipe.parse_args([])) == DEFAULT_ARGS
+    config = recipe.parse_args(["--demo-minutes", "1.5", "--demo-workers", "2", "--demo-seeds", "24", "--sft-epochs", "2", "--lr", "1e-4",
                            "--batch", "4", "--no-full-finetune", "--lora-r", "8", "--lora-dropout", "0.1", "--lora-from-layer", "3",
                            "--length-window", "0",
                            "--episodes", "5", "--eval-seed", "3", "--max-steps", "4", "--no-balance", "--team",
@@ -402,15 +402,15 @@ def test_flags_and_defaults_are_the_recipes_and_land_in_the_composed_configs(tmp
     assert (config.balance, config.teams, config.onpolicy_dpo, config.out_dir) == (False, True, False, "runs/x")
     assert recipe.flag_values(config)["lr"] == 1e-4 and recipe.flag_values(config)["team"] is True
     # SFT and the held-out team both have a seed: each flag reaches its own.
-    seeded = recipe._args(["--sft-seed", "1", "--eval-seed", "3"])
+    seeded = recipe.parse_args(["--sft-seed", "1", "--eval-seed", "3"])
     assert (seeded.sft.seed, seeded.evaluation.team.seed) == (1, 3)
     assert {k: recipe.flag_values(seeded)[k] for k in ("sft_seed", "eval_seed")} == {"sft_seed": 1, "eval_seed": 3}
     # bf16 follows the machine by default; --bf16 asks for it, and SFT then trains it on the CPU.
-    assert recipe._args([]).sft.bf16 is default_bf16()
-    forced = SFT_STAGE._sft_config(recipe._args(["--bf16"]), tmp_path / "sft")
+    assert recipe.parse_args([]).sft.bf16 is default_bf16()
+    forced = SFT_STAGE._sft_config(recipe.parse_args(["--bf16"]), tmp_path / "sft")
     assert forced.bf16 is True and forced.use_cpu is True  # no CUDA here
     if default_bf16():  # the switch is --bf16/--no-bf16 where it is on by default
-        assert SFT_STAGE._sft_config(recipe._args(["--no-bf16"]), tmp_path / "sft").bf16 is False
+        assert SFT_STAGE._sft_config(recipe.parse_args(["--no-bf16"]), tmp_path / "sft").bf16 is False
 
 
 def test_stage_configs_are_the_ones_the_recipe_always_built(tmp_path, monkeypatch):
@@ -420,14 +420,14 @@ def test_stage_configs_are_the_ones_the_recipe_always_built(tmp_path, monkeypatc
     from collabui.training.sft import AgentSFTConfig
 
     recipe = _recipe()
-    config = recipe._args([])
+    config = recipe.parse_args([])
     old_sft = AgentSFTConfig(output_dir=str(tmp_path / "sft" / "trl"), num_train_epochs=1.0, learning_rate=1e-4,
                              full_finetune=True, per_device_train_batch_size=8, lora_r=32, lora_alpha=64, lora_dropout=0.0,
                              lora_target_modules=list(SFT_STAGE.ALL_LINEAR), max_length=512, seed=0,
                              lr_scheduler_type="cosine", warmup_steps=10, length_window=32,
                              train_sampling_strategy="group_by_length")
     assert SFT_STAGE._sft_config(config, tmp_path / "sft").to_dict() == old_sft.to_dict()
-    window0 = SFT_STAGE._sft_config(recipe._args(["--length-window", "0", "--lora-r", "8"]), tmp_path)
+    window0 = SFT_STAGE._sft_config(recipe.parse_args(["--length-window", "0", "--lora-r", "8"]), tmp_path)
     assert (window0.train_sampling_strategy, window0.lora_alpha) == ("group_by_length", 16)
     seen = {}
     monkeypatch.setattr("collabui.training.demonstrate.generate_demonstrations", lambda c: seen.update(demo=c))
@@ -437,7 +437,7 @@ def test_stage_configs_are_the_ones_the_recipe_always_built(tmp_path, monkeypatc
                                       workers=4)
     from collabui.devices.miniwob import synthetic_tasks
 
-    recipe.demonstrate(recipe._args(["--synthetic-pages"]), tmp_path / "demo")
+    recipe.demonstrate(recipe.parse_args(["--synthetic-pages"]), tmp_path / "demo")
     assert seen["demo"].tasks == (*TRAIN_TASKS, *synthetic_tasks()) and len(synthetic_tasks()) == 3
     recipe.bundle(config, tmp_path / "extract", tmp_path / "bundle")
     assert seen["bundle"]["merge"] == {"stage1": tmp_path / "extract"} and seen["bundle"]["base"] == "smollm2"
@@ -456,14 +456,14 @@ def test_stage_configs_are_the_ones_the_recipe_always_built(tmp_path, monkeypatc
 def test_a_whole_model_bundle_is_never_published_and_an_extract_is(tmp_path, capsys):
     recipe = _recipe()
     with pytest.raises(SystemExit):
-        recipe._args(["--extract-rank", "0", "--publish"])
+        recipe.parse_args(["--extract-rank", "0", "--publish"])
     assert "--extract-rank 0 bundles the whole model" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        recipe._args(["--extract-rank", "0", "--onpolicy-episodes", "2"])
+        recipe.parse_args(["--extract-rank", "0", "--onpolicy-episodes", "2"])
     assert "--extract-rank 0 makes none" in capsys.readouterr().err
-    assert recipe._args(["--publish"]).publish and recipe._args(["--no-full-finetune", "--onpolicy-episodes", "2"])
-    assert recipe._args(["--onpolicy-episodes", "2"]).sft.full_finetune
-    config = recipe._args(["--extract-rank", "0"])
+    assert recipe.parse_args(["--publish"]).publish and recipe.parse_args(["--no-full-finetune", "--onpolicy-episodes", "2"])
+    assert recipe.parse_args(["--onpolicy-episodes", "2"]).sft.full_finetune
+    config = recipe.parse_args(["--extract-rank", "0"])
     assert config.sft.full_finetune and "--full-finetune" in recipe.made_by_command(config).split()
     model = tmp_path / "sft"
     model.mkdir()
@@ -479,20 +479,20 @@ def test_made_by_is_a_command_the_recipe_accepts():
     """The bundle's ``made_by`` parses back to the settings that trained it (switches as
     ``--x``/``--no-x``, not ``--x True``)."""
     recipe = _recipe()
-    config = recipe._args(["--balance-steps", "--no-onpolicy-dpo", "--hindsight", "2", "--lr", "1e-4"])
+    config = recipe.parse_args(["--balance-steps", "--no-onpolicy-dpo", "--hindsight", "2", "--lr", "1e-4"])
     words = recipe.made_by_command(config).split()
     assert "--balance-steps" in words and "--no-onpolicy-dpo" in words and "True" not in words
-    again = recipe._args(words[1:])
-    assert {k: recipe.flag_values(again)[k] for k in recipe._TAUGHT} == \
-        {k: recipe.flag_values(config)[k] for k in recipe._TAUGHT}
+    again = recipe.parse_args(words[1:])
+    assert {k: recipe.flag_values(again)[k] for k in stage_module("recipe_config").TAUGHT} == \
+        {k: recipe.flag_values(config)[k] for k in stage_module("recipe_config").TAUGHT}
     # The MARL team's, list flags included (items comma-separated; an empty list left out).
     for more in ([], ["--marl-task-episodes", "login-user-popup=18,form-sequence=9"],
                  ["--marl-right-pairs", "--marl-repeat-clicks", "--marl-swap-texts", "--marl-lost-only", "--marl-skip-stale"]):
-        config = recipe._args(["--team", "--marl-iterations", "1", "--marl-shared", *more])
+        config = recipe.parse_args(["--team", "--marl-iterations", "1", "--marl-shared", *more])
         words = recipe.made_by_command(config, marl=True).split()
-        again = recipe._args(words[1:])
-        assert {k: recipe.flag_values(again)[k] for k in recipe._TAUGHT_MARL} == \
-            {k: recipe.flag_values(config)[k] for k in recipe._TAUGHT_MARL}
+        again = recipe.parse_args(words[1:])
+        assert {k: recipe.flag_values(again)[k] for k in stage_module("recipe_config").TAUGHT_MARL} == \
+            {k: recipe.flag_values(config)[k] for k in stage_module("recipe_config").TAUGHT_MARL}
         assert ("--marl-task-episodes" in words) == ("--marl-task-episodes" in more)
         assert ("--marl-lost-only" in words) == ("--marl-lost-only" in more)
         assert ("--marl-swap-texts" in words) == ("--marl-swap-texts" in more)
@@ -546,7 +546,7 @@ def test_onpolicy_dpo_trains_one_shared_adapter_on_the_rounds_pairs(tmp_path, mo
         return Dataset.from_list(pairs)
 
     monkeypatch.setattr(mistake_pairs, "build_mistake_pairs", fake_pairs)
-    args = recipe._args(["--no-full-finetune", "--onpolicy-episodes", "1"])
+    args = recipe.parse_args(["--no-full-finetune", "--onpolicy-episodes", "1"])
     adapter = recipe.onpolicy_dpo(args, round_sft, tmp_path / "onpolicy")
     assert adapter == tmp_path / "onpolicy" / "dpo" / "agent0"
     assert seen == {"traces": tmp_path / "onpolicy" / "rollouts" / "traces",
@@ -566,7 +566,7 @@ def test_onpolicy_dpo_trains_one_shared_adapter_on_the_rounds_pairs(tmp_path, mo
 
 def test_marl_rows_use_the_marl_teams_and_ablations_need_a_team(tmp_path, capsys):
     recipe = _recipe()
-    config = recipe._args(["--team", "--marl-iterations", "1", "--ablations"])
+    config = recipe.parse_args(["--team", "--marl-iterations", "1", "--ablations"])
     rows = recipe.systems(config, tmp_path / "bundle", tmp_path / "marl")
     assert rows["trained_team"]["model"] == f"trained:{tmp_path / 'marl' / 'trained_team' / 'bundle'}"
     assert rows["trained_team_unshuffled"]["model"] == rows["trained_team"]["model"]
@@ -575,13 +575,13 @@ def test_marl_rows_use_the_marl_teams_and_ablations_need_a_team(tmp_path, capsys
         assert rows[name]["model"] == f"trained:{tmp_path / 'marl' / name / 'bundle'}"
         assert EVAL_STAGE.eval_config(config, rows[name]).team.n_agents == 4
         assert EVAL_STAGE.eval_config(config, rows[name]).shuffle_elements
-    assert "ablation_rft" not in recipe.systems(recipe._args(["--team", "--marl-iterations", "1"]), tmp_path)
+    assert "ablation_rft" not in recipe.systems(recipe.parse_args(["--team", "--marl-iterations", "1"]), tmp_path)
     for argv in (["--ablations", "--team"], ["--marl-iterations", "1", "--ablations"], ["--marl-episodes", "0"]):
         with pytest.raises(SystemExit):
-            recipe._args(argv)
+            recipe.parse_args(argv)
     assert "--marl-episodes must be an integer >= 1, got 0" in capsys.readouterr().err  # MARLConfig's check
     with pytest.raises(SystemExit):  # refused before any stage runs, naming the flag
-        recipe._args(["--critic-episodes", "0"])
+        recipe.parse_args(["--critic-episodes", "0"])
     assert "--critic-episodes must be >= 1, got 0" in capsys.readouterr().err
     full = MARL_STAGE.marl_config(config, tmp_path / "bundle", tmp_path / "marl" / "x")
     assert full.model == f"trained:{tmp_path / 'bundle'}" and full.train_tasks == TRAIN_TASKS
@@ -625,7 +625,7 @@ def test_marl_stage_trains_the_team_and_each_ablation_from_one_sft_bundle(tmp_pa
         return real_run(small, progress=False, env_factory=env_factory, model_factory=model_factory, critic=critic)
 
     monkeypatch.setattr(marl, "run_marl", small_run)
-    config = recipe._args(["--team", "--marl-iterations", "1", "--ablations"])
+    config = recipe.parse_args(["--team", "--marl-iterations", "1", "--ablations"])
     clock = recipe._Clock(tmp_path / "recipe.json", config)
     found = recipe.marl(config, start, tmp_path / "marl", clock)
     assert set(found) == {"trained_team", *MARL_STAGE.ABLATIONS} and [c.critic for c in runs] == \
@@ -648,7 +648,7 @@ def test_marl_stage_trains_the_team_and_each_ablation_from_one_sft_bundle(tmp_pa
     assert dags["ablation_no_edge_update"] != dags["trained_team"] == dags["ablation_rft"]
     assert set(json.loads((tmp_path / "recipe.json").read_text())["seconds"]) == {f"6 marl {r}" for r in found}
     # Grown to 2 iterations on the finished folder: the iteration it adds is timed, as its own stage.
-    grown = recipe._args(["--team", "--marl-iterations", "2"])
+    grown = recipe.parse_args(["--team", "--marl-iterations", "2"])
     recipe.marl(grown, start, tmp_path / "marl", recipe._Clock(tmp_path / "recipe.json", grown))
     assert (tmp_path / "marl" / "trained_team" / "iter1" / "pairs.jsonl").is_file()
     seconds = json.loads((tmp_path / "recipe.json").read_text())["seconds"]
@@ -660,15 +660,15 @@ def test_an_ablation_with_written_pairs_trains_on_as_many_per_agent_as_the_full_
     report = {"iterations": [{"pairs": {"per_agent": {"0": 40, "1": 42, "2": 38, "3": 40}}}]}
     (tmp_path / "marl_report.json").write_text(json.dumps(report))
     no_cr = MARL_STAGE.ABLATIONS["ablation_no_cr"]
-    assert MARL_STAGE.same_pairs_as(tmp_path, no_cr, recipe._args([])) == {**no_cr, "max_pairs": 42}
+    assert MARL_STAGE.same_pairs_as(tmp_path, no_cr, recipe.parse_args([])) == {**no_cr, "max_pairs": 42}
     # Own-mistake ablations keep the full run's pairs as they are; a cap given by flag stays.
-    assert MARL_STAGE.same_pairs_as(tmp_path, {"edge_update": False}, recipe._args([])) == {"edge_update": False}
-    assert MARL_STAGE.same_pairs_as(tmp_path, no_cr, recipe._args(["--marl-pairs", "10"])) == no_cr
+    assert MARL_STAGE.same_pairs_as(tmp_path, {"edge_update": False}, recipe.parse_args([])) == {"edge_update": False}
+    assert MARL_STAGE.same_pairs_as(tmp_path, no_cr, recipe.parse_args(["--marl-pairs", "10"])) == no_cr
 
 
 def test_clock_counts_a_finished_stage_once_and_an_interrupted_one(tmp_path, monkeypatch):
     recipe = _recipe()
-    config = recipe._args([])
+    config = recipe.parse_args([])
     ticks = iter([0.0, 30.0, 100.0, 101.0, 200.0, 220.0, 300.0, 310.0, 400.0, 402.0])
     monkeypatch.setattr(recipe.time, "perf_counter", lambda: next(ticks))
     clock = recipe._Clock(tmp_path / "recipe.json", config)
@@ -702,16 +702,16 @@ def test_full_finetune_ships_an_extract_made_once_per_model_and_ranks(tmp_path, 
     made = []
     real = extract_module.extract_adapter
     monkeypatch.setattr(extract_module, "extract_adapter", lambda *a, **k: made.append(k) or real(*a, **k))
-    config = recipe._args(["--extract-rank", "4", "--extract-embedding-rank", "2"])
+    config = recipe.parse_args(["--extract-rank", "4", "--extract-embedding-rank", "2"])
     out = recipe.extract(config, model, tmp_path / "extract")
     assert json.loads((out / "adapter_config.json").read_text())["r"] == 4 and made == [{"rank": 4, "embedding_rank": 2}]
     recipe.extract(config, model, tmp_path / "extract")
     assert len(made) == 1  # resumed: the same ranks, the same model
-    recipe.extract(recipe._args(["--extract-rank", "3", "--extract-embedding-rank", "2"]), model, tmp_path / "extract")
+    recipe.extract(recipe.parse_args(["--extract-rank", "3", "--extract-embedding-rank", "2"]), model, tmp_path / "extract")
     assert len(made) == 2
     later = (tmp_path / "extract" / "extract.json").stat().st_mtime + 5
     os.utime(model / "model.safetensors", (later, later))
-    recipe.extract(recipe._args(["--extract-rank", "3", "--extract-embedding-rank", "2"]), model, tmp_path / "extract")
+    recipe.extract(recipe.parse_args(["--extract-rank", "3", "--extract-embedding-rank", "2"]), model, tmp_path / "extract")
     assert len(made) == 3
     bundle = recipe.bundle(config, out, tmp_path / "bundle")
     manifest = json.loads((bundle / "team.json").read_text())
@@ -746,7 +746,7 @@ def test_a_fully_fine_tuned_round_continues_the_whole_model_and_ships_its_extrac
     monkeypatch.setattr(SFT_STAGE, "demo_rows", lambda *a: [])
     model = tmp_path / "sft"
     shutil.copytree(tiny_model_dir, model)
-    config = recipe._args(["--onpolicy-episodes", "1", "--extract-rank", "4", "--extract-embedding-rank", "2",
+    config = recipe.parse_args(["--onpolicy-episodes", "1", "--extract-rank", "4", "--extract-embedding-rank", "2",
                            "--batch", "2", "--lr", "1e-3", "--round2-demo-rows", "0"])
     (tmp_path / "onpolicy").mkdir()  # the rollouts' folder, made by the evaluation this test stubs
     out = recipe.onpolicy_round(config, tmp_path / "bundle-sft", tmp_path / "demo", model, tmp_path / "onpolicy")
@@ -783,7 +783,7 @@ def test_sft_draws_average_each_seeds_model_once_and_need_full_finetuning(tmp_pa
     made = []
     real = soup_module.average_models
     monkeypatch.setattr(soup_module, "average_models", lambda *a, **k: made.append(a) or real(*a, **k))
-    config = recipe._args(["--sft-draws", "3", "--sft-seed", "5"])
+    config = recipe.parse_args(["--sft-draws", "3", "--sft-seed", "5"])
     clock = recipe._Clock(tmp_path / "recipe.json", config)
     first = fake_sft(config, tmp_path / "demo", tmp_path / "sft")
     target = recipe.soup(config, first, tmp_path, clock)
@@ -802,7 +802,7 @@ def test_sft_draws_average_each_seeds_model_once_and_need_full_finetuning(tmp_pa
     for bad, message in ((["--sft-draws", "0"], "--sft-draws must be >= 1, got 0"),
                          (["--sft-draws", "2", "--no-full-finetune"], "averages fully fine-tuned models")):
         with pytest.raises(SystemExit):
-            recipe._args(bad)
+            recipe.parse_args(bad)
         assert message in capsys.readouterr().err
 
 
@@ -852,7 +852,7 @@ def test_from_bundle_trains_marl_on_a_copy_of_the_bundle_and_no_sft(tmp_path, mo
     made_by = read_bundle(out / "marl" / "trained_team" / "bundle")["made_by"].split()
     assert made_by[1:3] == ["--from-bundle", str(source)] and "--marl-iterations" in made_by
     assert "--sft-examples" not in made_by  # the SFT settings were the start's, not this run's
-    assert recipe._args(made_by[1:]).from_bundle == str(source)
+    assert recipe.parse_args(made_by[1:]).from_bundle == str(source)
 
 
 def test_a_marl_team_grown_to_more_iterations_is_measured_into_folders_of_its_own(tmp_path, monkeypatch,
@@ -951,10 +951,10 @@ def test_the_marl_gate_keeps_the_sft_team_unless_marl_validates_as_well(tmp_path
     assert json.loads((out / "results.json").read_text())["marl_gate"]["kept"] == "marl"
 
     with pytest.raises(SystemExit):
-        recipe._args(["--marl-iterations", "1", "--team", "--validate", "1", "--marl-gate"])
+        recipe.parse_args(["--marl-iterations", "1", "--team", "--validate", "1", "--marl-gate"])
     assert "--marl-gate compares the MARL team with the SFT team on both validations" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        recipe._args([*argv, "--validate-forms", "2", "--ablations", "--publish-ablations"])
+        recipe.parse_args([*argv, "--validate-forms", "2", "--ablations", "--publish-ablations"])
     assert "--marl-gate may replace that team by the SFT team" in capsys.readouterr().err
 
 
@@ -970,7 +970,7 @@ def test_from_bundle_refuses_what_it_cannot_start_from(tmp_path, tiny_model_dir,
     assert recipe.main(argv) == 2
     assert "per-agent adapters" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        recipe._args(["--from-bundle", "smollm2-trained", "--onpolicy-episodes", "2"])
+        recipe.parse_args(["--from-bundle", "smollm2-trained", "--onpolicy-episodes", "2"])
     assert "--from-bundle starts from a trained model" in capsys.readouterr().err
 
 
@@ -978,11 +978,11 @@ def test_ablations_train_the_rows_systems_asks_for(tmp_path):
     """--ablations with --systems naming ablation rows trains those alone (a session can add one
     row at a time); naming none trains every ablation; the facts list the runs made so far."""
     recipe = _recipe()
-    picked = recipe._args(["--team", "--marl-iterations", "1", "--ablations", "--systems", "trained_team,ablation_rft"])
+    picked = recipe.parse_args(["--team", "--marl-iterations", "1", "--ablations", "--systems", "trained_team,ablation_rft"])
     assert list(MARL_STAGE.trained_ablations(picked)) == ["ablation_rft"]
-    every = recipe._args(["--team", "--marl-iterations", "1", "--ablations", "--systems", "trained_team"])
+    every = recipe.parse_args(["--team", "--marl-iterations", "1", "--ablations", "--systems", "trained_team"])
     assert list(MARL_STAGE.trained_ablations(every)) == list(MARL_STAGE.ABLATIONS)
-    assert MARL_STAGE.trained_ablations(recipe._args(["--team", "--marl-iterations", "1"])) == {}
+    assert MARL_STAGE.trained_ablations(recipe.parse_args(["--team", "--marl-iterations", "1"])) == {}
     for row in ("trained_team", "ablation_no_cr"):
         (tmp_path / row).mkdir()
         (tmp_path / row / "marl_report.json").write_text(json.dumps({"seconds": {"total": 60.0}, "iterations": []}))
@@ -1034,7 +1034,7 @@ def test_marl_rollouts_from_another_run_trains_another_update_on_its_episodes(tm
                             made_by=made_by)
 
     def stage(argv, run):
-        config = recipe._args(["--team", "--marl-iterations", "1", *argv])
+        config = recipe.parse_args(["--team", "--marl-iterations", "1", *argv])
         start = bundle(run / "bundle", **({"adapter": "a2"} if run.name == "other" else {}), made_by=run.name)
         return recipe.marl(config, start, run / "marl", recipe._Clock(run / "recipe.json", config))
 
@@ -1053,7 +1053,7 @@ def test_marl_rollouts_from_another_run_trains_another_update_on_its_episodes(tm
     made_by = read_bundle(found["trained_team"])["made_by"]
     assert "--dpo-lr 0.001" in made_by and "--marl-epochs 2.0" in made_by and "--marl-shared" in made_by
     assert state["config"]["shared_adapter"] is True  # an update setting: the per-agent run's episodes serve it
-    assert recipe._args(made_by.split()[1:]).marl_epochs == 2.0 and "rollouts-from" not in made_by
+    assert recipe.parse_args(made_by.split()[1:]).marl_epochs == 2.0 and "rollouts-from" not in made_by
 
     refusals = {"no MARL run": (["--marl-rollouts-from", str(tmp_path / "sweep" / "marl")], tmp_path / "x"),
                 "another bundle": (sweep, tmp_path / "other"),
@@ -1078,7 +1078,7 @@ def test_marl_rollouts_from_another_run_trains_another_update_on_its_episodes(tm
     assert len(logs) == 3
     for argv in (["--marl-epochs", "0"], ["--marl-rollouts-from", str(first)]):
         with pytest.raises(SystemExit):
-            recipe._args(["--team", *argv] if argv[0] != "--marl-epochs" else ["--marl-iterations", "1", *argv])
+            recipe.parse_args(["--team", *argv] if argv[0] != "--marl-epochs" else ["--marl-iterations", "1", *argv])
     err = capsys.readouterr().err
     assert "--marl-epochs must be > 0" in err and "give --marl-iterations N" in err
 
@@ -1095,7 +1095,7 @@ def test_marl_reuse_iterations_copies_later_iterations_episodes_too(tmp_path, mo
     _small_marl_stage(recipe, monkeypatch, logs)
 
     def stage(argv, run):
-        config = recipe._args(["--team", *argv])
+        config = recipe.parse_args(["--team", *argv])
         start = write_bundle(run / "bundle", base=f"hf:{tiny_model_dir}", merge={"stage1": adapter_dirs["a1"]},
                              agents={}, team={"prompt_style": "trained", "max_new_tokens": 8, "element_format": "html"},
                              made_by="recipe.py")
@@ -1121,7 +1121,7 @@ def test_marl_reuse_iterations_copies_later_iterations_episodes_too(tmp_path, mo
     for argv in (["--marl-iterations", "2", "--marl-reuse-iterations", "2"], [*sweep, "--marl-reuse-iterations", "3"],
                  ["--marl-iterations", "1", "--marl-element-kinds"]):
         with pytest.raises(SystemExit):
-            recipe._args(["--team", *argv])
+            recipe.parse_args(["--team", *argv])
     err = capsys.readouterr().err
     assert "give --marl-rollouts-from RUN with it" in err and "between 1 and --marl-iterations (2), got 3" in err
     assert "--marl-element-kinds balances pairs within --marl-mirror or --marl-pairs" in err
@@ -1147,20 +1147,20 @@ def test_a_stage_refusing_its_folder_ends_the_run_with_one_line_and_exit_2(tmp_p
 
 def test_stop_when_decided_reaches_the_team_rows_but_not_the_arbiter_singles_or_marl(tmp_path):
     recipe = _recipe()
-    args = recipe._args(["--team", "--marl-iterations", "1"])  # the default
+    args = recipe.parse_args(["--team", "--marl-iterations", "1"])  # the default
     rows = {name: EVAL_STAGE.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "m").items()}
     stops = {name for name, c in rows.items() if c.team.stop_when_decided}
     assert stops == {"base_team", "trained_team", "trained_team_unshuffled"}
     marl = MARL_STAGE.marl_config(args, tmp_path / "b", tmp_path / "m")
     assert not marl.team.stop_when_decided  # MARL labels every entry
-    every = recipe._args(["--team", "--no-stop-when-decided"])
+    every = recipe.parse_args(["--team", "--no-stop-when-decided"])
     assert not any(EVAL_STAGE.eval_config(every, f).team.stop_when_decided
                    for f in recipe.systems(every, tmp_path / "m").values())
 
 
 def test_skip_stale_reaches_every_team_row_and_the_team_validations_but_not_singles_or_marl(tmp_path):
     recipe = _recipe()
-    args = recipe._args(["--team", "--marl-iterations", "1", "--validate", "1", "--validate-forms", "1"])  # the default
+    args = recipe.parse_args(["--team", "--marl-iterations", "1", "--validate", "1", "--validate-forms", "1"])  # the default
     rows = {name: EVAL_STAGE.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "m").items()}
     assert {name for name, c in rows.items() if c.team.skip_stale} == {
         "base_team", "trained_team", "trained_team_unshuffled", "trained_team_arbiter"}
@@ -1168,19 +1168,19 @@ def test_skip_stale_reaches_every_team_row_and_the_team_validations_but_not_sing
     assert EVAL_STAGE.validation_config(args, tmp_path, team=True, forms=True).team.skip_stale
     assert not EVAL_STAGE.validation_config(args, tmp_path).team.skip_stale
     assert not MARL_STAGE.marl_config(args, tmp_path / "b", tmp_path / "m").team.skip_stale  # rollouts as trained
-    plain = recipe._args(["--team", "--no-skip-stale"])
+    plain = recipe.parse_args(["--team", "--no-skip-stale"])
     assert not any(EVAL_STAGE.eval_config(plain, f).team.skip_stale for f in recipe.systems(plain, tmp_path / "m").values())
 
 
 def test_marl_update_flags_reach_the_marl_config(tmp_path):
     recipe = _recipe()
-    marl = MARL_STAGE.marl_config(recipe._args(["--team", "--marl-iterations", "1", "--marl-shared", "--marl-mirror",
+    marl = MARL_STAGE.marl_config(recipe.parse_args(["--team", "--marl-iterations", "1", "--marl-shared", "--marl-mirror",
                                                 "--marl-pairs", "7", "--marl-anchor", "1.5"]), tmp_path / "b", tmp_path / "m")
     assert (marl.shared_adapter, marl.mirror_corrections, marl.max_pairs, marl.anchor) == (True, True, 7, 1.5)
-    assert not MARL_STAGE.marl_config(recipe._args(["--team", "--marl-iterations", "1"]), tmp_path / "b",
+    assert not MARL_STAGE.marl_config(recipe.parse_args(["--team", "--marl-iterations", "1"]), tmp_path / "b",
                                       tmp_path / "m").shared_adapter  # the paper's per-agent adapters by default
     # Every pair option on at once still builds each ablation (no_cr's rule adversary drops right pairs).
-    every = recipe._args(["--team", "--marl-iterations", "1", "--marl-right-pairs", "--marl-mirror", "--marl-pairs", "7",
+    every = recipe.parse_args(["--team", "--marl-iterations", "1", "--marl-right-pairs", "--marl-mirror", "--marl-pairs", "7",
                           "--marl-element-kinds", "--marl-anchor", "1", "--marl-shared", "--marl-pool",
                           "--marl-repeat-clicks", "--marl-swap-texts", "--marl-lost-only", "--marl-skip-stale"])
     for name, change in MARL_STAGE.ABLATIONS.items():
@@ -1190,7 +1190,7 @@ def test_marl_update_flags_reach_the_marl_config(tmp_path):
         assert (built.right_pairs, built.repeat_clicks, built.swap_texts, built.lost_only) == (own, own, own, own)
         assert built.team.skip_stale  # every row's rollouts vote as the evaluated team does
     # The paper's vote in MARL's rollouts by default, whatever the evaluated teams do.
-    assert recipe._args(["--team", "--marl-iterations", "1"]).evaluation.team.skip_stale
+    assert recipe.parse_args(["--team", "--marl-iterations", "1"]).evaluation.team.skip_stale
     assert not marl.team.skip_stale
     with pytest.raises(recipe.ConfigError, match="--no-skip-stale evaluates them with the paper's"):
         dataclasses.replace(every, evaluation=dataclasses.replace(
@@ -1203,7 +1203,7 @@ def test_marl_rehearse_writes_the_sft_rows_once_and_names_them_in_every_marl_con
     from tests.training.test_hindsight import ROW
 
     recipe = _recipe()
-    config = recipe._args(["--team", "--marl-iterations", "1", "--marl-rehearse", "0.5", "--sft-examples", "3"])
+    config = recipe.parse_args(["--team", "--marl-iterations", "1", "--marl-rehearse", "0.5", "--sft-examples", "3"])
     demo, marl = tmp_path / "run" / "demo", tmp_path / "run" / "marl"
     with pytest.raises(ConfigError, match="has no steps.jsonl; delete its demo_stats.json to demonstrate again"):
         MARL_STAGE.write_rehearsal(config, demo, marl / MARL_STAGE.REHEARSAL_FILE)
@@ -1229,7 +1229,7 @@ def test_marl_rehearse_from_a_bundle_runs_the_demonstration_stage_once_when_the_
     from tests.training.test_hindsight import ROW
 
     recipe = _recipe()
-    config = recipe._args(["--team", "--from-bundle", "smollm2-trained", "--marl-iterations", "1",
+    config = recipe.parse_args(["--team", "--from-bundle", "smollm2-trained", "--marl-iterations", "1",
                            "--marl-rehearse", "0.5", "--sft-examples", "2"])
     searched = []
 
@@ -1259,22 +1259,22 @@ def test_the_recipe_composes_marl_config_its_flags_help_and_checks(capsys):
     from collabui.training.marl_config import MARLConfig
 
     helps = {f.name: f.metadata["help"] for f in dataclasses.fields(MARLConfig)}
-    ap, flags = recipe._parser()
+    ap, flags = stage_module("recipe_config").parser()
     actions = {a.dest: a for a in ap._actions}
     for name in MARL_STAGE.MARL_FLAGS:
         assert flags[f"marl.{name}"].startswith("marl_")
         assert actions[name].help.startswith(helps[name][:40].replace("%", "%%"))
-    assert recipe._args(["--marl-pairs", "5"]).marl.max_pairs == 5
+    assert recipe.parse_args(["--marl-pairs", "5"]).marl.max_pairs == 5
     for argv, said in ((["--marl-anchor", "-1"], "--marl-anchor must be a number >= 0"),
                        (["--marl-pairs", "-2"], "--marl-pairs must be an integer >= 0, got -2")):
         with pytest.raises(SystemExit):
-            recipe._args(argv)
+            recipe.parse_args(argv)
         assert said in capsys.readouterr().err
 
 
 def test_serve_backend_auto_reaches_every_served_row_and_marl(tmp_path):
     recipe = _recipe()
-    args = recipe._args(["--team", "--serve", "--serve-backend", "auto", "--marl-iterations", "1", "--validate", "3"])
+    args = recipe.parse_args(["--team", "--serve", "--serve-backend", "auto", "--marl-iterations", "1", "--validate", "3"])
     rows = {name: EVAL_STAGE.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "m").items()}
     assert {n for n, c in rows.items() if c.serve_backend == "auto"} == set(rows) - {"random", "lexical"}
     assert EVAL_STAGE.validation_config(args, tmp_path / "b", team=True).serve_backend == "auto"
@@ -1342,5 +1342,5 @@ def test_rows_keep_each_episodes_outcome_and_pair_from_them_as_their_folders_do(
     assert "outcomes" not in EVAL_STAGE.row(done)  # no folder given: the figures alone
     assert EVAL_STAGE.episode_records(results["systems"]["old"]) == []
     with pytest.raises(SystemExit):
-        recipe._args(["--table", "--paired", "random,lexical"])
+        recipe.parse_args(["--table", "--paired", "random,lexical"])
     assert "give one of them" in capsys.readouterr().err
