@@ -7,6 +7,7 @@ here it is one ``error:`` line naming the flag and the fix, before any work.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
 from pathlib import Path
 
@@ -47,10 +48,13 @@ def check_outputs(args: argparse.Namespace) -> None:
 
 
 def writable_folder(path: Path, flag: str, *, shown: str | Path | None = None) -> None:
-    """Create ``path`` (and its parents) and try writing in it, or say why that is impossible."""
+    """Try writing in ``path`` (creating it and its parents for the try), or say why that is
+    impossible. Folders the try created are removed again: a command refused later for another
+    reason leaves no empty run folder behind; the run creates its own."""
     shown = shown or path
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{flag} {shown}: {path} is a file, not a folder; pass another path")
+    created = [folder for folder in (path, *path.parents) if not folder.exists()]
     try:
         path.mkdir(parents=True, exist_ok=True)
         # Permissions alone do not tell (root ignores them; a read-only mount does not): try.
@@ -60,3 +64,7 @@ def writable_folder(path: Path, flag: str, *, shown: str | Path | None = None) -
         reason = exc.strerror or type(exc).__name__
         raise ConfigError(f"{flag} {shown}: cannot write there ({reason}); pass a folder you can "
                           "write to") from None
+    finally:
+        for folder in created:  # innermost first; one something else filled meanwhile stays
+            with contextlib.suppress(OSError):
+                folder.rmdir()

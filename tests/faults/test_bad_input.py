@@ -38,6 +38,22 @@ def test_output_paths_are_checked_first(tmp_path, capsys):
     _one_error_line(capsys, ["view", "t.jsonl", "--out", str(a_file / "t.html")], "--out")
 
 
+def test_a_refused_command_leaves_no_folder_behind(tmp_path, capsys):
+    """The output check creates the folder only to try writing in it: refused afterwards for
+    another reason, the command leaves nothing (an existing folder stays)."""
+    out = tmp_path / "new" / "run"
+    _one_error_line(capsys, ["eval", "miniwob", "--mobile", "--shuffle-elements", "--model", "random",
+                             "--out", str(out)], "apply to web pages")
+    assert not (tmp_path / "new").exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    _one_error_line(capsys, ["eval", "miniwob", "--mobile", "--shuffle-elements", "--model", "random",
+                             "--out", str(kept)], "apply to web pages")
+    assert kept.is_dir()
+    _one_error_line(capsys, ["view", "missing.jsonl", "--out", str(tmp_path / "views" / "t.html")])
+    assert not (tmp_path / "views").exists()
+
+
 def test_cut_short_run_json_is_one_line(tmp_path, capsys):
     """An eval folder whose run.json a crash cut short: refused with the fix, nothing run."""
     out = tmp_path / "eval"
