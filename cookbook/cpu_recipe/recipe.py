@@ -40,7 +40,6 @@ from recipe_eval import (
     critic_check,
     evaluate,
     paired_rows,
-    plot,
     publish_ablations,
     publish_results,
     publish_row,
@@ -51,6 +50,7 @@ from recipe_eval import (
 )
 from recipe_eval import row as _row
 from recipe_marl import ABLATIONS, marl_runs, marl_suffix, train_marl
+from recipe_plots import plot, plot_timeline
 from recipe_sft import (
     demonstrate,
     extract,
@@ -272,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:  # no time bound: a stop may come while a stage saves a model
         stopping.install(watchdog=False)
     out = Path(config.out_dir)
+    if config.timeline is not None:
+        return _timeline(out / "recipe.json", config.timeline)
     if config.table or config.paired is not None or config.plot is not None:
         path = out / "results.json" if (out / "results.json").is_file() else HERE / "results.json"
         try:
@@ -334,13 +336,29 @@ def _show(config: RecipeConfig, results: dict[str, Any], path: Path) -> int:
     return 0
 
 
-def _draw(results: dict[str, Any], path: Path) -> None:
-    """The run's plot beside its results.json; a run that trained and evaluated does not fail
-    for want of a picture."""
+def _timeline(recipe_json: Path, png: str) -> int:
+    """``--timeline PNG``: draw the stage minutes of a run folder's recipe.json and exit."""
+    if not recipe_json.is_file():
+        print(f"error: no {recipe_json}; give --out a run folder of this recipe", file=sys.stderr)
+        return 2
     try:
-        plot(results, path)
+        total = plot_timeline(json.loads(recipe_json.read_text()).get("seconds", {}), png)
     except ConfigError as exc:
-        print(f"[recipe] no {path.name}: {exc}", file=sys.stderr)
+        print(f"error: {exc} ({recipe_json})", file=sys.stderr)
+        return 2
+    print(f"{png}: {total:.1f} min of stages in {recipe_json}")
+    return 0
+
+
+def _draw(results: dict[str, Any], out: Path, seconds: dict[str, float]) -> None:
+    """The run's pictures beside its results.json (results.png, timeline.png); a run that
+    trained and evaluated does not fail for want of a picture."""
+    for name, draw in (("results.png", lambda p: plot(results, p)),
+                       ("timeline.png", lambda p: plot_timeline(seconds, p))):
+        try:
+            draw(out / name)
+        except ConfigError as exc:
+            print(f"[recipe] no {name}: {exc}", file=sys.stderr)
 
 
 def _ablations_command(config: RecipeConfig, out: Path) -> str:
@@ -422,7 +440,7 @@ def _run(config: RecipeConfig, out: Path, names: list[str]) -> None:
         # collabui/trained/smollm2: the smollm2-trained spec (the MARL team when there is one)
         shutil.copytree(teams.get("trained_team", trained), SHIPPED)
     print(table(results))
-    _draw(results, out / "results.png")
+    _draw(results, out, clock.data["seconds"])
     print(f"[recipe] training {results['minutes']} min, evaluation {results['eval_minutes']} min; "
           f"{out / 'results.json'}", file=sys.stderr)
 

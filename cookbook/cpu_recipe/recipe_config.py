@@ -247,6 +247,9 @@ class RecipeConfig:
     plot: str | None = field(default=None, metadata={
         "metavar": "PNG", "help": "draw the headline rows of results.json (success with 95%% intervals) to PNG "
         "and exit; a finished run draws OUT/results.png itself"})
+    timeline: str | None = field(default=None, metadata={
+        "metavar": "PNG", "help": "draw the minutes of each stage of the run in --out (its recipe.json, so far) to "
+        "PNG and exit; a finished run draws OUT/timeline.png itself"})
 
     def __post_init__(self) -> None:
         for name in ("validate", "validate_forms", "onpolicy_episodes", "round2_demo_rows", "hindsight", "marl_iterations"):
@@ -305,8 +308,8 @@ class RecipeConfig:
         if self.publish_ablations and self.marl_gate:
             raise ConfigError("--publish-ablations publishes the MARL team beside its ablations, and --marl-gate may "
                               "replace that team by the SFT team: drop one of the two")
-        if sum((self.table, self.paired is not None, self.plot is not None)) > 1:
-            raise ConfigError("--table, --paired and --plot each read results.json and exit: give one of them")
+        if sum((self.table, self.paired is not None, self.plot is not None, self.timeline is not None)) > 1:
+            raise ConfigError("--table, --paired, --plot and --timeline each read a file and exit: give one of them")
         if self.publish_ablations and not self.ablations:
             raise ConfigError("--publish-ablations copies the run's ablation rows: give --ablations with it")
 

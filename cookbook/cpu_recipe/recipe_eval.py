@@ -223,52 +223,6 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-#: The rows the issue names, in the plot's order (top to bottom): baselines, base model, trained
-#: model, the MARL team and its ablations. A results.json's other rows are experiments.
-HEADLINE_ROWS = ("random", "lexical", "base_single", "base_team", "trained_single", "trained_team",
-                 "trained_team_unshuffled", "trained_team_marl", *ABLATIONS)
-
-
-def plot(results: dict[str, Any], path: str | Path) -> list[str]:
-    """The headline rows of a results.json as held-out success with 95% Wilson intervals (a
-    forest plot written to ``path``), the issue's target (lexical + 15 points) and the 60% aim
-    marked; returns the rows drawn.
-
-    Raises:
-        ConfigError: the results hold none of :data:`HEADLINE_ROWS`, or matplotlib is missing.
-    """
-    from collabui._plotting import figure, tidy
-
-    rows = results.get("systems", {})
-    names = [name for name in HEADLINE_ROWS if name in rows]
-    if not names:
-        raise ConfigError(f"no row to plot: results.json has none of {', '.join(HEADLINE_ROWS)}")
-    with figure(path, figsize=(8, 1.6 + 0.4 * len(names))) as (_fig, ax):
-        for y, name in enumerate(reversed(names)):
-            row, colour = rows[name], _colour(name)
-            rate, (low, high) = 100 * row["rate"], (100 * bound for bound in row["ci95"])
-            ax.errorbar(rate, y, xerr=[[rate - low], [high - rate]], fmt="o", color=colour, capsize=3)
-            ax.annotate(f"{row['successes']}/{row['episodes']}", (high, y), xytext=(5, 0),
-                        textcoords="offset points", va="center", fontsize="small", color=colour)
-        ax.set_yticks(range(len(names)), list(reversed(names)))
-        if "lexical" in rows:
-            ax.axvline(100 * rows["lexical"]["rate"] + 15, ls="--", color="grey", label="lexical + 15 points")
-        ax.axvline(60, ls=":", color="tab:green", label="the 60% aim")
-        ax.set_xlim(0, 100)
-        ax.set_title("Held-out MiniWoB++ tasks, shuffled pages (cookbook/cpu_recipe/results.json)", fontsize="medium")
-        tidy([ax], xlabel="success, % of episodes (95% Wilson interval)")
-    return names
-
-
-def _colour(name: str) -> str:
-    """Baselines grey, the base model brown, the SFT model blue, MARL and its ablations purple."""
-    if name in ("random", "lexical"):
-        return "grey"
-    if name.startswith("base_"):
-        return "tab:brown"
-    return "tab:purple" if name == "trained_team_marl" or name in ABLATIONS else "tab:blue"
-
-
 def team_figures(folder: Path) -> dict[str, Any]:
     """How a team row reached its actions (``collabui eval team``): vote margins, kept answers."""
     from collabui.evaluation.team_dynamics import read_team_traces, team_dynamics

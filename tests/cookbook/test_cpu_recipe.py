@@ -134,7 +134,23 @@ def test_plot_draws_the_headline_rows_in_order_and_refuses_a_file_without_them(t
     with pytest.raises(SystemExit) as stop:  # argparse's usage error
         recipe.main(["--out", str(tmp_path), "--plot", str(png), "--table"])
     assert stop.value.code == 2
-    assert "--table, --paired and --plot each read results.json and exit" in capsys.readouterr().err
+    assert "--table, --paired, --plot and --timeline each read a file and exit" in capsys.readouterr().err
+
+
+def test_timeline_draws_a_runs_stage_minutes_and_refuses_a_folder_without_them(tmp_path, capsys):
+    recipe = _recipe()
+    seconds = {"1 demonstrations": 600.0, "2 sft": 2700.0, "6 marl trained_team": 1740.0, "3 eval trained_team": 1030.0}
+    png = tmp_path / "timeline.png"
+    assert recipe.plot_timeline(seconds, png) == pytest.approx(6070 / 60)
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    (tmp_path / "recipe.json").write_text(json.dumps({"seconds": seconds}))
+    assert recipe.main(["--out", str(tmp_path), "--timeline", str(tmp_path / "t.png")]) == 0
+    assert capsys.readouterr().out == f"{tmp_path / 't.png'}: 101.2 min of stages in {tmp_path / 'recipe.json'}\n"
+    assert recipe.main(["--out", str(tmp_path / "none"), "--timeline", str(png)]) == 2
+    assert capsys.readouterr().err == f"error: no {tmp_path / 'none' / 'recipe.json'}; give --out a run folder of this recipe\n"
+    (tmp_path / "recipe.json").write_text(json.dumps({"seconds": {}}))
+    assert recipe.main(["--out", str(tmp_path), "--timeline", str(png)]) == 2
+    assert "no stage to draw: recipe.json records none yet" in capsys.readouterr().err
 
 
 def test_the_readme_results_table_is_the_shipped_results_json():
@@ -381,7 +397,7 @@ DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0,
                 "bf16": default_bf16(),
                 "ablations": False, "validate": 0, "validate_forms": 0,
                 "publish": False, "publish_previous": None, "publish_row": None, "publish_ablations": False, "table": False, "paired": None,
-                "plot": None}
+                "plot": None, "timeline": None}
 
 
 def test_flags_and_defaults_are_the_recipes_and_land_in_the_composed_configs(tmp_path):
