@@ -76,10 +76,14 @@ def _click_dialog_2(task: str, steps: list[dict[str, Any]]) -> str:
     return f'"{wanted.group(1) if wanted else "?"}" read as "{clicked}"'
 
 
+def _miscopied(task: str, text: str) -> bool:
+    """Whether typed ``text`` has a word the task does not (Doddson where the task says Dodson)."""
+    return not set(re.findall(r"[\w'-]+", text)) <= set(re.findall(r"[\w'-]+", task))
+
+
 def _multi_orderings(task: str, steps: list[dict[str, Any]]) -> str:
-    words = set(re.findall(r"[\w'-]+", task))
     typed = [str(action.get("content", "")) for action, _ in _actions(steps) if action.get("action") == "type_string"]
-    miscopied = [text for text in typed if not set(re.findall(r"[\w'-]+", text)) <= words]
+    miscopied = [text for text in typed if _miscopied(task, text)]
     return "a value miscopied from the task" if miscopied else "every value copied, lost otherwise"
 
 
@@ -118,6 +122,31 @@ def lost_causes(folder: Path) -> tuple[Counter[tuple[str, str]], Counter[str], i
     return counts, lost, len(episodes)
 
 
+def miscopies(folder: Path, task_name: str) -> tuple[int, list[tuple[str, str]]]:
+    """(typing entries, the miscopied ones as (task, typed)) over every agent's proposals in the traces
+    of ``task_name`` in ``folder`` or its traces/ (a team's n x m matrix; a single agent's executed action).
+
+    Run on training rollouts, this counts a copying slip on a training task, e.g. multi-layouts.
+    """
+    from collabui.trace import read_trace
+
+    entries, slips = 0, []
+    root = folder / "traces" if (folder / "traces").is_dir() else folder
+    for path in sorted(root.glob("*.jsonl")):
+        trace = read_trace(path, validate=False)
+        if trace.header.get("env") != f"miniwob/{task_name}":
+            continue
+        for step in trace.steps:
+            task = str((step.get("observation") or {}).get("task", ""))
+            matrix = [entry.get("action") or {} for row in step.get("proposals") or [] for entry in row]
+            for action in matrix or [step.get("executed") or {}]:
+                if action.get("action") == "type_string":
+                    entries += 1
+                    if _miscopied(task, str(action.get("content", ""))):
+                        slips.append((task, str(action.get("content", ""))))
+    return entries, slips
+
+
 def render(counts: Counter[tuple[str, str]], lost: Counter[str], episodes: int) -> str:
     """A markdown table, the tasks by lost episodes, each task's causes by count."""
     lines = [f"{sum(lost.values())} of {episodes} episodes lost", "", "| task | lost | cause | episodes |",
@@ -132,7 +161,20 @@ def render(counts: Counter[tuple[str, str]], lost: Counter[str], episodes: int) 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", type=Path, help="an evaluation folder (episodes.jsonl and traces/), e.g. a recipe row's")
+    ap.add_argument("--miscopies", metavar="TASK",
+                    help="instead: count the typing entries on TASK (every trace under FOLDER, e.g. MARL "
+                         "rollouts) whose value has a word the task does not")
     args = ap.parse_args(argv)
+    if args.miscopies:
+        entries, slips = miscopies(args.folder, args.miscopies)
+        if not entries:
+            print(f"lost_episodes: no typing on {args.miscopies} in the traces under {args.folder}; give a folder "
+                  "of traces of that task", file=sys.stderr)
+            return 2
+        print(f"{len(slips)} of {entries} typing entries on {args.miscopies} miscopied")
+        for (task, text), k in Counter(slips).most_common():
+            print(f"- {text!r} x{k} for: {task}")
+        return 0
     if not (args.folder / "episodes.jsonl").is_file():
         print(f"lost_episodes: no episodes.jsonl in {args.folder}; give a `collabui eval miniwob` output folder",
               file=sys.stderr)

@@ -82,3 +82,22 @@ def test_a_folder_without_episodes_is_one_line_and_exit_2(tmp_path, capsys):
     assert lost.main([str(tmp_path)]) == 2
     assert capsys.readouterr().err == (f"lost_episodes: no episodes.jsonl in {tmp_path}; give a `collabui eval "
                                        "miniwob` output folder\n")
+
+
+def test_miscopies_counts_every_agents_typing_on_one_task(tmp_path, capsys):
+    lost = load_script("lost_episodes")
+    movies = "Search for horror movies directed by Dodson from year 1970."
+    _episode(tmp_path, "m0", "multi-layouts", movies, [(MOVIES, typed("Q", "Dodson"))])
+    trace = tmp_path / "traces" / "m0.jsonl"
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    # a team step: three agents' proposals, two typing, one of them a slip
+    records[1]["proposals"] = [[{"action": typed("Q", "Doddson")}, {"action": typed("Q", "Dodson")}],
+                               [{"action": click("B")}]]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in records))
+    _episode(tmp_path, "o0", "multi-orderings", movies, [(MOVIES, typed("Q", "Doddson"))])  # another task
+
+    assert lost.miscopies(tmp_path, "multi-layouts") == (2, [(movies, "Doddson")])
+    assert lost.main([str(tmp_path), "--miscopies", "multi-layouts"]) == 0
+    assert capsys.readouterr().out == f"1 of 2 typing entries on multi-layouts miscopied\n- 'Doddson' x1 for: {movies}\n"
+    assert lost.main([str(tmp_path / "traces"), "--miscopies", "enter-text"]) == 2
+    assert capsys.readouterr().err.startswith("lost_episodes: no typing on enter-text in the traces under ")
