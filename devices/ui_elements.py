@@ -21,16 +21,26 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, cast
 
 # What a password field's text (and a masked typed password) becomes: the redaction layer's
 # mask, so that a masked field on screen and a masked value in a trace read the same.
 from collabui.redaction import PASSWORD_MASK
 
-__all__ = ["UIElement", "Bounds", "render_line", "render_elements", "element_record", "screen_records",
-           "parse_line", "parse_lines", "MAX_LABEL", "PASSWORD_MASK"]
+__all__ = ["UIElement", "Bounds", "ElementRecord", "render_line", "render_elements", "element_record",
+           "screen_records", "parse_line", "parse_lines", "MAX_LABEL", "PASSWORD_MASK"]
 
 Bounds = tuple[int, int, int, int]
+
+
+class ElementRecord(TypedDict):
+    """One indexed line as data: what :func:`element_record` keeps and :func:`parse_line` reads back."""
+
+    index: int
+    type: str
+    label: str
+    flags: list[str]
+    bounds: tuple[int, ...]  # (left, top, right, bottom); () when the line shows none
 #: Longest label shown; longer ones end with an ellipsis.
 MAX_LABEL = 80
 
@@ -143,7 +153,7 @@ def _flags(element: UIElement) -> list[str]:
     return flags
 
 
-def element_record(index: int, element: UIElement) -> dict[str, Any]:
+def element_record(index: int, element: UIElement) -> ElementRecord:
     """What the indexed line of ``element`` says, as a record: ``{"index", "type", "label",
     "flags", "bounds"}``, equal to what :func:`parse_line` reads back from that line. Devices
     keep these in ``Observation.extra["ui_elements"]``, for readers that act on elements."""
@@ -152,11 +162,12 @@ def element_record(index: int, element: UIElement) -> dict[str, Any]:
             "bounds": tuple(element.bounds)}
 
 
-def screen_records(text: str, records: Sequence[Mapping[str, Any]] | None = None) -> list[Mapping[str, Any]]:
+def screen_records(text: str, records: Sequence[Mapping[str, Any]] | None = None) -> list[ElementRecord]:
     """The element records of one phone screen: the device's ``records`` when it kept them
     (``Observation.extra["ui_elements"]``), else read back from its ``text`` (a text stored
     without them, a prompt written by hand)."""
-    return list(records) if records is not None else list(parse_lines(text))
+    # Kept records were written by element_record (through JSON: bounds come back as a list).
+    return [cast(ElementRecord, r) for r in records] if records is not None else parse_lines(text)
 
 
 def render_elements(elements: Sequence[UIElement], *, empty: str = "(no visible elements)") -> str:
@@ -166,7 +177,7 @@ def render_elements(elements: Sequence[UIElement], *, empty: str = "(no visible 
     return "\n".join(render_line(i, element) for i, element in enumerate(elements))
 
 
-def parse_line(line: str) -> dict[str, object]:
+def parse_line(line: str) -> ElementRecord:
     """Read one rendered line back (for scripted policies and tests).
 
     Returns:
@@ -194,7 +205,7 @@ def parse_line(line: str) -> dict[str, object]:
             "bounds": tuple(numbers)}
 
 
-def parse_lines(text: str) -> list[dict[str, object]]:
+def parse_lines(text: str) -> list[ElementRecord]:
     """Every indexed line of an observation text, in order (other lines are skipped)."""
     out = []
     for line in text.splitlines():

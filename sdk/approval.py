@@ -120,7 +120,7 @@ def _element_texts(observation: Observation) -> dict[str, str]:
             element = parse_line(line)
         except (ValueError, IndexError):
             continue
-        texts[str(element["index"])] = str(element["label"] or element["type"])
+        texts[str(element["index"])] = element["label"] or element["type"]
     for match in re.finditer(r"<\w+\[([^\]]+)\]\|([^<>]*)", observation.text):  # simplified HTML
         texts.setdefault(match.group(1), match.group(2).strip())
     return texts

@@ -67,7 +67,7 @@ def screen_indices(observation: str) -> list[int]:
     device's own line reader."""
     from collabui.devices.ui_elements import parse_lines
 
-    return list(dict.fromkeys(int(str(r["index"])) for r in parse_lines(observation)))
+    return list(dict.fromkeys(r["index"] for r in parse_lines(observation)))
 
 
 class Adversary(ABC):

@@ -189,8 +189,8 @@ def _mobile_targets(view: PromptView) -> list[Target]:
 
     targets = []
     for line in screen_records(view.screen, (view.structure or {}).get("ui_elements")):
-        flags = set(line["flags"])  # type: ignore[arg-type]
-        targets.append(Target(int(line["index"]), str(line["type"]), str(line["label"]),  # type: ignore[call-overload]
+        flags = set(line["flags"])
+        targets.append(Target(line["index"], line["type"], line["label"],
                                "editable" in flags, (), "long-clickable" in flags,
                                "scrollable" in flags))
     return targets

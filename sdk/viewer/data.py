@@ -343,7 +343,7 @@ def _find_node(node: Any, element_id: str) -> Mapping[str, Any] | None:
 def _indexed_rect(text: str, records: Any, index: int) -> tuple[Rect | None, str]:
     from collabui.devices.ui_elements import screen_records
 
-    bounds = {int(str(e["index"])): e["bounds"] for e in screen_records(text, records)}
+    bounds = {e["index"]: e["bounds"] for e in screen_records(text, records)}
     box = bounds.get(index)
     if not box or len(box) != 4:
         return None, "has no bounds in the observation"
