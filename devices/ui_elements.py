@@ -41,6 +41,8 @@ class ElementRecord(TypedDict):
     label: str
     flags: list[str]
     bounds: tuple[int, ...]  # (left, top, right, bottom); () when the line shows none
+
+
 #: Longest label shown; longer ones end with an ellipsis.
 MAX_LABEL = 80
 

@@ -162,13 +162,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", type=Path, help="an evaluation folder (episodes.jsonl and traces/), e.g. a recipe row's")
     ap.add_argument("--miscopies", metavar="TASK",
-                    help="instead: count the typing entries on TASK (every trace under FOLDER, e.g. MARL "
-                         "rollouts) whose value has a word the task does not")
+                    help="instead: count the typing entries on TASK (the traces in FOLDER or FOLDER/traces, "
+                         "e.g. a MARL iteration's rollouts) whose value has a word the task does not")
     args = ap.parse_args(argv)
     if args.miscopies:
         entries, slips = miscopies(args.folder, args.miscopies)
         if not entries:
-            print(f"lost_episodes: no typing on {args.miscopies} in the traces under {args.folder}; give a folder "
+            print(f"lost_episodes: no typing on {args.miscopies} in the traces in {args.folder}; give a folder "
                   "of traces of that task", file=sys.stderr)
             return 2
         print(f"{len(slips)} of {entries} typing entries on {args.miscopies} miscopied")

@@ -100,4 +100,4 @@ def test_miscopies_counts_every_agents_typing_on_one_task(tmp_path, capsys):
     assert lost.main([str(tmp_path), "--miscopies", "multi-layouts"]) == 0
     assert capsys.readouterr().out == f"1 of 2 typing entries on multi-layouts miscopied\n- 'Doddson' x1 for: {movies}\n"
     assert lost.main([str(tmp_path / "traces"), "--miscopies", "enter-text"]) == 2
-    assert capsys.readouterr().err.startswith("lost_episodes: no typing on enter-text in the traces under ")
+    assert capsys.readouterr().err.startswith("lost_episodes: no typing on enter-text in the traces in ")
