@@ -166,7 +166,13 @@ def main(argv: list[str] | None = None) -> int:
                          "e.g. a MARL iteration's rollouts) whose value has a word the task does not")
     args = ap.parse_args(argv)
     if args.miscopies:
-        entries, slips = miscopies(args.folder, args.miscopies)
+        from collabui.errors import TraceError
+
+        try:
+            entries, slips = miscopies(args.folder, args.miscopies)
+        except TraceError as exc:  # another .jsonl (pairs, labels) beside the traces
+            print(f"lost_episodes: {exc}; give an evaluation or MARL iteration folder (its traces/)", file=sys.stderr)
+            return 2
         if not entries:
             print(f"lost_episodes: no typing on {args.miscopies} in the traces in {args.folder}; give a folder "
                   "of traces of that task", file=sys.stderr)

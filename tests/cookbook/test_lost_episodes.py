@@ -101,3 +101,11 @@ def test_miscopies_counts_every_agents_typing_on_one_task(tmp_path, capsys):
     assert capsys.readouterr().out == f"1 of 2 typing entries on multi-layouts miscopied\n- 'Doddson' x1 for: {movies}\n"
     assert lost.main([str(tmp_path / "traces"), "--miscopies", "enter-text"]) == 2
     assert capsys.readouterr().err.startswith("lost_episodes: no typing on enter-text in the traces in ")
+
+
+def test_miscopies_on_a_folder_of_other_jsonl_is_one_line_and_exit_2(tmp_path, capsys):
+    lost = load_script("lost_episodes")
+    (tmp_path / "pairs.jsonl").write_text('{"chosen": "a"}\n')
+    assert lost.main([str(tmp_path), "--miscopies", "multi-layouts"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is it a collabui trace?" in err and "its traces/" in err
