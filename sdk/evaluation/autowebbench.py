@@ -39,7 +39,7 @@ from collabui.actions.web import ElementAction
 from collabui.devices import simplify
 from collabui.devices.base import Observation
 from collabui.errors import CollabUIError, ConfigError
-from collabui.evaluation.report import write_markdown
+from collabui.evaluation.report import earlier_clock, write_markdown
 from collabui.evaluation.stats import rate_entry
 from collabui.parsing import parse_action
 
@@ -351,7 +351,9 @@ def evaluate_autowebbench(
     _check_run(out, {"data": str(Path(data).resolve()), "system": system})
     pred_path = out / PREDICTIONS_FILE
     done = {k: r for k, r in _read_rows(pred_path).items() if not r.get("error")}
-    started, t0 = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), time.perf_counter()
+    first_started, earlier = earlier_clock(out)
+    started = first_started or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
     todo = [k for k in chosen if k not in done]
     if progress and len(todo) < len(chosen):
         log.info("resuming: %d of %d records already done", len(chosen) - len(todo), len(chosen))
@@ -371,7 +373,7 @@ def evaluate_autowebbench(
         "data": {"path": str(data), "language": _language(Path(data), raw), "records_in_file": len(raw),
                  "start": start, "limit": limit, "records": len(rows)},
         **summarize(rows),
-        "started": started, "seconds": round(time.perf_counter() - t0, 2),
+        "started": started, "seconds": round(earlier + time.perf_counter() - t0, 2),
         "command": command or " ".join(sys.argv),
     }
     (out / RESULTS_FILE).write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")

@@ -47,6 +47,7 @@ from collabui.config import (
 )
 from collabui.errors import ConfigError, EnvNotFoundError
 from collabui.evaluation.miniwob_folder import check_out_dir, load_run_config, topology_name
+from collabui.evaluation.report import earlier_clock
 from collabui.evaluation.runner import (
     EnvFactory,
     EnvPool,
@@ -420,7 +421,8 @@ def evaluate_miniwob(config: MiniWoBEvalConfig, out_dir: str | Path, *, model: C
     tasks = resolve_tasks(config.tasks)
     out = Path(out_dir).expanduser()
     check_out_dir(out, config)
-    started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    first_started, earlier = earlier_clock(out)
+    started_at = first_started or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     team = config.team
     specs = episode_specs(tasks, config.episodes, tag=config.env, seed_parts=("miniwob", team.seed))
@@ -435,7 +437,7 @@ def evaluate_miniwob(config: MiniWoBEvalConfig, out_dir: str | Path, *, model: C
             servers = server_labels(served) if served is not None else None
             records = run(config, specs, out, model=served or model, env_factory=env_factory, progress=progress)
     results = build_results(config, tasks, records, started=started_at,
-                            seconds=time.perf_counter() - t0, command=command, servers=servers)
+                            seconds=earlier + time.perf_counter() - t0, command=command, servers=servers)
     _write_outputs(results, out, plot)
     overall = results["overall"]["success_rate"]
     log.info("eval miniwob: success %s/%s = %s (95%% CI %.2f-%.2f); %s", overall["successes"], overall["n"],

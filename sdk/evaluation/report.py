@@ -20,7 +20,7 @@ from typing import Any
 
 from collabui.errors import ConfigError, TraceError
 
-__all__ = ["load_results", "write_markdown", "render_markdown", "plot_results", "compare",
+__all__ = ["load_results", "earlier_clock", "write_markdown", "render_markdown", "plot_results", "compare",
            "render_compare", "write_compare", "text_table", "PRIMARY_METRICS"]
 
 #: The metric plotted when none is named, first one present wins.
@@ -49,6 +49,25 @@ def load_results(path: str | Path) -> dict[str, Any]:
         raise TraceError(f"{file} is not a collabui eval results file (schema collabui.eval); "
                          "pass the results.json an eval run wrote")
     return data
+
+
+def earlier_clock(out_dir: str | Path) -> tuple[str | None, float]:
+    """``(started, seconds)`` of the results an earlier invocation finished in ``out_dir``
+    (``(None, 0.0)`` when none did, or its file is unreadable: it is about to be rewritten).
+
+    A resumed run (finished, or grown by more tasks or episodes) keeps its first start and adds
+    its own wall time to theirs, so its results never claim the few milliseconds a rerun over
+    finished episodes takes. Time spent by an invocation that was killed is not counted: it
+    wrote no results.
+    """
+    try:
+        found = load_results(Path(out_dir).expanduser() / "results.json")
+    except TraceError:
+        return None, 0.0
+    seconds = found.get("seconds")
+    started = found.get("started")
+    return (started if isinstance(started, str) else None,
+            float(seconds) if isinstance(seconds, (int, float)) and seconds >= 0 else 0.0)
 
 
 def _label(results: Mapping[str, Any]) -> str:

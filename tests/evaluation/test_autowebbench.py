@@ -205,8 +205,12 @@ def test_resume_skips_finished_records_and_retries_errors(tmp_path: Path) -> Non
         return 'Action: {"action": "click", "element_id": "C"}'
 
     second = ScriptedChatModel(flaky)
+    earlier = json.loads((out / "results.json").read_text())
+    (out / "results.json").write_text(json.dumps({**earlier, "seconds": 50.0}))
     results = evaluate_autowebbench(data, _team(second), out, system={"model": "m"}, progress=False)
     assert len(second.requests) == 3  # records 3..5 only
+    # the wall time adds up over the invocations; the first start stays
+    assert results["started"] == earlier["started"] and 50.0 <= results["seconds"] < 110.0
     assert results["counts"]["errors"] == 1 and results["overall"]["ssr_published"]["successes"] == 5
     third = ScriptedChatModel(['Action: {"action": "click", "element_id": "C"}'], cycle=True)
     results = evaluate_autowebbench(data, _team(third), out, system={"model": "m"}, progress=False)

@@ -180,8 +180,13 @@ def test_a_finished_run_resumed_loads_and_serves_nothing(tmp_path, monkeypatch):
                      progress=False)
     monkeypatch.setattr(harness, "_served", lambda *a: pytest.fail("a server started for no episode"))
     monkeypatch.setattr(harness, "_load_model", lambda *a: pytest.fail("a model loaded for no episode"))
+    # The first run's clock is kept: its start, and its wall time under the rerun's few milliseconds.
+    first = json.loads((tmp_path / "results.json").read_text())
+    (tmp_path / "results.json").write_text(json.dumps({**first, "started": "2026-01-01T00:00:00+00:00",
+                                                       "seconds": 700.0}))
     results = evaluate_miniwob(_config(), tmp_path, env_factory=_fake_factory([]), progress=False)
     assert results["overall"]["success_rate"]["n"] == 4
+    assert results["started"] == "2026-01-01T00:00:00+00:00" and 700.0 <= results["seconds"] < 760.0
 
 
 def test_more_episodes_on_rerun_only_runs_the_new_ones(tmp_path):
