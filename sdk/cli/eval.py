@@ -90,6 +90,9 @@ def add_commands(sub: Any) -> None:
     c.add_argument("--out", default=None, help="also write the table: FILE.md (Markdown) or FILE.json")
     c.add_argument("--plot", default=None, metavar="FILE.png",
                    help="also draw A and B side by side per task/action type (needs matplotlib)")
+    c.add_argument("--plot-paired", default=None, metavar="FILE.png",
+                   help="also draw the paired episodes (pooled with --also): per task those A alone and B alone "
+                   "solved, with McNemar p (run folders of MiniWoB++ evals; needs matplotlib)")
 
     d = esub.add_parser("team", help="how teams reached their actions, from their traces: vote margins, "
                         "ties, how often agents keep their own previous answer or repeat a predecessor")
@@ -225,8 +228,9 @@ def _compare(args: argparse.Namespace) -> int:
     a, b = load_results(args.a), load_results(args.b)
     # Before any output: a folder given twice is refused whole.
     found = paired_from_folders([args.a, *(pair[0] for pair in args.also)], [args.b, *(pair[1] for pair in args.also)])
-    if found is None and args.also:
-        raise ConfigError("--also pools paired episodes, but a folder has no episodes.jsonl or the runs share "
+    if found is None and (args.also or args.plot_paired):
+        flag = "--also pools" if args.also else "--plot-paired draws"
+        raise ConfigError(f"{flag} paired episodes, but a folder has no episodes.jsonl or the runs share "
                           "no episode: give MiniWoB++ run folders of the same tasks")
     rows = compare(a, b)
     label_a = (a.get("system") or {}).get("label") or "A"
@@ -244,6 +248,10 @@ def _compare(args: argparse.Namespace) -> int:
         from collabui.evaluation.report import plot_results
 
         log.info("written %s", plot_results([a, b], args.plot))
+    if args.plot_paired and found is not None:
+        from collabui.evaluation.paired import plot_paired
+
+        log.info("written %s", plot_paired(found, args.plot_paired, a_label=label_a, b_label=label_b))
     return 0
 
 

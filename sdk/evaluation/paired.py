@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["mcnemar_exact", "paired_counts", "paired_from_folders", "render_paired"]
+__all__ = ["mcnemar_exact", "paired_counts", "paired_from_folders", "render_paired", "plot_paired"]
 
 
 def mcnemar_exact(only_a: int, only_b: int) -> float:
@@ -115,3 +115,35 @@ def render_paired(found: Mapping[str, Any]) -> str:
 
 def _cells(c: Mapping[str, Any]) -> list[str]:
     return [str(c[k]) for k in ("episodes", "a", "b", "both", "only_a", "only_b", "neither")] + [f"{c['p_value']:.4f}"]
+
+
+def plot_paired(found: Mapping[str, Any], path: str | Path, *, a_label: str = "A", b_label: str = "B") -> Path:
+    """Per task (and all), the discordant episodes as bars either side of zero: solved by A alone to
+    the left, by B alone to the right, each row labelled with its agreeing episodes and McNemar p;
+    write a PNG to ``path``. What a paired comparison rests on, seen at once.
+
+    Raises:
+        ConfigError: matplotlib is not installed.
+    """
+    from collabui._plotting import figure
+
+    rows = [*found["per_task"].items(), ("all", found)]
+    target = Path(path).expanduser()
+    with figure(target, figsize=(8.0, 1.8 + 0.42 * len(rows)), dpi=120) as (_, ax):
+        ys = list(range(len(rows)))[::-1]  # the first task on top, "all" last
+        ax.barh(ys, [-c["only_a"] for _, c in rows], color="tab:orange", label=f"only A: {a_label}")
+        ax.barh(ys, [c["only_b"] for _, c in rows], color="tab:blue", label=f"only B: {b_label}")
+        widest = max([1, *(max(c["only_a"], c["only_b"]) for _, c in rows)])
+        for y, (_, c) in zip(ys, rows, strict=True):
+            ax.text(widest * 1.05, y, f"both {c['both']}, neither {c['neither']} of {c['episodes']}; "
+                    f"p = {c['p_value']:.3g}", va="center", fontsize=7)
+        ax.axvline(0, color="black", linewidth=0.8)
+        ax.set_yticks(ys, [task for task, _ in rows], fontsize=8)
+        ax.set_xlim(-widest * 1.1, widest * 2.6)  # room on the right for the labels
+        ax.xaxis.set_major_formatter(lambda x, _: f"{abs(x):g}")  # counts both ways, none negative
+        ax.set_xlabel("episodes solved by one system alone (A to the left, B to the right)")
+        ax.set_title(f"paired: {found['episodes']} episodes, only A {found['only_a']}, only B {found['only_b']} "
+                     f"(exact McNemar p = {found['p_value']:.3g})", fontsize=9)
+        # below the axes: inside, it would cover a row's bars or its label
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.65 / (0.42 * len(rows))))
+    return target

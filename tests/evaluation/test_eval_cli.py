@@ -200,6 +200,30 @@ def test_compare_also_pools_the_paired_episodes_of_more_runs(tmp_path, capsys):
     assert "--also pools paired episodes, but a folder has no episodes.jsonl" in capsys.readouterr().err
 
 
+def test_compare_plot_paired_draws_the_pooled_discordant_episodes(tmp_path, capsys, monkeypatch):
+    """--plot-paired: one bar pair per task and "all", drawn from the pooled counts; results files
+    without episodes to pair are a one-line error, nothing drawn."""
+    import collabui.evaluation.paired as paired
+
+    a = _run_folder(tmp_path / "a", "sft", {("click-test", s): s < 5 for s in range(10)})
+    b = _run_folder(tmp_path / "b", "marl", {("click-test", s): s < 7 for s in range(10)})
+    a2 = _run_folder(tmp_path / "a2", "sft", {("click-test", s): s % 2 == 0 for s in range(100, 110)})
+    b2 = _run_folder(tmp_path / "b2", "marl", {("click-test", s): s < 104 for s in range(100, 110)})
+    drawn = []
+    real = paired.plot_paired
+    monkeypatch.setattr(paired, "plot_paired", lambda found, path, **kw: drawn.append(found) or real(found, path, **kw))
+    png = tmp_path / "fig" / "paired.png"
+    assert main(["eval", "compare", str(a), str(b), "--also", str(a2), str(b2), "--plot-paired", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5_000
+    assert [(d["episodes"], d["only_a"], d["only_b"]) for d in drawn] == [(20, 3, 4)]  # both seeds, not the first
+    capsys.readouterr()
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "results.json").write_text(json.dumps(_results("no episodes", (1, 0))))
+    assert main(["eval", "compare", str(tmp_path / "c"), str(b), "--plot-paired", str(tmp_path / "x.png")]) == 2
+    assert "--plot-paired draws paired episodes, but a folder has no episodes.jsonl" in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()
+
+
 def test_errors_are_one_line_with_exit_code_2(tmp_path, capsys):
     assert main(["eval", "compare", str(tmp_path / "nope.json"), str(tmp_path / "b.json")]) == 2
     assert capsys.readouterr().err.strip().count("\n") == 0
