@@ -168,8 +168,10 @@ def screen_records(text: str, records: Sequence[Mapping[str, Any]] | None = None
     """The element records of one phone screen: the device's ``records`` when it kept them
     (``Observation.extra["ui_elements"]``), else read back from its ``text`` (a text stored
     without them, a prompt written by hand)."""
-    # Kept records were written by element_record (through JSON: bounds come back as a list).
-    return [cast(ElementRecord, r) for r in records] if records is not None else parse_lines(text)
+    if records is None:
+        return parse_lines(text)
+    # Kept records were written by element_record; through JSON (a trace) bounds come back as a list.
+    return [cast(ElementRecord, {**r, "bounds": tuple(r.get("bounds") or ())}) for r in records]
 
 
 def render_elements(elements: Sequence[UIElement], *, empty: str = "(no visible elements)") -> str:

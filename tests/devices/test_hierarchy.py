@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -151,3 +152,5 @@ def test_element_records_say_what_the_lines_say():
     text = render_elements(elements)
     assert screen_records(text, records) == records == screen_records(text)
     assert screen_records("0: View [0,0][1,1]", records[:1]) == records[:1]  # the records, not the text
+    # Records kept through a trace's JSON read back the same, bounds a tuple as parse_line's.
+    assert screen_records(text, json.loads(json.dumps(records))) == records
