@@ -311,10 +311,38 @@ def _autowebbench_model(args: argparse.Namespace) -> Any:
                                backend=args.serve_backend, dtype=args.serve_dtype)
 
 
+def _autowebbench_system(args: argparse.Namespace, config: TeamConfig) -> dict[str, Any]:
+    """The system a folder's predictions were made by (part of its identity: ``run.json``)."""
+    from collabui.evaluation.miniwob import system_label
+
+    system = {"model": redact_url(args.model), "adapters": args.adapters, "n_agents": config.n_agents,
+              "rounds": config.rounds, "topology": str(config.topology), "seed": config.seed,
+              "label": system_label(args.model, config.n_agents, config.rounds,
+                                    str(config.topology), args.adapters, guided=args.guided_json),
+              "temperatures": [config.agent_temperature(i) for i in range(config.n_agents)],
+              "prompt_style": config.prompt_style, "max_new_tokens": config.max_new_tokens,
+              "max_observation_chars": config.max_observation_chars}
+    for flag in ("guided_json", "serve"):  # only when on: folders of earlier runs still resume
+        if getattr(args, flag):
+            system[flag] = True  # vLLM's numerics (bf16 where the CPU has it) are not the local fp32
+    if args.serve_dtype != "auto":
+        system["serve_dtype"] = args.serve_dtype
+    if args.serve_agents != "lora":
+        system["serve_agents"] = args.serve_agents
+    if args.serve_backend != "vllm":
+        system["serve_backend"] = args.serve_backend
+    return system
+
+
 def _autowebbench(args: argparse.Namespace) -> int:
     from collabui.errors import ConfigError
-    from collabui.evaluation.autowebbench import SUMMARY_FILE, evaluate_autowebbench, load_records
-    from collabui.evaluation.miniwob import check_serve, system_label
+    from collabui.evaluation.autowebbench import (
+        SUMMARY_FILE,
+        check_resumable,
+        evaluate_autowebbench,
+        load_records,
+    )
+    from collabui.evaluation.miniwob import check_serve
     from collabui.models.spec import model_element_format, team_adapter_names
     from collabui.team import CollabAgentTeam, _resolve_topology
 
@@ -334,26 +362,12 @@ def _autowebbench(args: argparse.Namespace) -> int:
     if not 0 <= args.start < len(records) or (args.limit is not None and args.limit < 1):
         raise ConfigError(f"--start must be in [0, {len(records) - 1}] and --limit >= 1; "
                           f"got --start {args.start} --limit {args.limit}")
+    system = _autowebbench_system(args, config)
+    check_resumable(args.out, args.data, system, element_format)  # before a model loads or a server starts
     model = _autowebbench_model(args)
     team = None
     try:
         team = CollabAgentTeam(model, config=config)
-        system = {"model": redact_url(args.model), "adapters": args.adapters, "n_agents": config.n_agents,
-                  "rounds": config.rounds, "topology": str(config.topology), "seed": config.seed,
-                  "label": system_label(args.model, config.n_agents, config.rounds,
-                                        str(config.topology), args.adapters, guided=args.guided_json),
-                  "temperatures": [config.agent_temperature(i) for i in range(config.n_agents)],
-                  "prompt_style": config.prompt_style, "max_new_tokens": config.max_new_tokens,
-                  "max_observation_chars": config.max_observation_chars}
-        for flag in ("guided_json", "serve"):  # only when on: folders of earlier runs still resume
-            if getattr(args, flag):
-                system[flag] = True  # vLLM's numerics (bf16 where the CPU has it) are not the local fp32
-        if args.serve_dtype != "auto":
-            system["serve_dtype"] = args.serve_dtype
-        if args.serve_agents != "lora":
-            system["serve_agents"] = args.serve_agents
-        if args.serve_backend != "vllm":
-            system["serve_backend"] = args.serve_backend
         evaluate_autowebbench(args.data, team, args.out, start=args.start, limit=args.limit,
                               system=system, command=_autowebbench_command(args, config),
                               progress=not args.quiet, element_format=element_format)

@@ -52,6 +52,7 @@ __all__ = [
     "score_prediction",
     "summarize",
     "evaluate_autowebbench",
+    "check_resumable",
     "PREDICTIONS_FILE",
     "RESULTS_FILE",
     "SUMMARY_FILE",
@@ -279,7 +280,26 @@ def _read_rows(path: Path) -> dict[int, dict[str, Any]]:
     return rows
 
 
-def _check_run(out: Path, identity: dict[str, Any]) -> None:
+def _identity(data: str | Path, system: dict[str, Any] | None, element_format: str) -> dict[str, Any]:
+    """What a folder's predictions depend on (``run.json``): the data file and the system."""
+    system = dict(system or {})
+    if element_format != "html":  # part of the run's identity; html folders of earlier runs still resume
+        system["element_format"] = element_format
+    return {"data": str(Path(data).resolve()), "system": system}
+
+
+def check_resumable(out_dir: str | Path, data: str | Path, system: dict[str, Any] | None,
+                    element_format: str = "html") -> None:
+    """Refuse, before any model loads or server starts, an ``out_dir`` that holds another run's
+    predictions (what :func:`evaluate_autowebbench` would refuse only then). Writes nothing.
+
+    Raises:
+        ConfigError: ``out_dir`` holds predictions of another run.
+    """
+    _check_run(Path(out_dir), _identity(data, system, element_format), write=False)
+
+
+def _check_run(out: Path, identity: dict[str, Any], *, write: bool = True) -> None:
     run_file = out / _RUN_FILE
     if run_file.exists():
         previous = read_json(run_file, error=ConfigError,
@@ -287,7 +307,7 @@ def _check_run(out: Path, identity: dict[str, Any]) -> None:
         if previous != identity:
             raise ConfigError(f"{out} holds predictions of another run ({previous}); use a new --out "
                               "folder or delete it to start over")
-    else:
+    elif write:
         run_file.write_text(json.dumps(identity, ensure_ascii=False, indent=1), encoding="utf-8")
 
 
@@ -345,10 +365,9 @@ def evaluate_autowebbench(
     chosen = range(start, len(raw) if limit is None else min(len(raw), start + limit))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    system = dict(system or {})
-    if element_format != "html":  # part of the run's identity; html folders of earlier runs still resume
-        system["element_format"] = element_format
-    _check_run(out, {"data": str(Path(data).resolve()), "system": system})
+    identity = _identity(data, system, element_format)
+    _check_run(out, identity)
+    system = identity["system"]  # the results name the format the team read too
     pred_path = out / PREDICTIONS_FILE
     done = {k: r for k, r in _read_rows(pred_path).items() if not r.get("error")}
     first_started, earlier = earlier_clock(out)

@@ -290,3 +290,21 @@ def test_cli_element_format_is_recorded_and_resumes_only_in_it(tmp_path: Path) -
     assert main([*argv, "--out", str(tmp_path / "html")]) == 0
     html = json.loads((tmp_path / "html" / "results.json").read_text(encoding="utf-8"))
     assert "element_format" not in html["system"]  # html folders of earlier runs keep resuming
+
+
+def test_cli_refuses_another_runs_folder_before_loading_a_model(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A folder of another run is refused in one line before a model loads or a server starts
+    (a served team's merge and start cost minutes); a new folder is not written by the check."""
+    import collabui.cli.eval as cli
+
+    out = tmp_path / "run"
+    argv = ["eval", "autowebbench", "--data", str(EN), "--model", "lexical", "--limit", "1", "--out", str(out), "--quiet"]
+    assert main(argv) == 0
+    monkeypatch.setattr(cli, "_autowebbench_model", lambda args: pytest.fail("a model loaded for a refused folder"))
+    assert main([*argv, "--agents", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "holds predictions of another run" in err and err.count("\n") == 0
+    from collabui.evaluation.autowebbench import check_resumable
+
+    check_resumable(tmp_path / "new", EN, {"model": "m"})
+    assert not (tmp_path / "new").exists()
