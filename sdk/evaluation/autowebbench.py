@@ -21,12 +21,10 @@ Scoring (:func:`score_prediction`), predictions and targets both parsed into the
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import logging
 import re
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +37,7 @@ from collabui.actions.web import ElementAction
 from collabui.devices import simplify
 from collabui.devices.base import Observation
 from collabui.errors import CollabUIError, ConfigError
-from collabui.evaluation.report import earlier_clock, write_markdown
+from collabui.evaluation.report import RunClock, write_markdown
 from collabui.evaluation.stats import rate_entry
 from collabui.parsing import parse_action
 
@@ -370,9 +368,7 @@ def evaluate_autowebbench(
     system = identity["system"]  # the results name the format the team read too
     pred_path = out / PREDICTIONS_FILE
     done = {k: r for k, r in _read_rows(pred_path).items() if not r.get("error")}
-    first_started, earlier = earlier_clock(out)
-    started = first_started or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    t0 = time.perf_counter()
+    clock = RunClock(out)
     todo = [k for k in chosen if k not in done]
     if progress and len(todo) < len(chosen):
         log.info("resuming: %d of %d records already done", len(chosen) - len(todo), len(chosen))
@@ -392,7 +388,7 @@ def evaluate_autowebbench(
         "data": {"path": str(data), "language": _language(Path(data), raw), "records_in_file": len(raw),
                  "start": start, "limit": limit, "records": len(rows)},
         **summarize(rows),
-        "started": started, "seconds": round(earlier + time.perf_counter() - t0, 2),
+        "started": clock.started, "seconds": round(clock.seconds(), 2),
         "command": command or " ".join(sys.argv),
     }
     (out / RESULTS_FILE).write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")

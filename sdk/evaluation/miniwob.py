@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime as _dt
 import difflib
 import functools
 import json
 import logging
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +45,7 @@ from collabui.config import (
 )
 from collabui.errors import ConfigError, EnvNotFoundError
 from collabui.evaluation.miniwob_folder import check_out_dir, load_run_config, topology_name
-from collabui.evaluation.report import earlier_clock
+from collabui.evaluation.report import RunClock
 from collabui.evaluation.runner import (
     EnvFactory,
     EnvPool,
@@ -421,9 +419,7 @@ def evaluate_miniwob(config: MiniWoBEvalConfig, out_dir: str | Path, *, model: C
     tasks = resolve_tasks(config.tasks)
     out = Path(out_dir).expanduser()
     check_out_dir(out, config)
-    first_started, earlier = earlier_clock(out)
-    started_at = first_started or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    t0 = time.perf_counter()
+    clock = RunClock(out)
     team = config.team
     specs = episode_specs(tasks, config.episodes, tag=config.env, seed_parts=("miniwob", team.seed))
     label = system_label(config.model, team.n_agents, team.rounds, topology_name(team), config.adapters,
@@ -436,8 +432,8 @@ def evaluate_miniwob(config: MiniWoBEvalConfig, out_dir: str | Path, *, model: C
         with _served(config, model, server_options or {}) as served:
             servers = server_labels(served) if served is not None else None
             records = run(config, specs, out, model=served or model, env_factory=env_factory, progress=progress)
-    results = build_results(config, tasks, records, started=started_at,
-                            seconds=earlier + time.perf_counter() - t0, command=command, servers=servers)
+    results = build_results(config, tasks, records, started=clock.started,
+                            seconds=clock.seconds(), command=command, servers=servers)
     _write_outputs(results, out, plot)
     overall = results["overall"]["success_rate"]
     log.info("eval miniwob: success %s/%s = %s (95%% CI %.2f-%.2f); %s", overall["successes"], overall["n"],

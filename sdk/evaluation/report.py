@@ -12,15 +12,17 @@ or the gain of system b over system a on one setting.
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import re
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from collabui.errors import ConfigError, TraceError
 
-__all__ = ["load_results", "earlier_clock", "write_markdown", "render_markdown", "plot_results", "compare",
+__all__ = ["load_results", "RunClock", "write_markdown", "render_markdown", "plot_results", "compare",
            "render_compare", "write_compare", "text_table", "PRIMARY_METRICS"]
 
 #: The metric plotted when none is named, first one present wins.
@@ -51,23 +53,30 @@ def load_results(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def earlier_clock(out_dir: str | Path) -> tuple[str | None, float]:
-    """``(started, seconds)`` of the results an earlier invocation finished in ``out_dir``
-    (``(None, 0.0)`` when none did, or its file is unreadable: it is about to be rewritten).
+class RunClock:
+    """The clock of an evaluation folder: ``started`` (ISO time) and :meth:`seconds` so far.
 
-    A resumed run (finished, or grown by more tasks or episodes) keeps its first start and adds
-    its own wall time to theirs, so its results never claim the few milliseconds a rerun over
-    finished episodes takes. Time spent by an invocation that was killed is not counted: it
-    wrote no results.
+    A run resumed in a folder an earlier invocation finished (a rerun, or one grown by more tasks,
+    episodes or records) keeps that invocation's start and adds its own wall time to that
+    invocation's ``seconds``, so its results never claim the few milliseconds a rerun over finished
+    work takes. Time spent by an invocation that was killed is not counted: it wrote no results.
+    An unreadable earlier results file counts as none: it is about to be rewritten.
     """
-    try:
-        found = load_results(Path(out_dir).expanduser() / "results.json")
-    except TraceError:
-        return None, 0.0
-    seconds = found.get("seconds")
-    started = found.get("started")
-    return (started if isinstance(started, str) else None,
-            float(seconds) if isinstance(seconds, (int, float)) and seconds >= 0 else 0.0)
+
+    def __init__(self, out_dir: str | Path) -> None:
+        self._t0 = time.perf_counter()
+        try:
+            found = load_results(Path(out_dir).expanduser() / "results.json")
+        except TraceError:
+            found = {}
+        started, seconds = found.get("started"), found.get("seconds")
+        self.started: str = started if isinstance(started, str) else \
+            _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        self._earlier = float(seconds) if isinstance(seconds, (int, float)) and seconds >= 0 else 0.0
+
+    def seconds(self) -> float:
+        """Wall seconds of the finished earlier invocations plus this one's so far."""
+        return self._earlier + time.perf_counter() - self._t0
 
 
 def _label(results: Mapping[str, Any]) -> str:
