@@ -1,4 +1,4 @@
-"""Measure a team's success rate on a few MiniWoB++ tasks (the numbers in the README).
+"""Measure a team's success rate on a few MiniWoB++ tasks (the numbers in docs/evaluation.md).
 
 Run:  ./.venv/bin/python cookbook/measure_miniwob.py --tasks click-button,focus-text --episodes 3 \
           --agents 4 --rounds 3 --max-steps 3 --out runs/measure.json

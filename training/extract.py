@@ -1,7 +1,7 @@
 """A fully fine-tuned model's weight change as a small LoRA adapter (a low-rank extract).
 
-Full fine-tuning taught the CPU recipe's model more than LoRA on the same data (cookbook
-README, section v34ft), but it writes the whole model (~540 MB), which the package cannot ship.
+Full fine-tuning taught the CPU recipe's model more than LoRA on the same data (cookbook/cpu_recipe/
+EXPERIMENTS.md, section v34ft), but it writes the whole model (~540 MB), which the package cannot ship.
 Each weight's change is small and spread over many directions, yet its leading singular
 directions carry the behaviour: the truncated SVD ``delta ~ U_r S_r Vh_r`` of every linear
 layer (and, at its own rank, of the tied embedding) becomes a PEFT LoRA adapter with

@@ -3,7 +3,7 @@
 Models fine-tuned from one pretrained model often stay in one basin of the loss, so their
 average is a working model too, and on distribution shifts it often does at least as well as its
 parts (Wortsman et al., 2022, "Model soups"). On the CPU recipe's held-out pages it did not: two
-SFT seeds got 67 and 44 of 104, their soup 49 (cookbook README, section v41). The soup is a plain
+SFT seeds got 67 and 44 of 104, their soup 49 (cookbook/cpu_recipe/EXPERIMENTS.md, section v41). The soup is a plain
 model folder (the first source's config and tokenizer, the mean of every weight), so everything
 that reads a fully fine-tuned model reads it: :func:`collabui.training.extract.extract_adapter`,
 a bundle, ``--model trained:``.

@@ -96,7 +96,7 @@ def _demo_template() -> DemoConfig:
 def sft_template() -> AgentSFTConfig:
     """The SFT of stage 2 and of the on-policy round (each sets ``output_dir``; ``lora_alpha`` is
     twice ``lora_r``). Every weight trains (since v35: on the same data it beat LoRA r=32 held
-    out, 57 against 28 of 104, section v34ft of the README); ``--no-full-finetune --lr 3e-4`` is
+    out, 57 against 28 of 104, section v34ft of EXPERIMENTS.md); ``--no-full-finetune --lr 3e-4`` is
     the LoRA recipe up to v34. Random batches pad ~40% more than length-sorted ones; sorting within small
     windows keeps most of that saving and still mixes tasks (the config then samples in that
     order; the sampling strategy applies with window 0)."""

@@ -67,7 +67,7 @@ def systems(config: RecipeConfig, trained: Path, marl: Path | None = None, *,
         rows["trained_team_unshuffled"] = {"model": f"trained:{team_model}", "team": team, "shuffle_elements": False}
         # The same model as 12 independent draws (each agent but agent 0 reading the page in an order
         # of its own, nothing shown), and the lexical policy picking among them where it can: the
-        # team that beat its single agent on the validation pages (section v33 of the README).
+        # team that beat its single agent on the validation pages (section v33 of EXPERIMENTS.md).
         rows["trained_team_arbiter"] = {"model": f"trained:{team_model}", "episodes": config.baseline_episodes,
                                         "team": {**team, "topology": "independent", "memory": False,
                                                  "varied_order": True, "arbiter": "lexical"}}

@@ -14,8 +14,8 @@ def import_torch() -> Any:
         import torch
     except ImportError:
         raise ModelLoadError(
-            "local models need torch and transformers; run `pip install 'collabui-agents[local]'` "
-            "with the CPU torch wheel from the README"
+            "local models need torch and transformers; run `make setup` (torch==2.13.0 first, then "
+            "`pip install 'collabui-agents[local]'`; on a CPU machine take torch's CPU wheel)"
         ) from None
     return torch
 

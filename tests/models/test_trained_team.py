@@ -46,7 +46,7 @@ def test_the_shipped_team_answers_in_its_trained_style(trained):
 def test_the_shipped_team_answers_in_the_action_format_on_new_pages(trained):
     # Every answer parses as an action. (Which button it picks is not asserted: picking the right
     # one among shuffled buttons is where the shipped models are weakest (v12: 8/10 new seeds,
-    # v7 about half); see the recipe README. Typing is their measured gain, asserted below.)
+    # v7 about half); see cookbook/cpu_recipe/EXPERIMENTS.md. Typing is their measured gain, asserted below.)
     _, results = _successes(trained, "click-button", seeds=range(10))
     assert all(p.parse_error is None for r in results for s in r.steps for row in s.team_step.proposals for p in row)
     assert all(r.executed_actions and r.executed_actions[0].to_dict()["action"] == "click" for r in results)
