@@ -44,3 +44,12 @@ def test_relative_links_resolve(readme: Path) -> None:
             if anchor not in {_anchor(h) for h in headings}:
                 broken.append(target)
     assert not broken, f"{readme.relative_to(ROOT)} links to {broken}, which do not resolve"
+
+
+def test_experiment_log_lists_every_section_in_order() -> None:
+    """EXPERIMENTS.md's contents list is its sections, in order: a section added without its line there fails."""
+    text = (ROOT / "cookbook" / "cpu_recipe" / "EXPERIMENTS.md").read_text(encoding="utf-8")
+    contents, _, body = text.partition("\n## Contents\n")[2].partition("\n## ")
+    listed = re.findall(r"^- \[.+\]\(#([^)]+)\)$", contents, flags=re.MULTILINE)
+    sections = [_anchor(h) for h in re.findall(r"^## (.+)$", "## " + body, flags=re.MULTILINE)]
+    assert listed == sections
