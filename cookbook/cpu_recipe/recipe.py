@@ -34,6 +34,7 @@ from typing import Any
 from recipe_config import RecipeConfig, flag_values, made_by_command, parse_args
 from recipe_eval import (
     MARL_ROW,
+    carry_baselines,
     check_marl_row,
     check_previous,
     check_row_name,
@@ -296,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
                               "neither --systems nor an earlier run into this folder gives: add them to --systems")
         if config.publish_ablations and not _will_have(out, names, ["trained_team"]):
             check_marl_row(HERE / "results.json", _ablations_command(config, out))
+        if config.baselines_from is not None:
+            carry_baselines(config, rows, names, Path(config.baselines_from), out / "eval", copy=False)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -412,10 +415,14 @@ def _run(config: RecipeConfig, out: Path, names: list[str]) -> None:
     # Rows of earlier runs into this folder stay: --systems can add rows one session at a time.
     results: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {"systems": {}}
     results.update({**found, **run_facts(config, out, clock)})
+    carried = {} if config.baselines_from is None else \
+        carry_baselines(config, rows, names, Path(config.baselines_from), out / "eval")
     for name in names:
         folder = _row_folder(config, name, rows[name], out, trained)
         done = clock.run(f"3 eval {folder}", lambda n=name, f=folder: evaluate(config, f, rows[n], out / "eval"))
         results["systems"][name] = _row(done, out / "eval" / folder)
+        if name in carried:
+            results["systems"][name]["carried_from"] = carried[name]
         if _is_team(rows[name]):
             results.setdefault("team_dynamics", {})[name] = team_figures(out / "eval" / folder)
         results["eval_minutes"] = clock.minutes("3 ")

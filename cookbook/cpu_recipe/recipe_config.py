@@ -179,6 +179,11 @@ class RecipeConfig:
     teams: bool = field(default=False, metadata={"help": "also evaluate 4 x 3 teams (slow on a CPU)"})
     systems: str | None = field(default=None, metadata={
         "help": "comma-separated rows to evaluate now (default all; 'none' for none; others kept from earlier runs)"})
+    baselines_from: str | None = field(default=None, metadata={
+        "metavar": "RUN", "help": "take the rows no training changes (random, lexical, base_single, base_team) "
+        "from the recipe run folder RUN, whose eval/ holds them at this run's settings (the same held-out "
+        "episodes, team and page format; checked before training): they resume there instead of running "
+        "again (base_team alone took 19 min in v68), and results.json says where each came from"})
     onpolicy_episodes: int = field(default=0, metadata={
         "metavar": "N", "help": "on-policy round: roll the SFT model out on N new seeds per training task, label "
         "its steps with the verified critic and train on (default 0: no round)"})

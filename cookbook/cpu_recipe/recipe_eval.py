@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -74,6 +75,48 @@ def systems(config: RecipeConfig, trained: Path, marl: Path | None = None, *,
         for name in ABLATIONS if config.ablations else ():
             rows[name] = {"model": f"trained:{marl / name / 'bundle'}", "team": team}
     return rows
+
+
+#: The rows no training changes: the same held-out episodes give the same system in every run, so
+#: ``--baselines-from RUN`` takes them from another run's ``eval/`` instead of running them again.
+BASELINE_ROWS = ("random", "lexical", "base_single", "base_team")
+#: In a row's folder that ``--baselines-from`` copied: where it came from.
+CARRIED = "carried_from.txt"
+
+
+def carry_baselines(config: RecipeConfig, rows: dict[str, dict[str, Any]], names: Iterable[str], run: Path,
+                    out: Path, *, copy: bool = True) -> dict[str, str]:
+    """``--baselines-from RUN``: each baseline row of ``names`` (:data:`BASELINE_ROWS`) that
+    ``out`` (this run's ``eval/``) has not started, copied from ``RUN/eval/<row>`` after checking
+    that its episodes were run at this row's settings (the fingerprint a resume checks: model,
+    team, seed, page format, shuffling, max steps), so the row resumes there: nothing runs again
+    but episodes this run asks for and RUN lacks. ``copy=False`` only checks (before training).
+    Returns ``{row: where it came from}`` for results.json.
+
+    Raises:
+        ConfigError: RUN has not finished such a row, or ran it at other settings.
+    """
+    from collabui.evaluation.miniwob_folder import fingerprint_changes
+
+    carried = {}
+    for name in (n for n in names if n in BASELINE_ROWS):
+        source, target = run / "eval" / name, out / name
+        if (target / "run.json").exists():  # started here already: it resumes as any row does
+            if (target / CARRIED).is_file():
+                carried[name] = (target / CARRIED).read_text().strip()
+            continue
+        if not (source / "results.json").is_file():
+            raise ConfigError(f"--baselines-from {run} has no finished {name} row ({source}/results.json); "
+                              f"name a run that evaluated it, or drop --baselines-from to run it here")
+        changed = fingerprint_changes(source, eval_config(config, rows[name]))
+        if changed:
+            raise ConfigError(f"--baselines-from {run}: its {name} row was run with other {', '.join(changed)} "
+                              "than this run's; give both runs the same evaluation flags, or drop --baselines-from")
+        carried[name] = f"{source} (--baselines-from)"
+        if copy:
+            shutil.copytree(source, target)
+            (target / CARRIED).write_text(carried[name] + "\n")  # a resumed run still says where it came from
+    return carried
 
 
 def evaluate(config: RecipeConfig, folder: str, fields: dict[str, Any], out: Path) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from collabui.redaction import redact_url
 if TYPE_CHECKING:
     from collabui.evaluation.miniwob import MiniWoBEvalConfig
 
-__all__ = ["check_out_dir", "load_run_config", "topology_name"]
+__all__ = ["check_out_dir", "fingerprint_changes", "load_run_config", "topology_name"]
 
 
 def topology_name(team: TeamConfig) -> str:
@@ -60,17 +60,30 @@ _LATER_FIELDS: dict[str, Any] = {"model_weights": None, "prompt_style": "react",
 _LATER_TEAM = {"prompt_style": "react", "max_new_tokens": 64}
 
 
+def fingerprint_changes(folder: Path, config: MiniWoBEvalConfig) -> list[str]:
+    """What the episodes in ``folder`` depend on that ``config`` would change (its ``run.json``
+    fields: ``model``, ``seed``, ``shuffle_elements``, ...); empty when they would resume under
+    it, or when the folder holds no run yet.
+
+    Raises:
+        ConfigError: its ``run.json`` is not readable JSON.
+    """
+    path, wanted = folder / "run.json", _fingerprint(config)
+    if not path.exists():
+        return []
+    found = read_json(path, error=ConfigError,
+                      fix="delete it to go on with this folder using these flags, or pass another --out")
+    return sorted(k for k in wanted if found.get(k, _LATER_FIELDS.get(k)) != wanted[k])
+
+
 def check_out_dir(out: Path, config: MiniWoBEvalConfig) -> None:
     """Refuse to mix episodes of two configurations in one folder (resume would reuse them);
     then store the fingerprint and the whole config (what ``--from`` repeats)."""
     path, wanted = out / "run.json", _fingerprint(config)
-    if path.exists():
-        found = read_json(path, error=ConfigError,
-                          fix="delete it to go on with this folder using these flags, or pass another --out")
-        changed = sorted(k for k in wanted if found.get(k, _LATER_FIELDS.get(k)) != wanted[k])
-        if changed:
-            raise ConfigError(f"{out} holds a run with other {', '.join(changed)}; use another --out "
-                              "or delete that folder")
+    changed = fingerprint_changes(out, config)
+    if changed:
+        raise ConfigError(f"{out} holds a run with other {', '.join(changed)}; use another --out "
+                          "or delete that folder")
     out.mkdir(parents=True, exist_ok=True)
     # Credentials in an openai:MODEL@URL spec are masked: a folder never holds a secret.
     stored = {**config.to_dict(), "model": redact_url(config.model)}

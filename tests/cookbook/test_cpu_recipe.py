@@ -396,7 +396,7 @@ DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0,
                 # bf16 mixed precision where this machine computes it natively (AVX512-BF16/AMX, CUDA)
                 "bf16": default_bf16(),
                 "ablations": False, "validate": 0, "validate_forms": 0,
-                "publish": False, "publish_previous": None, "publish_row": None, "publish_ablations": False, "table": False, "paired": None,
+                "baselines_from": None, "publish": False, "publish_previous": None, "publish_row": None, "publish_ablations": False, "table": False, "paired": None,
                 "plot": None, "timeline": None}
 
 
