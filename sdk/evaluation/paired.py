@@ -127,23 +127,32 @@ def plot_paired(found: Mapping[str, Any], path: str | Path, *, a_label: str = "A
     """
     from collabui._plotting import figure
 
-    rows = [*found["per_task"].items(), ("all", found)]
     target = Path(path).expanduser()
-    with figure(target, figsize=(8.0, 1.8 + 0.42 * len(rows)), dpi=120) as (_, ax):
-        ys = list(range(len(rows)))[::-1]  # the first task on top, "all" last
-        ax.barh(ys, [-c["only_a"] for _, c in rows], color="tab:orange", label=f"only A: {a_label}")
-        ax.barh(ys, [c["only_b"] for _, c in rows], color="tab:blue", label=f"only B: {b_label}")
-        widest = max([1, *(max(c["only_a"], c["only_b"]) for _, c in rows)])
-        for y, (_, c) in zip(ys, rows, strict=True):
-            ax.text(widest * 1.05, y, f"both {c['both']}, neither {c['neither']} of {c['episodes']}; "
-                    f"p = {c['p_value']:.3g}", va="center", fontsize=7)
-        ax.axvline(0, color="black", linewidth=0.8)
-        ax.set_yticks(ys, [task for task, _ in rows], fontsize=8)
-        ax.set_xlim(-widest * 1.1, widest * 2.6)  # room on the right for the labels
-        ax.xaxis.set_major_formatter(lambda x, _: f"{abs(x):g}")  # counts both ways, none negative
-        ax.set_xlabel("episodes solved by one system alone (A to the left, B to the right)")
-        ax.set_title(f"paired: {found['episodes']} episodes, only A {found['only_a']}, only B {found['only_b']} "
-                     f"(exact McNemar p = {found['p_value']:.3g})", fontsize=9)
-        # below the axes: inside, it would cover a row's bars or its label
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.65 / (0.42 * len(rows))))
+    with figure(target, figsize=(8.0, 1.8 + 0.42 * (len(found["per_task"]) + 1)), dpi=120) as (fig, ax):
+        _draw_paired(fig, ax, found, a_label, b_label)
     return target
+
+
+def _draw_paired(fig: Any, ax: Any, found: Mapping[str, Any], a_label: str, b_label: str) -> Any:
+    """:func:`plot_paired`'s drawing on ``ax``; returns the legend (its place is tested)."""
+    from matplotlib.transforms import offset_copy
+
+    rows = [*found["per_task"].items(), ("all", found)]
+    ys = list(range(len(rows)))[::-1]  # the first task on top, "all" last
+    ax.barh(ys, [-c["only_a"] for _, c in rows], color="tab:orange", label=f"only A: {a_label}")
+    ax.barh(ys, [c["only_b"] for _, c in rows], color="tab:blue", label=f"only B: {b_label}")
+    widest = max([1, *(max(c["only_a"], c["only_b"]) for _, c in rows)])
+    for y, (_, c) in zip(ys, rows, strict=True):
+        ax.text(widest * 1.05, y, f"both {c['both']}, neither {c['neither']} of {c['episodes']}; "
+                f"p = {c['p_value']:.3g}", va="center", fontsize=7)
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_yticks(ys, [task for task, _ in rows], fontsize=8)
+    ax.set_xlim(-widest * 1.1, widest * 2.6)  # room on the right for the labels
+    ax.xaxis.set_major_formatter(lambda x, _: f"{abs(x):g}")  # counts both ways, none negative
+    ax.set_xlabel("episodes solved by one system alone (A to the left, B to the right)")
+    ax.set_title(f"paired: {found['episodes']} episodes, only A {found['only_a']}, only B {found['only_b']} "
+                 f"(exact McNemar p = {found['p_value']:.3g})", fontsize=9)
+    # Below the x label (inside the axes it would cover a row's bars or its label): a fixed
+    # distance in points under the axes, whatever their height, so no row count moves it onto the label.
+    below = offset_copy(ax.transAxes, fig=fig, y=-34, units="points")
+    return ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=below)

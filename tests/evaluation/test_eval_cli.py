@@ -224,6 +224,31 @@ def test_compare_plot_paired_draws_the_pooled_discordant_episodes(tmp_path, caps
     assert not (tmp_path / "x.png").exists()
 
 
+@pytest.mark.parametrize("tasks", [1, 8, 20])
+def test_plot_paired_puts_its_legend_under_the_x_label_whatever_the_rows(tasks):
+    """The legend sits below the x label and inside the figure for a short and a tall figure alike
+    (it is placed a fixed distance in points under the axes, not a fraction of their height)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from collabui.evaluation.paired import _draw_paired
+
+    counts = {"both": 3, "neither": 2, "only_a": 1, "only_b": 4, "episodes": 10, "p_value": 0.375}
+    found = {**counts, "per_task": {f"task-{i}": counts for i in range(tasks)}}
+    fig, ax = plt.subplots(figsize=(8.0, 1.8 + 0.42 * (tasks + 1)))
+    try:
+        legend = _draw_paired(fig, ax, found, "runs/a/results.json", "runs/b/results.json")
+        fig.tight_layout()
+        fig.canvas.draw()
+        box, label = legend.get_window_extent(), ax.xaxis.label.get_window_extent()
+        assert box.y1 <= label.y0 and box.y0 >= 0  # under the label, not cut off
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.width
+    finally:
+        plt.close(fig)
+
+
 def test_errors_are_one_line_with_exit_code_2(tmp_path, capsys):
     assert main(["eval", "compare", str(tmp_path / "nope.json"), str(tmp_path / "b.json")]) == 2
     assert capsys.readouterr().err.strip().count("\n") == 0
