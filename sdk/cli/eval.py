@@ -81,18 +81,20 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--plot", action="store_true", help="also write plot.png (needs matplotlib)")
 
     c = esub.add_parser("compare", help="print B - A for every metric two results files share; for two "
-                        "MiniWoB++ run folders also the paired counts on the same episodes (exact McNemar)")
+                        "MiniWoB++ run folders also the paired counts on the same episodes, for two AutoWebBench ones on "
+                        "the same element records (exact McNemar)")
     c.add_argument("a", help="results.json of A (the reference)")
     c.add_argument("b", help="results.json of B")
     c.add_argument("--also", nargs=2, action="append", default=[], metavar=("A2", "B2"),
                    help="pool the paired counts with this pair of run folders too (the same two systems on "
-                   "another eval seed); repeatable: one paired table and p-value over every episode")
+                   "another eval seed, or AutoWebBench's other language); repeatable: one paired table and p-value "
+                   "over every episode")
     c.add_argument("--out", default=None, help="also write the table: FILE.md (Markdown) or FILE.json")
     c.add_argument("--plot", default=None, metavar="FILE.png",
                    help="also draw A and B side by side per task/action type (needs matplotlib)")
     c.add_argument("--plot-paired", default=None, metavar="FILE.png",
                    help="also draw the paired episodes (pooled with --also): per task those A alone and B alone "
-                   "solved, with McNemar p (run folders of MiniWoB++ evals; needs matplotlib)")
+                   "solved, with McNemar p (run folders of MiniWoB++ or AutoWebBench evals; needs matplotlib)")
 
     d = esub.add_parser("team", help="how teams reached their actions, from their traces: vote margins, "
                         "ties, how often agents keep their own previous answer or repeat a predecessor")
@@ -230,8 +232,9 @@ def _compare(args: argparse.Namespace) -> int:
     found = paired_from_folders([args.a, *(pair[0] for pair in args.also)], [args.b, *(pair[1] for pair in args.also)])
     if found is None and (args.also or args.plot_paired):
         flag = "--also pools" if args.also else "--plot-paired draws"
-        raise ConfigError(f"{flag} paired episodes, but a folder has no episodes.jsonl or the runs share "
-                          "no episode: give MiniWoB++ run folders of the same tasks")
+        raise ConfigError(f"{flag} paired episodes, but a folder has no episodes.jsonl (MiniWoB++) or "
+                          "predictions.jsonl (AutoWebBench), or the runs share "
+                          "no episode: give MiniWoB++ run folders of the same tasks, or AutoWebBench ones of the same data")
     rows = compare(a, b)
     label_a = (a.get("system") or {}).get("label") or "A"
     label_b = (b.get("system") or {}).get("label") or "B"

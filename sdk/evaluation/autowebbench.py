@@ -51,6 +51,7 @@ __all__ = [
     "summarize",
     "evaluate_autowebbench",
     "check_resumable",
+    "read_predictions",
     "PREDICTIONS_FILE",
     "RESULTS_FILE",
     "SUMMARY_FILE",
@@ -262,6 +263,13 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- running
+
+
+def read_predictions(folder: str | Path) -> dict[int, dict[str, Any]]:
+    """An AutoWebBench run folder's predictions by record index (``predictions.jsonl``: each row's
+    ``kind``, ``target``, ``prediction`` and its ``ssr_published`` / ``exact_match`` scores; the
+    first is None on records without an element); empty when it has none."""
+    return _read_rows(Path(folder) / PREDICTIONS_FILE)
 
 
 def _read_rows(path: Path) -> dict[int, dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""Paired comparison of two MiniWoB++ runs on the same episodes: who solves what the other does not.
+"""Paired comparison of two runs on the same episodes: who solves what the other does not.
 
 Two systems evaluated on the same seeds differ by far less noise than their two intervals
 suggest: most episodes are solved by both or by neither, and only the discordant ones (solved by
@@ -7,8 +7,11 @@ its two-sided p-value is the binomial probability of a split at least as uneven 
 
 Episodes are matched by ``(task, seed)`` from each run folder's ``episodes.jsonl`` (an episode an
 error ended counts as a failure, as in the results); episodes only one run has are left out and
-counted. Used by ``collabui eval compare A B`` when both results files sit in run folders, pooled
-with more pairs of folders by ``--also A2 B2`` (the same two systems on other eval seeds).
+counted. AutoWebBench folders pair the same way, record by record: each element record (by its
+index, its "task" the language and target action type, ``en/click``) succeeds when the prediction
+scores the published step success. Used by ``collabui eval compare A B`` when both results files
+sit in run folders, pooled with more pairs of folders by ``--also A2 B2`` (the same two systems on
+other eval seeds, or AutoWebBench's other language).
 """
 
 from __future__ import annotations
@@ -77,6 +80,8 @@ def paired_from_folders(a_results: str | Path | Sequence[str | Path],
     if any(r is None for r in records):
         return None
     found = paired_counts(*records)  # type: ignore[arg-type]
+    if any(r.get("record") for r in records[0] or ()):  # AutoWebBench: "seed" is the record's index
+        found["matched_by"] = "(action type, record)"
     return found if found["episodes"] else None
 
 
@@ -90,10 +95,15 @@ def _pooled(folders: Sequence[str | Path], side: str) -> list[Mapping[str, Any]]
     seen: dict[tuple[str, int], Path] = {}
     for given in folders:
         folder = Path(given).expanduser()
-        manifest = (folder if folder.is_dir() else folder.parent) / "episodes.jsonl"
-        if not manifest.is_file():
+        folder = folder if folder.is_dir() else folder.parent
+        manifest = folder / "episodes.jsonl"
+        if manifest.is_file():
+            found = list(read_manifest(manifest).values())
+        elif (folder / "predictions.jsonl").is_file():
+            found = _record_outcomes(folder)
+        else:
             return None
-        for record in read_manifest(manifest).values():
+        for record in found:
             key = (str(record["task"]), int(record["seed"]))
             if key in seen:
                 raise ConfigError(f"{side}'s runs {seen[key].parent} and {manifest.parent} both hold episode "
@@ -103,6 +113,21 @@ def _pooled(folders: Sequence[str | Path], side: str) -> list[Mapping[str, Any]]
     return records
 
 
+def _record_outcomes(folder: Path) -> list[dict[str, Any]]:
+    """An AutoWebBench folder's element records as episode records: ``task`` the language and the
+    target's action type (``en/click``), ``seed`` the record's index, ``success`` the published step
+    success; records without an element (``finish``, ``scroll_page``...) have no such score and are left out."""
+    import json
+
+    from collabui.evaluation.autowebbench import read_predictions
+
+    results = folder / "results.json"
+    language = json.loads(results.read_text(encoding="utf-8")).get("data", {}).get("language") if results.is_file() else None
+    return [{"task": f"{language or 'awb'}/{row.get('kind')}", "seed": index, "success": bool(row["ssr_published"]),
+             "record": True}
+            for index, row in read_predictions(folder).items() if row.get("ssr_published") is not None]
+
+
 def render_paired(found: Mapping[str, Any]) -> str:
     """The paired counts as a plain-text table, overall last."""
     head = ["task", "episodes", "A", "B", "both", "only A", "only B", "neither", "McNemar p"]
@@ -110,7 +135,7 @@ def render_paired(found: Mapping[str, Any]) -> str:
 
     rows = [[task, *_cells(c)] for task, c in found["per_task"].items()] + [["all", *_cells(found)]]
     note = f"({found['unmatched']} episodes only one run has were left out)\n" if found["unmatched"] else ""
-    return "Paired, same (task, seed):\n" + text_table(head, rows) + note
+    return f"Paired, same {found.get('matched_by', '(task, seed)')}:\n" + text_table(head, rows) + note
 
 
 def _cells(c: Mapping[str, Any]) -> list[str]:

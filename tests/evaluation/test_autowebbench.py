@@ -308,3 +308,34 @@ def test_cli_refuses_another_runs_folder_before_loading_a_model(tmp_path: Path, 
 
     check_resumable(tmp_path / "new", EN, {"model": "m"})
     assert not (tmp_path / "new").exists()
+
+
+def test_compare_pairs_two_runs_record_by_record_and_pools_the_other_language(tmp_path: Path, capsys) -> None:
+    """`eval compare` on two AutoWebBench folders: the element records both scored, paired by index
+    (exact McNemar), per language and target action type; --also pools the zh runs into the table."""
+    for lang, data in (("en", EN), ("zh", ZH)):
+        for spec in ("random", "lexical"):
+            assert main(["eval", "autowebbench", "--data", str(data), "--model", spec, "--limit", "30",
+                         "--out", str(tmp_path / f"{spec}-{lang}"), "--quiet"]) == 0
+    capsys.readouterr()
+
+    def scored(run: str) -> dict[int, bool]:
+        rows = [json.loads(line) for line in (tmp_path / run / "predictions.jsonl").read_text().splitlines()]
+        return {r["index"]: bool(r["ssr_published"]) for r in rows if r["ssr_published"] is not None}
+
+    a, b = scored("random-en"), scored("lexical-en")
+    assert main(["eval", "compare", str(tmp_path / "random-en" / "results.json"),
+                 str(tmp_path / "lexical-en" / "results.json")]) == 0
+    out = capsys.readouterr().out
+    assert "Paired, same (action type, record):" in out
+    only_b = sum(b[k] and not a[k] for k in a)
+    [total] = [line.split() for line in out.splitlines() if line.startswith("all ")]
+    assert total[1:4] == [str(len(a)), str(sum(a.values())), str(sum(b.values()))] and total[6] == str(only_b)
+    assert only_b >= 1  # lexical finds elements random does not
+
+    assert main(["eval", "compare", str(tmp_path / "random-en"), str(tmp_path / "lexical-en"),
+                 "--also", str(tmp_path / "random-zh"), str(tmp_path / "lexical-zh")]) == 0
+    pooled = capsys.readouterr().out
+    assert "(pooled over 2 pairs of runs)" in pooled and "zh/click" in pooled and "en/click" in pooled
+    [total] = [line.split() for line in pooled.splitlines() if line.startswith("all ")]
+    assert int(total[1]) == len(a) + len(scored("random-zh"))

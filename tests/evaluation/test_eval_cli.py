@@ -197,7 +197,7 @@ def test_compare_also_pools_the_paired_episodes_of_more_runs(tmp_path, capsys):
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "results.json").write_text(json.dumps(_results("no episodes", (1, 0))))
     assert main(["eval", "compare", str(a), str(b), "--also", str(tmp_path / "c"), str(b2)]) == 2
-    assert "--also pools paired episodes, but a folder has no episodes.jsonl" in capsys.readouterr().err
+    assert "--also pools paired episodes, but a folder has no episodes.jsonl (MiniWoB++) or" in capsys.readouterr().err
 
 
 def test_compare_plot_paired_draws_the_pooled_discordant_episodes(tmp_path, capsys, monkeypatch):
@@ -220,7 +220,7 @@ def test_compare_plot_paired_draws_the_pooled_discordant_episodes(tmp_path, caps
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "results.json").write_text(json.dumps(_results("no episodes", (1, 0))))
     assert main(["eval", "compare", str(tmp_path / "c"), str(b), "--plot-paired", str(tmp_path / "x.png")]) == 2
-    assert "--plot-paired draws paired episodes, but a folder has no episodes.jsonl" in capsys.readouterr().err
+    assert "--plot-paired draws paired episodes, but a folder has no episodes.jsonl (MiniWoB++) or" in capsys.readouterr().err
     assert not (tmp_path / "x.png").exists()
 
 
