@@ -117,12 +117,14 @@ def _record_outcomes(folder: Path) -> list[dict[str, Any]]:
     """An AutoWebBench folder's element records as episode records: ``task`` the language and the
     target's action type (``en/click``), ``seed`` the record's index, ``success`` the published step
     success; records without an element (``finish``, ``scroll_page``...) have no such score and are left out."""
-    import json
-
+    from collabui._jsonl import read_json
+    from collabui.errors import ConfigError
     from collabui.evaluation.autowebbench import read_predictions
 
     results = folder / "results.json"
-    language = json.loads(results.read_text(encoding="utf-8")).get("data", {}).get("language") if results.is_file() else None
+    # The project's reader: a cut-short results.json is one error line naming the file, not a traceback.
+    data = read_json(results, error=ConfigError, fix="run its evaluation again to rewrite it") if results.is_file() else {}
+    language = data.get("data", {}).get("language")
     return [{"task": f"{language or 'awb'}/{row.get('kind')}", "seed": index, "success": bool(row["ssr_published"]),
              "record": True}
             for index, row in read_predictions(folder).items() if row.get("ssr_published") is not None]
