@@ -10,14 +10,13 @@ from functools import cache
 from typing import Any
 
 import pytest
+from PIL import Image  # the android extra (pillow), which make test installs
 
 from collabui.actions import mobile
 from collabui.devices import check_device
 from collabui.devices._android_screen import MASK_FILL
 from collabui.devices._screen import ScreenMask
 from tests.devices.test_android import FakeU2, make
-
-Image = pytest.importorskip("PIL.Image")
 
 pytestmark = pytest.mark.security
 

@@ -24,12 +24,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import ray  # the ray extra, which make test installs: missing, these tests fail
 
 from collabui.errors import ConfigError
 from collabui.evaluation.miniwob import MiniWoBEvalConfig, default_team, evaluate_miniwob
 from tests.evaluation.test_workers import outcomes
-
-pytest.importorskip("ray", reason="needs the ray extra (make test installs it)")
 
 TAG_VARIABLE = "COLLABUI_RAY_TEST_TAG"
 
@@ -107,8 +106,6 @@ def two_node_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
 def _wait_for_cpus(address: str, cpus: int, timeout: float) -> None:
     """Until the cluster's resource view holds both nodes: a node that has printed "started"
     may not be schedulable yet, and SPREAD then puts every actor on the head."""
-    import ray
-
     ray.init(address=address, log_to_driver=False, configure_logging=False)
     try:
         deadline = time.monotonic() + timeout

@@ -61,7 +61,7 @@ def site(tmp_path_factory) -> Iterator[LocalSite]:
 
 
 def _pixels(png: bytes) -> bytes:
-    Image = pytest.importorskip("PIL.Image")  # noqa: N806 - the module's name
+    from PIL import Image  # the android extra (pillow), which make test installs
 
     return Image.open(io.BytesIO(png)).convert("RGB").tobytes()
 
