@@ -45,6 +45,7 @@ __all__ = [
     "element_ordinals",
     "is_text_first",
     "reorder",
+    "without_state",
     "element_line",
     "element_name",
     "observation_format",
@@ -200,6 +201,26 @@ def reorder(tree: Node | None, seed: int) -> Node | None:
                 parts[start:i] = run
             start = i + 1
         return {**node, "parts": parts}
+
+    return copy(tree)
+
+
+def without_state(tree: Node | None) -> Node | None:
+    """A copy of ``tree`` whose form fields no longer show their state: an input keeps only the
+    type the walk writes first (``checkbox; true`` -> ``checkbox``, ``password; disabled`` ->
+    ``password``), a text input or text area loses its value. What a field holds is then told
+    only by the actions taken, as on the many real pages whose custom controls expose no state
+    (training renders some pages this way so that the action history gets read). A ``select``
+    keeps its text: its options are its names, not only its state."""
+    if tree is None:
+        return None
+
+    def copy(node: Node) -> Node:
+        if node["tag"] in ("input", "textarea") and node["id"]:
+            kind = _join(_label_runs(node)).split("; ")[0]
+            parts: list[Node | str] = [kind] if node["tag"] == "input" and kind in _INPUT_TYPES else []
+            return {**node, "parts": parts}
+        return {**node, "parts": [p if isinstance(p, str) else copy(p) for p in node["parts"]]}
 
     return copy(tree)
 

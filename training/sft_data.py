@@ -121,7 +121,8 @@ def _context(row: dict[str, Any], action: dict[str, Any], share: float, seed: in
 
 def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_format: str = "html",
              limit: int | None = None, seed: int = 0, renderings: Sequence[str] | None = None,
-             balance: bool = False, by_step: bool = False, team_share: float = 0.0) -> list[dict[str, Any]]:
+             balance: bool = False, by_step: bool = False, team_share: float = 0.0,
+             stateless_share: float = 0.0) -> list[dict[str, Any]]:
     """Prompt-completion rows (TRL's conversational format) from demonstration rows.
 
     Args:
@@ -135,13 +136,18 @@ def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_
             form gets a share for each of its steps, not one share for all four.
         team_share: the share of rows read as an agent of a 4 x 3 team reads them, with
             drawn answers of the other agents beside the page (:mod:`collabui.training.team_context`).
+        stateless_share: the share of rows after a task's first step whose page shows no field
+            state (:func:`collabui.devices.simplify.without_state`): what was typed or ticked is
+            then told by the previous actions alone, so the history must be read.
     """
-    if not 0.0 <= team_share <= 1.0:
-        raise ConfigError(f"team_share must be between 0 and 1, got {team_share!r}")
+    for name, share in (("team_share", team_share), ("stateless_share", stateless_share)):
+        if not 0.0 <= share <= 1.0:
+            raise ConfigError(f"{name} must be between 0 and 1, got {share!r}")
     out = []
     for row in rows:
         if renderings is not None and row.get("rendering") not in renderings:
             continue
+        row = _maybe_stateless(row, stateless_share, seed)
         action = row["action"]
         action = json.loads(action) if isinstance(action, str) else action
         thought = grounded_thought(action, _target(row, action, element_format)) if style in GROUNDED_STYLES else None
@@ -153,6 +159,20 @@ def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_
     if balance:
         out = _round_robin(out, (lambda r: (r["task_name"], r["t"])) if by_step else (lambda r: r["task_name"]))
     return out[:limit] if limit is not None else out
+
+
+def _maybe_stateless(row: dict[str, Any], share: float, seed: int) -> dict[str, Any]:
+    """``row`` with its page's field state removed, for ``share`` of the rows that have a history
+    (seeded by the row, so reruns agree; drawn apart from the team context's draw)."""
+    if share <= 0 or not row.get("history"):
+        return row
+    rng = random.Random(f"stateless/{seed}/{row['task_name']}/{row['seed']}/{row['t']}/{row.get('rendering')}")
+    if rng.random() >= share:
+        return row
+    from collabui.devices.simplify import render, without_state
+
+    tree = without_state(_tree(row))
+    return {**row, "tree": tree, "screen": render(tree, "html")}
 
 
 def _round_robin(rows: list[dict[str, Any]], group: Callable[[dict[str, Any]], Hashable]) -> list[dict[str, Any]]:

@@ -146,6 +146,9 @@ class RecipeConfig:
     team_share: float = field(default=0.5, metadata={
         "metavar": "P", "help": "share of SFT rows read as an agent of a 4 x 3 team reads them: drawn answers "
         "of the other agents beside the page, right or a plausible mistake (collabui.training.team_context)"})
+    stateless_share: float = field(default=0.0, metadata={
+        "metavar": "P", "help": "share of SFT rows after a task's first step shown without field state (no typed "
+        "values, no ticks: collabui.devices.simplify.without_state), so only the previous actions tell what is done"})
     balance: bool = field(default=True, metadata={
         "help": "draw SFT rows round-robin over training tasks (--no-balance: at random)"})
     balance_steps: bool = field(default=True, metadata={
@@ -260,8 +263,9 @@ class RecipeConfig:
         for name in ("validate", "validate_forms", "onpolicy_episodes", "round2_demo_rows", "hindsight", "marl_iterations"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{flag_of(name)} must be >= 0, got {getattr(self, name)}")
-        if not 0.0 <= self.team_share <= 1.0:
-            raise ConfigError(f"--team-share must be between 0 and 1, got {self.team_share}")
+        for flag, share in (("--team-share", self.team_share), ("--stateless-share", self.stateless_share)):
+            if not 0.0 <= share <= 1.0:
+                raise ConfigError(f"{flag} must be between 0 and 1, got {share}")
         if self.sft_draws < 1:
             raise ConfigError(f"--sft-draws must be >= 1, got {self.sft_draws}")
         if self.sft_draws > 1 and not self.sft.full_finetune:
@@ -366,7 +370,8 @@ def flag_values(config: RecipeConfig) -> dict[str, Any]:
 TAUGHT = ("balance_steps", "batch", "bf16", "demo_minutes", "demo_seeds", "dpo_lr", "element_format", "extract_embedding_rank",
            "extract_rank", "full_finetune", "hindsight",
            "length_window", "lora_dropout", "lora_from_layer", "lora_r", "lr", "onpolicy_dpo", "onpolicy_episodes", "round2_demo_rows",
-           "sft_draws", "sft_epochs", "sft_examples", "sft_seed", "style", "synthetic_pages", "team_share")
+           "sft_draws", "sft_epochs", "sft_examples", "sft_seed", "stateless_share", "style", "synthetic_pages",
+           "team_share")
 #: MARL's settings, in the MARL team's ``made_by`` (they shape the team, not the SFT model): every
 #: MARLConfig flag plus the recipe's own MARL fields that change what is trained (not where from:
 #: ``--marl-rollouts-from`` is added apart).
