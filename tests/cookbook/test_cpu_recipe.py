@@ -463,7 +463,7 @@ def test_stage_configs_are_the_ones_the_recipe_always_built(tmp_path, monkeypatc
         "--element-format text-first --extract-embedding-rank 32 --extract-rank 48 --full-finetune --hindsight 0 "
         "--length-window 32 --lora-dropout 0.0 --lora-from-layer 0 "
         "--lora-r 32 --lr 0.0001 --onpolicy-dpo --onpolicy-episodes 0 --round2-demo-rows 400 --sft-draws 1 --sft-epochs 1.0 "
-        "--sft-examples 3200 --sft-seed 0 --style terse --team-share 0.5")
+        "--sft-examples 3200 --sft-seed 0 --stateless-share 0.0 --style terse --team-share 0.5")
     clock = recipe._Clock(tmp_path / "recipe.json", config)
     clock.run("x", lambda: None)
     assert json.loads((tmp_path / "recipe.json").read_text())["args"] == json.loads(json.dumps(DEFAULT_ARGS))  # tuples read back as lists
