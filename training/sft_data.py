@@ -98,13 +98,20 @@ def prompt_messages(row: dict[str, Any], *, style: str = "trained", element_form
     return [dict(m) for m in messages]
 
 
+def _row_random(row: dict[str, Any], *head: object) -> random.Random:
+    """A generator seeded by ``head`` and the row's identity (task, seed, step, rendering), so a
+    draw about a row is the same in every rerun."""
+    key = [*head, row["task_name"], row["seed"], row["t"], row.get("rendering")]
+    return random.Random("/".join(map(str, key)))
+
+
 def _context(row: dict[str, Any], action: dict[str, Any], share: float, seed: int, *,
              style: str = "trained", element_format: str = "html") -> TeamContext | None:
     """A drawn team context for ``share`` of the rows (seeded by the row, so reruns agree); in
     the ``grounded`` style each shown answer carries its grounded thought, as a team's do."""
     if share <= 0:
         return None
-    rng = random.Random(f"{seed}/{row['task_name']}/{row['seed']}/{row['t']}/{row.get('rendering')}")
+    rng = _row_random(row, seed)
     if rng.random() >= share:
         return None
     from collabui.devices.simplify import flat_elements
@@ -166,8 +173,7 @@ def _maybe_stateless(row: dict[str, Any], share: float, seed: int) -> dict[str, 
     (seeded by the row, so reruns agree; drawn apart from the team context's draw)."""
     if share <= 0 or not row.get("history"):
         return row
-    rng = random.Random(f"stateless/{seed}/{row['task_name']}/{row['seed']}/{row['t']}/{row.get('rendering')}")
-    if rng.random() >= share:
+    if _row_random(row, "stateless", seed).random() >= share:
         return row
     from collabui.devices.simplify import render, without_state
 
