@@ -205,19 +205,23 @@ def reorder(tree: Node | None, seed: int) -> Node | None:
     return copy(tree)
 
 
-def without_state(tree: Node | None) -> Node | None:
+def without_state(tree: Node | None, *, toggles_only: bool = False) -> Node | None:
     """A copy of ``tree`` whose form fields no longer show their state: an input keeps only the
     type the walk writes first (``checkbox; true`` -> ``checkbox``, ``password; disabled`` ->
     ``password``), a text input or text area loses its value. What a field holds is then told
     only by the actions taken, as on the many real pages whose custom controls expose no state
     (training renders some pages this way so that the action history gets read). A ``select``
-    keeps its text: its options are its names, not only its state."""
+    keeps its text: its options are its names, not only its state. ``toggles_only``: only
+    checkboxes and radio buttons lose their state; typed values stay (a form's empty field then
+    still says it is left to fill)."""
     if tree is None:
         return None
 
     def copy(node: Node) -> Node:
         if node["tag"] in ("input", "textarea") and node["id"]:
             kind = _join(_label_runs(node)).split("; ")[0]
+            if toggles_only and not (node["tag"] == "input" and kind in _TOGGLE_TYPES):
+                return node
             parts: list[Node | str] = [kind] if node["tag"] == "input" and kind in _INPUT_TYPES else []
             return {**node, "parts": parts}
         return {**node, "parts": [p if isinstance(p, str) else copy(p) for p in node["parts"]]}
@@ -316,9 +320,11 @@ def _text_first_line(node: Node, field_label: str, place: str = "", fmt: str = "
 
 #: ``input`` types that read as a text box (a task's "textbox" or "text field").
 _TEXTBOX_TYPES = frozenset({"text", "password", "email", "number", "tel", "url", "search"})
+#: Inputs whose state is on or off (``checkbox; true``), not a typed value.
+_TOGGLE_TYPES = frozenset({"checkbox", "radio"})
 #: ``input`` types the walk writes first in a field's text (``checkbox; true``); text is the default.
-_INPUT_TYPES = _TEXTBOX_TYPES | {"checkbox", "radio", "date", "time", "datetime-local", "month",
-                                 "week", "color", "range", "file", "submit", "button", "reset", "image"}
+_INPUT_TYPES = _TEXTBOX_TYPES | _TOGGLE_TYPES | {"date", "time", "datetime-local", "month", "week",
+                                                  "color", "range", "file", "submit", "button", "reset", "image"}
 
 
 def _field_kind(node: Node) -> str | None:

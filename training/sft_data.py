@@ -28,7 +28,10 @@ from collabui.prompts import (
 )
 from collabui.training.team_context import TeamContext, team_context
 
-__all__ = ["sft_rows", "answer_text", "grounded_thought", "prompt_messages", "target_line"]
+__all__ = ["STATELESS_FIELDS", "sft_rows", "answer_text", "grounded_thought", "prompt_messages", "target_line"]
+
+#: What ``sft_rows(stateless_share=...)`` hides: every field's state, or checkboxes' and radios' alone.
+STATELESS_FIELDS = ("all", "toggles")
 
 
 def answer_text(action: dict[str, Any], *, thought: str | None = None, space: str = "web") -> str:
@@ -129,7 +132,7 @@ def _context(row: dict[str, Any], action: dict[str, Any], share: float, seed: in
 def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_format: str = "html",
              limit: int | None = None, seed: int = 0, renderings: Sequence[str] | None = None,
              balance: bool = False, by_step: bool = False, team_share: float = 0.0,
-             stateless_share: float = 0.0) -> list[dict[str, Any]]:
+             stateless_share: float = 0.0, stateless_fields: str = "all") -> list[dict[str, Any]]:
     """Prompt-completion rows (TRL's conversational format) from demonstration rows.
 
     Args:
@@ -146,15 +149,19 @@ def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_
         stateless_share: the share of rows after a task's first step whose page shows no field
             state (:func:`collabui.devices.simplify.without_state`): what was typed or ticked is
             then told by the previous actions alone, so the history must be read.
+        stateless_fields: which fields those rows hide: ``all`` (typed values and ticks) or
+            ``toggles`` (checkboxes and radio buttons alone; typed values stay in view).
     """
     for name, share in (("team_share", team_share), ("stateless_share", stateless_share)):
         if not 0.0 <= share <= 1.0:
             raise ConfigError(f"{name} must be between 0 and 1, got {share!r}")
+    if stateless_fields not in STATELESS_FIELDS:
+        raise ConfigError(f"stateless_fields must be one of {', '.join(STATELESS_FIELDS)}, got {stateless_fields!r}")
     out = []
     for row in rows:
         if renderings is not None and row.get("rendering") not in renderings:
             continue
-        row = _maybe_stateless(row, stateless_share, seed)
+        row = _maybe_stateless(row, stateless_share, seed, toggles_only=stateless_fields == "toggles")
         action = row["action"]
         action = json.loads(action) if isinstance(action, str) else action
         thought = grounded_thought(action, _target(row, action, element_format)) if style in GROUNDED_STYLES else None
@@ -168,7 +175,7 @@ def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_
     return out[:limit] if limit is not None else out
 
 
-def _maybe_stateless(row: dict[str, Any], share: float, seed: int) -> dict[str, Any]:
+def _maybe_stateless(row: dict[str, Any], share: float, seed: int, *, toggles_only: bool) -> dict[str, Any]:
     """``row`` with its page's field state removed, for ``share`` of the rows that have a history
     (seeded by the row, so reruns agree; drawn apart from the team context's draw)."""
     if share <= 0 or not row.get("history"):
@@ -177,7 +184,7 @@ def _maybe_stateless(row: dict[str, Any], share: float, seed: int) -> dict[str, 
         return row
     from collabui.devices.simplify import render, without_state
 
-    tree = without_state(_tree(row))
+    tree = without_state(_tree(row), toggles_only=toggles_only)
     return {**row, "tree": tree, "screen": render(tree, "html")}
 
 

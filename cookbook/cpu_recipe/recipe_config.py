@@ -22,6 +22,7 @@ from collabui.training.demonstrate import DemoConfig
 from collabui.training.marl_config import MARLConfig
 from collabui.training.mistake_pairs import OWN_PAIR_OPTIONS
 from collabui.training.sft import AgentSFTConfig
+from collabui.training.sft_data import STATELESS_FIELDS
 from collabui.training.task_lists import HELDOUT_TASKS, TRAIN_TASKS
 
 # No ``from __future__ import annotations``: the dataclass's annotations are real types, so the
@@ -149,6 +150,9 @@ class RecipeConfig:
     stateless_share: float = field(default=0.0, metadata={
         "metavar": "P", "help": "share of SFT rows after a task's first step shown without field state (no typed "
         "values, no ticks: collabui.devices.simplify.without_state), so only the previous actions tell what is done"})
+    stateless_fields: str = field(default="all", metadata={
+        "choices": STATELESS_FIELDS, "help": "what --stateless-share's rows hide: all (typed values and ticks) or "
+        "toggles (checkbox and radio state alone: typed values, and so a form's empty fields, stay in view)"})
     balance: bool = field(default=True, metadata={
         "help": "draw SFT rows round-robin over training tasks (--no-balance: at random)"})
     balance_steps: bool = field(default=True, metadata={
@@ -370,7 +374,7 @@ def flag_values(config: RecipeConfig) -> dict[str, Any]:
 TAUGHT = ("balance_steps", "batch", "bf16", "demo_minutes", "demo_seeds", "dpo_lr", "element_format", "extract_embedding_rank",
            "extract_rank", "full_finetune", "hindsight",
            "length_window", "lora_dropout", "lora_from_layer", "lora_r", "lr", "onpolicy_dpo", "onpolicy_episodes", "round2_demo_rows",
-           "sft_draws", "sft_epochs", "sft_examples", "sft_seed", "stateless_share", "style", "synthetic_pages",
+           "sft_draws", "sft_epochs", "sft_examples", "sft_seed", "stateless_fields", "stateless_share", "style", "synthetic_pages",
            "team_share")
 #: MARL's settings, in the MARL team's ``made_by`` (they shape the team, not the SFT model): every
 #: MARLConfig flag plus the recipe's own MARL fields that change what is trained (not where from:

@@ -74,3 +74,23 @@ def test_first_steps_keep_their_page_whatever_the_share_and_a_bad_share_is_refus
                for r in sft_rows(_rows(20), stateless_share=1.0, element_format="html"))
     with pytest.raises(ConfigError, match="stateless_share must be between 0 and 1"):
         sft_rows(first, stateless_share=-0.1)
+
+
+def test_toggles_only_hides_ticks_and_keeps_typed_values_so_empty_fields_still_show():
+    text = render(without_state(TREE, toggles_only=True), "text-first")
+    # The ticked box loses its tick; the typed username, the password's marker and the note stay.
+    assert 'input "checkbox" (Remember me) [C]' in text and "true" not in text
+    assert 'input "kim" (Username) [U]' in text and "a note" in text and "password; disabled" in text
+    radio = {"tag": "", "id": None, "parts": [_field("input", "R", "radio; true"), _field("input", "E", "")]}
+    assert render(without_state(radio, toggles_only=True), "html") == render(
+        {**radio, "parts": [_field("input", "R", "radio"), _field("input", "E", "")]}, "html")
+
+
+def test_rows_hide_the_fields_the_option_names_and_a_bad_option_is_refused():
+    rows = sft_rows(_rows(20), stateless_share=1.0, stateless_fields="toggles", style="terse",
+                    element_format="text-first")
+    for r in rows:
+        page = r["prompt"][-1]["content"]
+        assert 'input "kim" (Username) [U]' in page and "checkbox; true" not in page
+    with pytest.raises(ConfigError, match="stateless_fields must be one of all, toggles, got 'values'"):
+        sft_rows(_rows(2), stateless_share=0.5, stateless_fields="values")
