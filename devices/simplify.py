@@ -46,6 +46,7 @@ __all__ = [
     "is_text_first",
     "reorder",
     "without_state",
+    "empty_text_fields",
     "element_line",
     "element_name",
     "observation_format",
@@ -227,6 +228,25 @@ def without_state(tree: Node | None, *, toggles_only: bool = False) -> Node | No
         return {**node, "parts": [p if isinstance(p, str) else copy(p) for p in node["parts"]]}
 
     return copy(tree)
+
+
+def empty_text_fields(tree: Node | None) -> list[str]:
+    """Ids of the text fields (text-like inputs, text areas) with nothing typed in them, in
+    document order. The walk writes a field's text as ``[type; ]value[; placeholder: ...]
+    [; disabled]``, and a placeholder only while the field is empty, so a field is empty when no
+    value follows its type. An empty field named by ``aria-label`` alone reads as holding its
+    label (the text cannot tell the two apart)."""
+    empty = []
+    for node in _interactive(tree):
+        if node["tag"] not in ("input", "textarea"):
+            continue
+        runs = _join(_label_runs(node)).split("; ")
+        kind = runs.pop(0) if node["tag"] == "input" and runs[0] in _INPUT_TYPES else "text"
+        if kind not in _TEXTBOX_TYPES:
+            continue
+        if not runs or runs[0] in ("", "disabled") or runs[0].startswith("placeholder: "):
+            empty.append(node["id"])
+    return empty
 
 
 def _text_label(part: Node | str) -> bool:

@@ -30,8 +30,9 @@ from collabui.training.team_context import TeamContext, team_context
 
 __all__ = ["STATELESS_FIELDS", "sft_rows", "answer_text", "grounded_thought", "prompt_messages", "target_line"]
 
-#: What ``sft_rows(stateless_share=...)`` hides: every field's state, or checkboxes' and radios' alone.
-STATELESS_FIELDS = ("all", "toggles")
+#: What ``sft_rows(stateless_share=...)`` hides: every field's state; checkboxes' and radios' alone;
+#: or ticks always and typed values only on pages where no text field is left empty.
+STATELESS_FIELDS = ("all", "toggles", "filled")
 
 
 def answer_text(action: dict[str, Any], *, thought: str | None = None, space: str = "web") -> str:
@@ -149,8 +150,10 @@ def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_
         stateless_share: the share of rows after a task's first step whose page shows no field
             state (:func:`collabui.devices.simplify.without_state`): what was typed or ticked is
             then told by the previous actions alone, so the history must be read.
-        stateless_fields: which fields those rows hide: ``all`` (typed values and ticks) or
-            ``toggles`` (checkboxes and radio buttons alone; typed values stay in view).
+        stateless_fields: which fields those rows hide: ``all`` (typed values and ticks),
+            ``toggles`` (checkboxes and radio buttons alone; typed values stay in view) or
+            ``filled`` (ticks, and typed values only on a page whose text fields all hold one: an
+            empty-looking field then always means one still to fill).
     """
     for name, share in (("team_share", team_share), ("stateless_share", stateless_share)):
         if not 0.0 <= share <= 1.0:
@@ -161,7 +164,7 @@ def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_
     for row in rows:
         if renderings is not None and row.get("rendering") not in renderings:
             continue
-        row = _maybe_stateless(row, stateless_share, seed, toggles_only=stateless_fields == "toggles")
+        row = _maybe_stateless(row, stateless_share, seed, fields=stateless_fields)
         action = row["action"]
         action = json.loads(action) if isinstance(action, str) else action
         thought = grounded_thought(action, _target(row, action, element_format)) if style in GROUNDED_STYLES else None
@@ -175,16 +178,18 @@ def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_
     return out[:limit] if limit is not None else out
 
 
-def _maybe_stateless(row: dict[str, Any], share: float, seed: int, *, toggles_only: bool) -> dict[str, Any]:
+def _maybe_stateless(row: dict[str, Any], share: float, seed: int, *, fields: str) -> dict[str, Any]:
     """``row`` with its page's field state removed, for ``share`` of the rows that have a history
     (seeded by the row, so reruns agree; drawn apart from the team context's draw)."""
     if share <= 0 or not row.get("history"):
         return row
     if _row_random(row, "stateless", seed).random() >= share:
         return row
-    from collabui.devices.simplify import render, without_state
+    from collabui.devices.simplify import empty_text_fields, render, without_state
 
-    tree = without_state(_tree(row), toggles_only=toggles_only)
+    tree = _tree(row)
+    toggles_only = fields == "toggles" or (fields == "filled" and bool(empty_text_fields(tree)))
+    tree = without_state(tree, toggles_only=toggles_only)
     return {**row, "tree": tree, "screen": render(tree, "html")}
 
 

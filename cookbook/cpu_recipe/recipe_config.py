@@ -151,8 +151,9 @@ class RecipeConfig:
         "metavar": "P", "help": "share of SFT rows after a task's first step shown without field state (no typed "
         "values, no ticks: collabui.devices.simplify.without_state), so only the previous actions tell what is done"})
     stateless_fields: str = field(default="all", metadata={
-        "choices": STATELESS_FIELDS, "help": "what --stateless-share's rows hide: all (typed values and ticks) or "
-        "toggles (checkbox and radio state alone: typed values, and so a form's empty fields, stay in view)"})
+        "choices": STATELESS_FIELDS, "help": "what --stateless-share's rows hide: all (typed values and ticks), "
+        "toggles (checkbox and radio state alone: typed values, and so a form's empty fields, stay in view) or "
+        "filled (ticks, and typed values only on pages where no text field is empty)"})
     balance: bool = field(default=True, metadata={
         "help": "draw SFT rows round-robin over training tasks (--no-balance: at random)"})
     balance_steps: bool = field(default=True, metadata={

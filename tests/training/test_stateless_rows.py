@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from collabui.devices.simplify import render, without_state
+from collabui.devices.simplify import empty_text_fields, render, without_state
 from collabui.errors import ConfigError
 from collabui.training.sft_data import sft_rows
 
@@ -92,5 +92,34 @@ def test_rows_hide_the_fields_the_option_names_and_a_bad_option_is_refused():
     for r in rows:
         page = r["prompt"][-1]["content"]
         assert 'input "kim" (Username) [U]' in page and "checkbox; true" not in page
-    with pytest.raises(ConfigError, match="stateless_fields must be one of all, toggles, got 'values'"):
+    with pytest.raises(ConfigError, match="stateless_fields must be one of all, toggles, filled, got 'values'"):
         sft_rows(_rows(2), stateless_share=0.5, stateless_fields="values")
+
+
+def test_empty_text_fields_reads_the_walks_field_text():
+    page = {"tag": "", "id": None, "parts": [
+        _field("input", "A", "kim"), _field("input", "B", ""), _field("input", "C", "placeholder: Name"),
+        _field("input", "D", "email; placeholder: you@x.org"), _field("input", "E", "email; kim@x.org"),
+        _field("input", "F", "password; ***"), _field("input", "G", "password"), _field("input", "H", "disabled"),
+        _field("textarea", "I", ""), _field("textarea", "J", "a note"), _field("input", "K", "checkbox; false"),
+        _field("select", "L", "red"), _field("button", "M", "")]}
+    # Only text-like fields count, and only those with no value after their type.
+    assert empty_text_fields(page) == ["B", "C", "D", "G", "H", "I"]
+    # TREE's password field is disabled and shows no stars: nothing typed in it.
+    assert empty_text_fields(TREE) == ["P"] and empty_text_fields(None) == []
+
+
+def test_filled_hides_typed_values_only_where_no_text_field_is_left_empty():
+    full = json.loads(json.dumps(TREE))
+    full["parts"][3]["parts"] = ["password; ***"]
+    half = {**full, "parts": [*full["parts"], _field("input", "N", "placeholder: Nickname")]}
+    mixed = [{**ROW, "seed": 1000 + k, "tree": json.dumps(tree), "screen": render(tree, "html")}
+             for k in range(20) for tree in ([full] if k < 10 else [half])]
+    rows = sft_rows(mixed, stateless_share=1.0, stateless_fields="filled", style="terse", element_format="text-first")
+    for r in rows:
+        page = r["prompt"][-1]["content"]
+        assert "checkbox; true" not in page  # ticks go on every stateless page
+        if r["seed"] >= 1010:  # a field still empty: what was typed stays, so empty means "to fill"
+            assert 'input "kim" (Username) [U]' in page and "placeholder: Nickname" in page
+        else:  # every text field holds a value: the values go too
+            assert 'input "" (Username) [U]' in page and "a note" not in page and "***" not in page
