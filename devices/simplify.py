@@ -29,6 +29,7 @@ __all__ = [
     "ID_ATTRIBUTE",
     "ELEMENT_FORMATS",
     "TYPED_FIELDS",
+    "TOGGLE_FIELDS",
     "check_element_format",
     "Node",
     "Element",
@@ -76,6 +77,8 @@ ELEMENT_FORMATS = ("html", "text-first", "text-first-ordinal", "text-first-typed
 #: field shows its value, so it reads as holding the word; typed, the field reads ``password ""``
 #: until something is typed (``password "****"``).
 TYPED_FIELDS = frozenset({"password", "email", "number", "tel", "url", "search"})
+#: ``input`` types whose state is on or off (the walk writes ``checkbox; true``), not a typed value.
+TOGGLE_FIELDS = frozenset({"checkbox", "radio"})
 #: A walk node: ``{"tag": str, "id": str | None, "parts": list[str | Node]}``. ``tag`` is the
 #: lower-case tag name ('' for an anonymous group of siblings), ``id`` is set exactly on
 #: interactive elements, ``parts`` are text runs and child nodes in document order. Interactive
@@ -221,7 +224,7 @@ def without_state(tree: Node | None, *, toggles_only: bool = False) -> Node | No
     def copy(node: Node) -> Node:
         if node["tag"] in ("input", "textarea") and node["id"]:
             kind = _join(_label_runs(node)).split("; ")[0]
-            if toggles_only and not (node["tag"] == "input" and kind in _TOGGLE_TYPES):
+            if toggles_only and not (node["tag"] == "input" and kind in TOGGLE_FIELDS):
                 return node
             parts: list[Node | str] = [kind] if node["tag"] == "input" and kind in _INPUT_TYPES else []
             return {**node, "parts": parts}
@@ -339,11 +342,9 @@ def _text_first_line(node: Node, field_label: str, place: str = "", fmt: str = "
 
 
 #: ``input`` types that read as a text box (a task's "textbox" or "text field").
-_TEXTBOX_TYPES = frozenset({"text", "password", "email", "number", "tel", "url", "search"})
-#: Inputs whose state is on or off (``checkbox; true``), not a typed value.
-_TOGGLE_TYPES = frozenset({"checkbox", "radio"})
+_TEXTBOX_TYPES = TYPED_FIELDS | {"text"}
 #: ``input`` types the walk writes first in a field's text (``checkbox; true``); text is the default.
-_INPUT_TYPES = _TEXTBOX_TYPES | _TOGGLE_TYPES | {"date", "time", "datetime-local", "month", "week",
+_INPUT_TYPES = _TEXTBOX_TYPES | TOGGLE_FIELDS | {"date", "time", "datetime-local", "month", "week",
                                                   "color", "range", "file", "submit", "button", "reset", "image"}
 
 

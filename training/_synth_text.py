@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from collabui.devices.simplify import TOGGLE_FIELDS
 from collabui.training._synth_page import Node, walk
 
 __all__ = ["UI_QUESTIONS", "ELEMENT_QUESTIONS", "ElementInfo", "describe_elements",
@@ -69,7 +70,7 @@ def _field(node: Node, label: str) -> ElementInfo:
         chosen, _, options = text.partition("; options: ")
         return ElementInfo(node, "drop-down", label, chosen.strip(),
                            options=tuple(o.strip() for o in options.split("|") if o.strip() and o.strip() != "\u2026"))
-    if head in ("checkbox", "radio"):
+    if head in TOGGLE_FIELDS:
         kind = "checkbox" if head == "checkbox" else "radio button"
         return ElementInfo(node, kind, label, rest, checked=rest.startswith("true"))
     if node.tag == "textarea" or head == "textarea":
