@@ -133,7 +133,7 @@ def _context(row: dict[str, Any], action: dict[str, Any], share: float, seed: in
 def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_format: str = "html",
              limit: int | None = None, seed: int = 0, renderings: Sequence[str] | None = None,
              balance: bool = False, by_step: bool = False, team_share: float = 0.0,
-             stateless_share: float = 0.0, stateless_fields: str = "all") -> list[dict[str, Any]]:
+             stateless_share: float = 0.0, stateless_fields: str = "filled") -> list[dict[str, Any]]:
     """Prompt-completion rows (TRL's conversational format) from demonstration rows.
 
     Args:
@@ -150,10 +150,10 @@ def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_
         stateless_share: the share of rows after a task's first step whose page shows no field
             state (:func:`collabui.devices.simplify.without_state`): what was typed or ticked is
             then told by the previous actions alone, so the history must be read.
-        stateless_fields: which fields those rows hide: ``all`` (typed values and ticks),
-            ``toggles`` (checkboxes and radio buttons alone; typed values stay in view) or
-            ``filled`` (ticks, and typed values only on a page whose text fields all hold one: an
-            empty-looking field then always means one still to fill).
+        stateless_fields: which fields those rows hide: ``filled`` (the default, the recipe's since
+            v73: ticks, and typed values only on a page whose text fields all hold one: an
+            empty-looking field then always means one still to fill), ``all`` (typed values and ticks) or
+            ``toggles`` (checkboxes and radio buttons alone; typed values stay in view).
     """
     for name, share in (("team_share", team_share), ("stateless_share", stateless_share)):
         if not 0.0 <= share <= 1.0:

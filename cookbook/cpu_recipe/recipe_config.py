@@ -147,13 +147,14 @@ class RecipeConfig:
     team_share: float = field(default=0.5, metadata={
         "metavar": "P", "help": "share of SFT rows read as an agent of a 4 x 3 team reads them: drawn answers "
         "of the other agents beside the page, right or a plausible mistake (collabui.training.team_context)"})
-    stateless_share: float = field(default=0.0, metadata={
-        "metavar": "P", "help": "share of SFT rows after a task's first step shown without field state (no typed "
-        "values, no ticks: collabui.devices.simplify.without_state), so only the previous actions tell what is done"})
-    stateless_fields: str = field(default="all", metadata={
+    stateless_share: float = field(default=0.5, metadata={
+        "metavar": "P", "help": "share of SFT rows after a task's first step shown without field state "
+        "(--stateless-fields; collabui.devices.simplify.without_state), so only the previous actions tell what is "
+        "done (0.5 since v73)"})
+    stateless_fields: str = field(default="filled", metadata={
         "choices": STATELESS_FIELDS, "help": "what --stateless-share's rows hide: all (typed values and ticks), "
         "toggles (checkbox and radio state alone: typed values, and so a form's empty fields, stay in view) or "
-        "filled (ticks, and typed values only on pages where no text field is empty)"})
+        "filled (ticks, and typed values only on pages where no text field is empty; the default since v73)"})
     balance: bool = field(default=True, metadata={
         "help": "draw SFT rows round-robin over training tasks (--no-balance: at random)"})
     balance_steps: bool = field(default=True, metadata={

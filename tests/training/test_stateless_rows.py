@@ -51,7 +51,8 @@ def _rows(n: int, **change) -> list[dict]:
 
 
 def test_a_share_of_the_rows_after_the_first_step_hides_the_state_and_keeps_the_target():
-    rows = sft_rows(_rows(200), stateless_share=0.5, style="terse", element_format="text-first")
+    rows = sft_rows(_rows(200), stateless_share=0.5, stateless_fields="all", style="terse",
+                    element_format="text-first")
     hidden = [r for r in rows if 'input "" (Username) [U]' in r["prompt"][-1]["content"]]
     assert 70 < len(hidden) < 130
     for r in rows:
@@ -60,7 +61,8 @@ def test_a_share_of_the_rows_after_the_first_step_hides_the_state_and_keeps_the_
         assert ("checkbox; true" in r["prompt"][-1]["content"]) == (r not in hidden)
         assert "Previous actions: 1. type_string" in r["prompt"][-1]["content"]
     # Seeded by the row: the same rows again hide the same pages; share 0 hides none.
-    assert sft_rows(_rows(200), stateless_share=0.5, style="terse", element_format="text-first") == rows
+    assert sft_rows(_rows(200), stateless_share=0.5, stateless_fields="all", style="terse",
+                    element_format="text-first") == rows
     assert not any('input "" (Username) [U]' in r["prompt"][-1]["content"]
                    for r in sft_rows(_rows(50), style="terse", element_format="text-first"))
 
@@ -71,7 +73,7 @@ def test_first_steps_keep_their_page_whatever_the_share_and_a_bad_share_is_refus
     assert all("checkbox; true" in r["prompt"][-1]["content"] for r in rows)
     # On html pages too the hidden state is gone, at share 1 from every later step.
     assert all("checkbox; true" not in r["prompt"][-1]["content"]
-               for r in sft_rows(_rows(20), stateless_share=1.0, element_format="html"))
+               for r in sft_rows(_rows(20), stateless_share=1.0, stateless_fields="all", element_format="html"))
     with pytest.raises(ConfigError, match="stateless_share must be between 0 and 1"):
         sft_rows(first, stateless_share=-0.1)
 
