@@ -223,11 +223,10 @@ def without_state(tree: Node | None, *, toggles_only: bool = False) -> Node | No
 
     def copy(node: Node) -> Node:
         if node["tag"] in ("input", "textarea") and node["id"]:
-            kind = _join(_label_runs(node)).split("; ")[0]
-            if toggles_only and not (node["tag"] == "input" and kind in TOGGLE_FIELDS):
+            written, _ = _field_runs(node)
+            if toggles_only and written not in TOGGLE_FIELDS:
                 return node
-            parts: list[Node | str] = [kind] if node["tag"] == "input" and kind in _INPUT_TYPES else []
-            return {**node, "parts": parts}
+            return {**node, "parts": [written] if written else []}
         return {**node, "parts": [p if isinstance(p, str) else copy(p) for p in node["parts"]]}
 
     return copy(tree)
@@ -243,13 +242,21 @@ def empty_text_fields(tree: Node | None) -> list[str]:
     for node in _interactive(tree):
         if node["tag"] not in ("input", "textarea"):
             continue
-        runs = _join(_label_runs(node)).split("; ")
-        kind = runs.pop(0) if node["tag"] == "input" and runs[0] in _INPUT_TYPES else "text"
-        if kind not in _TEXTBOX_TYPES:
+        written, runs = _field_runs(node)
+        if (written or "text") not in _TEXTBOX_TYPES:
             continue
         if not runs or runs[0] in ("", "disabled") or runs[0].startswith("placeholder: "):
             empty.append(node["id"])
     return empty
+
+
+def _field_runs(node: Node) -> tuple[str | None, list[str]]:
+    """A form field's text as the walk wrote it (``checkbox; true``, ``password; ****``,
+    ``kim; disabled``): the input type it wrote first (None for a text input, a text area or a
+    select) and the ``; ``-separated runs after it."""
+    runs = _join(_label_runs(node)).split("; ")
+    written = runs.pop(0) if node["tag"] == "input" and runs[0] in _INPUT_TYPES else None
+    return written, runs
 
 
 def _text_label(part: Node | str) -> bool:
@@ -356,8 +363,7 @@ def _field_kind(node: Node) -> str | None:
         return None
     if node["tag"] != "input":
         return "textbox" if node["tag"] == "textarea" else node["tag"]
-    first = _join(_label_runs(node)).split("; ")[0]
-    kind = first if first in _INPUT_TYPES else "text"
+    kind = _field_runs(node)[0] or "text"
     return "textbox" if kind in _TEXTBOX_TYPES else kind
 
 
