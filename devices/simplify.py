@@ -48,6 +48,7 @@ __all__ = [
     "reorder",
     "without_state",
     "empty_text_fields",
+    "text_field_values",
     "element_line",
     "element_name",
     "observation_format",
@@ -234,20 +235,27 @@ def without_state(tree: Node | None, *, toggles_only: bool = False) -> Node | No
 
 def empty_text_fields(tree: Node | None) -> list[str]:
     """Ids of the text fields (text-like inputs, text areas) with nothing typed in them, in
-    document order. The walk writes a field's text as ``[type; ]value[; placeholder: ...]
-    [; disabled]``, and a placeholder only while the field is empty, so a field is empty when no
-    value follows its type. An empty field named by ``aria-label`` alone reads as holding its
-    label (the text cannot tell the two apart)."""
-    empty = []
+    document order (:func:`text_field_values`' fields whose value is ``""``)."""
+    return [element_id for element_id, value in text_field_values(tree).items() if not value]
+
+
+def text_field_values(tree: Node | None) -> dict[str, str]:
+    """``{id: value}`` of the text fields (text-like inputs, text areas) in document order:
+    what is typed in each, ``""`` when nothing is. The walk writes a field's text as
+    ``[type; ]value[; placeholder: ...][; disabled]``, and a placeholder only while the field is
+    empty, so a field is empty when no value follows its type. A password field's value is the
+    walk's stars. An empty field named by ``aria-label`` alone reads as holding its label (the
+    text cannot tell the two apart)."""
+    values = {}
     for node in _interactive(tree):
         if node["tag"] not in ("input", "textarea"):
             continue
         written, runs = _field_runs(node)
         if (written or "text") not in _TEXTBOX_TYPES:
             continue
-        if not runs or runs[0] in ("", "disabled") or runs[0].startswith("placeholder: "):
-            empty.append(node["id"])
-    return empty
+        empty = not runs or runs[0] in ("", "disabled") or runs[0].startswith("placeholder: ")
+        values[node["id"]] = "" if empty else runs[0]
+    return values
 
 
 def _field_runs(node: Node) -> tuple[str | None, list[str]]:

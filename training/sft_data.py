@@ -26,7 +26,7 @@ from collabui.prompts import (
     history_in_format,
     render_observation,
 )
-from collabui.training.team_context import TeamContext, team_context
+from collabui.training.team_context import PageFacts, TeamContext, team_context
 
 __all__ = ["STATELESS_FIELDS", "sft_rows", "answer_text", "grounded_thought", "prompt_messages", "target_line"]
 
@@ -110,9 +110,10 @@ def _row_random(row: dict[str, Any], *head: object) -> random.Random:
 
 
 def _context(row: dict[str, Any], action: dict[str, Any], share: float, seed: int, *,
-             style: str = "trained", element_format: str = "html") -> TeamContext | None:
+             style: str = "trained", element_format: str = "html", other_kind: float = 0.0) -> TeamContext | None:
     """A drawn team context for ``share`` of the rows (seeded by the row, so reruns agree); in
-    the ``grounded`` style each shown answer carries its grounded thought, as a team's do."""
+    the ``grounded`` style each shown answer carries its grounded thought, as a team's do;
+    ``other_kind`` of its mistakes are of the other kind (``team_context.wrong_action``)."""
     if share <= 0:
         return None
     rng = _row_random(row, seed)
@@ -122,18 +123,20 @@ def _context(row: dict[str, Any], action: dict[str, Any], share: float, seed: in
 
     tree = _tree(row)
     ids = [str(e["id"]) for e in flat_elements(tree) if e["id"]]
+    mistakes: dict[str, Any] = {"page": PageFacts.of(tree), "other_kind": other_kind} if other_kind > 0 else {}
     if style not in GROUNDED_STYLES:
-        return team_context(action, ids, rng)
+        return team_context(action, ids, rng, **mistakes)
     # In the named style each shown answer is also written as the call naming its element.
     named = {"named_for": lambda a: answer_call(a, tree, element_format)} if style == "named" else {}
-    return team_context(action, ids, rng, **named,
+    return team_context(action, ids, rng, **named, **mistakes,
                         thought_for=lambda a: grounded_thought(a, target_line(tree, a, element_format)))
 
 
 def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_format: str = "html",
              limit: int | None = None, seed: int = 0, renderings: Sequence[str] | None = None,
              balance: bool = False, by_step: bool = False, team_share: float = 0.0,
-             stateless_share: float = 0.0, stateless_fields: str = "filled") -> list[dict[str, Any]]:
+             stateless_share: float = 0.0, stateless_fields: str = "filled",
+             team_other_kind: float = 0.0) -> list[dict[str, Any]]:
     """Prompt-completion rows (TRL's conversational format) from demonstration rows.
 
     Args:
@@ -147,6 +150,9 @@ def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_
             form gets a share for each of its steps, not one share for all four.
         team_share: the share of rows read as an agent of a 4 x 3 team reads them, with
             drawn answers of the other agents beside the page (:mod:`collabui.training.team_context`).
+        team_other_kind: the share of those answers' mistakes that are of the other kind: a
+            button clicked where the verified step types, a value typed again where it clicks
+            (:func:`collabui.training.team_context.wrong_action`).
         stateless_share: the share of rows after a task's first step whose page shows no field
             state (:func:`collabui.devices.simplify.without_state`): what was typed or ticked is
             then told by the previous actions alone, so the history must be read.
@@ -155,7 +161,8 @@ def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_
             empty-looking field then always means one still to fill), ``all`` (typed values and ticks) or
             ``toggles`` (checkboxes and radio buttons alone; typed values stay in view).
     """
-    for name, share in (("team_share", team_share), ("stateless_share", stateless_share)):
+    for name, share in (("team_share", team_share), ("stateless_share", stateless_share),
+                        ("team_other_kind", team_other_kind)):
         if not 0.0 <= share <= 1.0:
             raise ConfigError(f"{name} must be between 0 and 1, got {share!r}")
     if stateless_fields not in STATELESS_FIELDS:
@@ -168,7 +175,8 @@ def sft_rows(rows: Iterable[dict[str, Any]], *, style: str = "trained", element_
         action = row["action"]
         action = json.loads(action) if isinstance(action, str) else action
         thought = grounded_thought(action, _target(row, action, element_format)) if style in GROUNDED_STYLES else None
-        context = _context(row, action, team_share, seed, style=style, element_format=element_format)
+        context = _context(row, action, team_share, seed, style=style, element_format=element_format,
+                           other_kind=team_other_kind)
         out.append({"prompt": prompt_messages(row, style=style, element_format=element_format, context=context),
                     "completion": [{"role": "assistant", "content": answer_text(action, thought=thought)}],
                     "task_name": row["task_name"], "seed": int(row["seed"]), "t": int(row["t"])})

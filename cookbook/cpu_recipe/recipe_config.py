@@ -147,6 +147,9 @@ class RecipeConfig:
     team_share: float = field(default=0.5, metadata={
         "metavar": "P", "help": "share of SFT rows read as an agent of a 4 x 3 team reads them: drawn answers "
         "of the other agents beside the page, right or a plausible mistake (collabui.training.team_context)"})
+    team_other_kind: float = field(default=0.0, metadata={
+        "metavar": "P", "help": "share of those drawn answers' mistakes of the other kind: a button clicked where "
+        "the verified step types, a value typed again where it clicks (collabui.training.team_context)"})
     stateless_share: float = field(default=0.5, metadata={
         "metavar": "P", "help": "share of SFT rows after a task's first step shown without field state "
         "(--stateless-fields; collabui.devices.simplify.without_state), so only the previous actions tell what is "
@@ -377,7 +380,7 @@ TAUGHT = ("balance_steps", "batch", "bf16", "demo_minutes", "demo_seeds", "dpo_l
            "extract_rank", "full_finetune", "hindsight",
            "length_window", "lora_dropout", "lora_from_layer", "lora_r", "lr", "onpolicy_dpo", "onpolicy_episodes", "round2_demo_rows",
            "sft_draws", "sft_epochs", "sft_examples", "sft_seed", "stateless_fields", "stateless_share", "style", "synthetic_pages",
-           "team_share")
+           "team_other_kind", "team_share")
 #: MARL's settings, in the MARL team's ``made_by`` (they shape the team, not the SFT model): every
 #: MARLConfig flag plus the recipe's own MARL fields that change what is trained (not where from:
 #: ``--marl-rollouts-from`` is added apart).

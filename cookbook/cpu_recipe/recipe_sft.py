@@ -76,7 +76,8 @@ def demo_rows(config: RecipeConfig, demo: Path) -> list[dict[str, Any]]:
     steps += hindsight_rows(steps, per_row=config.hindsight)
     return sft_rows(steps, style=config.style, element_format=config.element_format,
                     seed=0, balance=config.balance, by_step=config.balance_steps, team_share=config.team_share,
-                    stateless_share=config.stateless_share, stateless_fields=config.stateless_fields)
+                    stateless_share=config.stateless_share, stateless_fields=config.stateless_fields,
+                    team_other_kind=config.team_other_kind)
 
 
 def _sft_config(config: RecipeConfig, out: Path) -> AgentSFTConfig:

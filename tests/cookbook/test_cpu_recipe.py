@@ -384,7 +384,7 @@ def test_negative_counts_are_refused_with_the_flag_named(capsys):
 #: (its --no-balance flag is now --balance/--no-balance, recorded as balance); since v35 full
 #: fine-tuning at lr 1e-4, shipped as a rank-48 extract; since v66 3,200 SFT rows.
 DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0, "demo_workers": 4, "demo_seeds": 400, "sft_examples": 3200,
-                "synthetic_pages": False, "team_share": 0.5, "stateless_share": 0.5, "stateless_fields": "filled", "sft_epochs": 1.0, "balance": True, "balance_steps": True, "hindsight": 0, "lr": 1e-4, "lora_r": 32,
+                "synthetic_pages": False, "team_share": 0.5, "team_other_kind": 0.0, "stateless_share": 0.5, "stateless_fields": "filled", "sft_epochs": 1.0, "balance": True, "balance_steps": True, "hindsight": 0, "lr": 1e-4, "lora_r": 32,
                 "batch": 8, "lora_dropout": 0.0, "lora_from_layer": 0, "length_window": 32, "full_finetune": True, "sft_seed": 0, "sft_draws": 1,
                 "extract_rank": 48, "extract_embedding_rank": 32, "element_format": "text-first", "style": "terse", "episodes": 13,
                 "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "stop_when_decided": True, "skip_stale": True, "critic_episodes": 6, "team": False,
@@ -463,7 +463,7 @@ def test_stage_configs_are_the_ones_the_recipe_always_built(tmp_path, monkeypatc
         "--element-format text-first --extract-embedding-rank 32 --extract-rank 48 --full-finetune --hindsight 0 "
         "--length-window 32 --lora-dropout 0.0 --lora-from-layer 0 "
         "--lora-r 32 --lr 0.0001 --onpolicy-dpo --onpolicy-episodes 0 --round2-demo-rows 400 --sft-draws 1 --sft-epochs 1.0 "
-        "--sft-examples 3200 --sft-seed 0 --stateless-fields filled --stateless-share 0.5 --style terse --team-share 0.5")
+        "--sft-examples 3200 --sft-seed 0 --stateless-fields filled --stateless-share 0.5 --style terse --team-other-kind 0.0 --team-share 0.5")
     clock = recipe._Clock(tmp_path / "recipe.json", config)
     clock.run("x", lambda: None)
     assert json.loads((tmp_path / "recipe.json").read_text())["args"] == json.loads(json.dumps(DEFAULT_ARGS))  # tuples read back as lists

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from collabui.devices.simplify import empty_text_fields, render, without_state
+from collabui.devices.simplify import empty_text_fields, render, text_field_values, without_state
 from collabui.errors import ConfigError
 from collabui.training.sft_data import sft_rows
 
@@ -98,7 +98,7 @@ def test_rows_hide_the_fields_the_option_names_and_a_bad_option_is_refused():
         sft_rows(_rows(2), stateless_share=0.5, stateless_fields="values")
 
 
-def test_empty_text_fields_reads_the_walks_field_text():
+def test_empty_text_fields_and_values_read_the_walks_field_text():
     page = {"tag": "", "id": None, "parts": [
         _field("input", "A", "kim"), _field("input", "B", ""), _field("input", "C", "placeholder: Name"),
         _field("input", "D", "email; placeholder: you@x.org"), _field("input", "E", "email; kim@x.org"),
@@ -107,6 +107,9 @@ def test_empty_text_fields_reads_the_walks_field_text():
         _field("select", "L", "red"), _field("button", "M", "")]}
     # Only text-like fields count, and only those with no value after their type.
     assert empty_text_fields(page) == ["B", "C", "D", "G", "H", "I"]
+    # The values are the runs after the type: stars for a password, nothing for a placeholder.
+    assert text_field_values(page) == {"A": "kim", "B": "", "C": "", "D": "", "E": "kim@x.org", "F": "***",
+                                       "G": "", "H": "", "I": "", "J": "a note"}
     # TREE's password field is disabled and shows no stars: nothing typed in it.
     assert empty_text_fields(TREE) == ["P"] and empty_text_fields(None) == []
 

@@ -10,7 +10,7 @@ import pytest
 from collabui.errors import ConfigError
 from collabui.prompts import build_messages
 from collabui.training.sft_data import sft_rows
-from collabui.training.team_context import team_context, wrong_action
+from collabui.training.team_context import PageFacts, team_context, wrong_action
 
 from .test_hindsight import ROW
 
@@ -118,3 +118,36 @@ def test_named_team_rows_show_each_answer_as_a_call_naming_its_element():
     assert not any("Thought:" in p or '"element_id"' in p for p in prompts)
     # The targets stay grounded answers with the JSON action.
     assert all(r["completion"][0]["content"].startswith("Thought: ") for r in rows)
+
+
+def test_mistakes_of_the_other_kind_click_a_clickable_or_type_a_shown_value_again():
+    page = PageFacts(clickables=("S", "T"), field_values={"E": "kim", "F": "", "P": "***"})
+    typed = {"action": "type_string", "element_id": "E", "content": "kim", "press_enter": False}
+    submit = {"action": "click", "element_id": "S"}
+    rng = random.Random(2)
+    beside_typing = [wrong_action(typed, IDS, rng, page=page, other_kind=0.5) for _ in range(400)]
+    clicks = [w for w in beside_typing if w["action"] == "click"]
+    # About half click a clickable (never a field), the rest type the same value into another field.
+    assert 150 < len(clicks) < 250 and {w["element_id"] for w in clicks} == {"S", "T"}
+    assert all(w["content"] == "kim" and w["element_id"] != "E" for w in beside_typing if w not in clicks)
+    beside_click = [wrong_action(submit, IDS, rng, page=page, other_kind=1.0) for _ in range(50)]
+    # Only the filled field is typed again: not the empty one, not the password's stars.
+    assert all(w == {"action": "type_string", "element_id": "E", "content": "kim", "press_enter": False}
+               for w in beside_click)
+    # A page with nothing for such a mistake falls back to one of the same kind; 0 keeps the old draws.
+    assert wrong_action(submit, IDS, rng, page=PageFacts(clickables=("S",)), other_kind=1.0)["action"] == "click"
+    assert [wrong_action(typed, IDS, random.Random(3), page=page) for _ in range(5)] == \
+        [wrong_action(typed, IDS, random.Random(3)) for _ in range(5)]
+
+
+def test_page_facts_read_a_tree_and_rows_draw_them_only_when_asked():
+    from .test_stateless_rows import TREE
+
+    facts = PageFacts.of(TREE)
+    # Every listed element but a form field (the label wrapping the checkbox is one), in page order.
+    assert facts.clickables == ("L", "B")
+    assert facts.field_values == {"U": "kim", "P": "", "T": "a note"}
+    plain = sft_rows(_rows(200), team_share=0.5)
+    assert sft_rows(_rows(200), team_share=0.5, team_other_kind=0.0) == plain
+    with pytest.raises(ConfigError, match="team_other_kind"):
+        sft_rows(_rows(1), team_share=0.5, team_other_kind=2.0)
