@@ -7,8 +7,8 @@ every team prompt out of distribution. :func:`team_context` draws such a context
 step: each shown answer is the verified action with probability ``p_right``, else a plausible
 mistake on the same page (another element, or the same value typed into another field; with
 ``other_kind``, some of the other kind: a submit clicked where a field waits, a value typed again
-where a click is due), and the target stays the verified action. The model so learns to follow a right neighbour and to
-ignore a wrong one, as the vote needs.
+where a click is due), and the target stays the verified action. The model so learns to follow
+a right neighbour and to ignore a wrong one, as the vote needs.
 """
 
 from __future__ import annotations

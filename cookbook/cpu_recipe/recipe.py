@@ -310,6 +310,16 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ModelLoadError) as exc:  # e.g. a stage's folder holds another run: one line, not a trace
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        # A signal whose Interrupted was swallowed (raised inside an import lock's callback, or
+        # a thread pool's) leaves a half-made step that fails next: the stop's aftermath, as in
+        # `collabui` (collabui.cli.stopping.received), not a failure of the run.
+        if (signum := stopping.received()) is None:
+            raise
+        print(f"while stopping: {type(exc).__name__}: {exc}", file=sys.stderr)
+        stop = stopping.Interrupted(signum)
+        print(f"stopped ({stop}); the same command resumes the run in {out}", file=sys.stderr)
+        return stopping.exit_code(stop)
     return 0
 
 
