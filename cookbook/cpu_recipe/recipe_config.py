@@ -148,7 +148,7 @@ class RecipeConfig:
         "metavar": "P", "help": "share of SFT rows read as an agent of a 4 x 3 team reads them: drawn answers "
         "of the other agents beside the page, right or a plausible mistake (collabui.training.team_context)"})
     team_other_kind: float = field(default=0.0, metadata={
-        "metavar": "P", "help": "share of those drawn answers' mistakes of the other kind: a button clicked where "
+        "metavar": "P", "help": "share of those drawn answers' mistakes of the other kind: a clickable clicked where "
         "the verified step types, a value typed again where it clicks (collabui.training.team_context)"})
     stateless_share: float = field(default=0.5, metadata={
         "metavar": "P", "help": "share of SFT rows after a task's first step shown without field state "
@@ -272,7 +272,8 @@ class RecipeConfig:
         for name in ("validate", "validate_forms", "onpolicy_episodes", "round2_demo_rows", "hindsight", "marl_iterations"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{flag_of(name)} must be >= 0, got {getattr(self, name)}")
-        for flag, share in (("--team-share", self.team_share), ("--stateless-share", self.stateless_share)):
+        for flag, share in (("--team-share", self.team_share), ("--team-other-kind", self.team_other_kind),
+                            ("--stateless-share", self.stateless_share)):
             if not 0.0 <= share <= 1.0:
                 raise ConfigError(f"{flag} must be between 0 and 1, got {share}")
         if self.sft_draws < 1:

@@ -378,6 +378,10 @@ def test_negative_counts_are_refused_with_the_flag_named(capsys):
     with pytest.raises(SystemExit):
         recipe.parse_args(["--validate", "-2"])
     assert "--validate must be >= 0, got -2" in capsys.readouterr().err
+    for flag in ("--team-share", "--team-other-kind", "--stateless-share"):  # before any stage runs
+        with pytest.raises(SystemExit):
+            recipe.parse_args([flag, "2"])
+        assert f"{flag} must be between 0 and 1, got 2.0" in capsys.readouterr().err
 
 
 #: recipe.json's "args" at the defaults, as the recipe wrote them before RecipeConfig existed
