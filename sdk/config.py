@@ -13,7 +13,7 @@ from collabui.actions import get_action_space
 from collabui.devices.simplify import ELEMENT_FORMATS
 from collabui.errors import ConfigError
 from collabui.prompts import PROMPT_STYLES
-from collabui.vote import VOTE_RULES
+from collabui.vote import TIE_BREAKS, VOTE_RULES
 
 __all__ = ["TeamConfig", "config_to_dict", "config_from_dict", "pin_action_space", "DEFAULT_TEMPERATURES",
            "PROMPT_STYLE_CHOICES", "ELEMENT_FORMAT_CHOICES", "MODEL_HELP", "GUIDED_HELP", "ELEMENT_FORMAT_HELP",
@@ -93,6 +93,12 @@ class TeamConfig:
                   "(first the most-proposed action on an element, then its most-proposed wording)",
                   "choices": VOTE_RULES},
     )
+    tie_break: str = field(
+        default="lowest-id",
+        metadata={"help": "how a tie the last-round count leaves is broken: lowest-id (the latest round's lowest "
+                  "agent id) or independent (first the action more proposals of the DAG's sources name: agents "
+                  "that read no peer, so their entries are not copies)", "choices": TIE_BREAKS},
+    )
     arbiter: str | None = field(
         default=None,
         metadata={"help": "model spec of a policy that answers each step alone (the page, task and history, no "
@@ -136,6 +142,8 @@ class TeamConfig:
         get_action_space(self.action_space)
         if self.vote not in VOTE_RULES:
             raise ConfigError(f"vote {self.vote!r} is unknown; use one of {list(VOTE_RULES)}")
+        if self.tie_break not in TIE_BREAKS:
+            raise ConfigError(f"tie_break {self.tie_break!r} is unknown; use one of {list(TIE_BREAKS)}")
         if self.prompt_style not in PROMPT_STYLE_CHOICES:
             raise ConfigError(f"prompt_style {self.prompt_style!r} is unknown; use one of {list(PROMPT_STYLE_CHOICES)}")
         if self.arbiter is not None and (not isinstance(self.arbiter, str) or not self.arbiter.strip()):

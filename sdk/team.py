@@ -428,13 +428,22 @@ class CollabAgentTeam:
 
     def _fresh(self, vote: VoteResult, matrix: list[list[Action | None]], state: _StepState) -> VoteResult:
         stale = self._stale(state)
-        return vote if stale is None else pass_over(vote, matrix, stale, rule=self.config.vote)
+        if stale is None:
+            return vote
+        return pass_over(vote, matrix, stale, rule=self.config.vote, independent=self._independent())
 
     def _skipped(self, i: int, j: int, level: int) -> Proposal:
         return Proposal(agent=i, round=j, predecessors=tuple(self._topology.predecessors(i)), messages=(), raw="",
                         thought=None, action=Unknown(raw="", reason=SKIPPED), parse_error=None,
                         temperature=self.config.agent_temperature(i), adapter=self.config.agent_adapter(i),
                         superstep=level, latency_s=0.0, prompt_tokens=None, completion_tokens=None, skipped=True)
+
+    def _independent(self) -> tuple[int, ...]:
+        """The agents whose proposals break ties first (``TeamConfig.tie_break``): the DAG's
+        sources, which read no peer; none under the default rule."""
+        if self.config.tie_break != "independent":
+            return ()
+        return tuple(i for i in range(self.config.n_agents) if not self._topology.predecessors(i))
 
     def _matrix(self, state: _StepState) -> list[list[Action | None]]:
         """The actions so far; ``None`` where an entry has not run or was skipped."""
@@ -444,7 +453,7 @@ class CollabAgentTeam:
 
     def _vote_node(self, state: _StepState) -> dict[str, Any]:
         matrix = self._matrix(state)
-        vote = majority_vote(matrix, rule=self.config.vote)
+        vote = majority_vote(matrix, rule=self.config.vote, independent=self._independent())
         if self.arbiter is not None:
             [answer] = self.arbiter.generate([self._arbiter_request(state)])
             vote = self._arbitrated(vote, matrix, answer)
@@ -452,7 +461,7 @@ class CollabAgentTeam:
 
     async def _avote_node(self, state: _StepState) -> dict[str, Any]:
         matrix = self._matrix(state)
-        vote = majority_vote(matrix, rule=self.config.vote)
+        vote = majority_vote(matrix, rule=self.config.vote, independent=self._independent())
         if self.arbiter is not None:
             [answer] = await self.arbiter.agenerate([self._arbiter_request(state)])
             vote = self._arbitrated(vote, matrix, answer)

@@ -11,6 +11,11 @@ Rule, in order:
    by the lowest agent id in that round. The rule is deterministic: the same matrix always
    yields the same winner.
 
+With ``independent`` agents named (``TeamConfig.tie_break="independent"``: the DAG's sources,
+which read no peer), a tie the last-round count leaves goes first to the action more of *their*
+proposals name. Entries that read a peer may repeat it; a source's entries are the team's own
+evidence, so they decide before the agent id does.
+
 That is the paper's rule (``rule="exact"``, the default). ``rule="target"`` first decides *what*
 to do and then *how*: proposals are grouped by ``Action.target()`` (the action without its
 wording: typed text, an answer), the target group wins by the same ranking, and within it the
@@ -36,15 +41,20 @@ the stale action does it stand.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 from collabui.actions import Action, Unknown
 
-__all__ = ["VOTE_RULES", "VoteResult", "majority_vote", "arbitrate", "pass_over", "stale_decided", "vote_decided"]
+__all__ = ["TIE_BREAKS", "VOTE_RULES", "VoteResult", "majority_vote", "arbitrate", "pass_over", "stale_decided", "vote_decided"]
 
 #: The vote rules ``majority_vote`` (and ``TeamConfig.vote``) accept.
 VOTE_RULES = ("exact", "target")
+
+#: The tie rules ``TeamConfig.tie_break`` accepts: ``lowest-id`` (latest round, lowest agent id)
+#: and ``independent`` (first the proposals of the agents that read no peer).
+TIE_BREAKS = ("lowest-id", "independent")
 
 _Cell = tuple[int, int, Action]
 
@@ -100,11 +110,14 @@ class VoteResult:
         return out
 
 
-def majority_vote(matrix: Sequence[Sequence[Action | None]], *, rule: str = "exact") -> VoteResult:
+def majority_vote(matrix: Sequence[Sequence[Action | None]], *, rule: str = "exact",
+                  independent: Collection[int] = ()) -> VoteResult:
     """Vote over ``matrix[i][j]`` = agent i's action in round j (rounds in order); ``None`` is an
     entry that was not run (``TeamConfig.stop_when_decided``) and is not counted.
 
-    ``rule`` is ``exact`` (the paper's) or ``target`` (see the module docstring)."""
+    ``rule`` is ``exact`` (the paper's) or ``target`` (see the module docstring). ``independent``
+    names the agents whose proposals break a tie first after the last-round count (the DAG's
+    sources); empty, ties go by the latest round and the lowest agent id."""
     if rule not in VOTE_RULES:
         raise ValueError(f"vote rule {rule!r} is unknown; use one of {list(VOTE_RULES)}")
     cells = [(i, j, a) for i, row in enumerate(matrix) for j, a in enumerate(row) if a is not None]
@@ -121,19 +134,20 @@ def majority_vote(matrix: Sequence[Sequence[Action | None]], *, rule: str = "exa
             rule=rule,
         )
     last_round = max(j for _, j, _ in cells)
+    rank = partial(_rank, last_round=last_round, independent=frozenset(independent))
     target_votes = None
     pool = parsed
     target_tie = None
     if rule == "target":
-        targets = _ranked(parsed, lambda a: a.target(), last_round)
+        targets = _ranked(parsed, lambda a: a.target(), rank)
         pool, target_votes = targets[0], len(targets[0])
-        target_tie = _tie_break(targets, last_round)
-    ranked = _ranked(pool, lambda a: a.key(), last_round)
+        target_tie = _tie_break(targets, rank)
+    ranked = _ranked(pool, lambda a: a.key(), rank)
     winner = ranked[0]
-    tie_break = target_tie or _tie_break(ranked, last_round)
+    tie_break = target_tie or _tie_break(ranked, rank)
     # The tally lists every exact proposal in the matrix, most votes first (under ``exact`` the
     # pool is the whole matrix, so the ranking above is already that list).
-    everyone = ranked if pool is parsed else _ranked(parsed, lambda a: a.key(), last_round)
+    everyone = ranked if pool is parsed else _ranked(parsed, lambda a: a.key(), rank)
     counts = tuple((_first(g)[2].to_call(), len(g)) for g in everyone)
     unknowns = len(cells) - len(parsed)
     if unknowns:
@@ -173,7 +187,7 @@ def vote_decided(matrix: Sequence[Sequence[Action | None]], *, rule: str = "exac
 
 
 def pass_over(result: VoteResult, matrix: Sequence[Sequence[Action | None]], stale: Callable[[Action], bool],
-              *, rule: str = "exact") -> VoteResult:
+              *, rule: str = "exact", independent: Collection[int] = ()) -> VoteResult:
     """``result``, or when its action is ``stale`` (it repeats an action that left the page
     unchanged) the vote of the matrix without the stale proposals, with ``passed_over`` naming
     the action set aside and ``counts`` still the whole matrix's tally. ``result`` stands when no
@@ -183,7 +197,7 @@ def pass_over(result: VoteResult, matrix: Sequence[Sequence[Action | None]], sta
     rest = [[None if a is None or isinstance(a, Unknown) or stale(a) else a for a in row] for row in matrix]
     if not any(a is not None for row in rest for a in row):
         return result
-    other = majority_vote(rest, rule=rule)
+    other = majority_vote(rest, rule=rule, independent=independent)
     return replace(other, counts=result.counts, total=result.total, parsed=result.parsed, arbiter=result.arbiter,
                    passed_over=result.action.to_call())
 
@@ -218,29 +232,32 @@ def arbitrate(result: VoteResult, matrix: Sequence[Sequence[Action]], answer: Ac
     return replace(result, action=same[0], votes=len(same), tie_break=None, target_votes=None, arbiter=record)
 
 
-def _rank(members: list[_Cell], last_round: int) -> tuple[int, int, int, int]:
+def _rank(members: list[_Cell], *, last_round: int, independent: frozenset[int]) -> tuple[int, int, int, int, int]:
     latest = max(j for _, j, _ in members)
     return (
         len(members),
         sum(1 for _, j, _ in members if j == last_round),
+        sum(1 for i, _, _ in members if i in independent),
         latest,
         -min(i for i, j, _ in members if j == latest),
     )
 
 
-def _ranked(cells: list[_Cell], key: Callable[[Action], tuple], last_round: int) -> list[list[_Cell]]:
-    """Cells grouped by ``key`` of their action, best group first."""
+def _ranked(cells: list[_Cell], key: Callable[[Action], tuple], rank: Callable) -> list[list[_Cell]]:
+    """Cells grouped by ``key`` of their action, best group first (by ``rank``)."""
     groups: dict[tuple, list[_Cell]] = {}
     for cell in cells:
         groups.setdefault(key(cell[2]), []).append(cell)
-    return sorted(groups.values(), key=lambda g: _rank(g, last_round), reverse=True)
+    return sorted(groups.values(), key=rank, reverse=True)
 
 
-def _tie_break(ranked: list[list[_Cell]], last_round: int) -> str | None:
+def _tie_break(ranked: list[list[_Cell]], rank: Callable) -> str | None:
     if len(ranked) < 2 or len(ranked[1]) != len(ranked[0]):
         return None
-    a, b = _rank(ranked[0], last_round), _rank(ranked[1], last_round)
-    return "last-round count" if a[1] != b[1] else "latest round, lowest agent id"
+    a, b = rank(ranked[0]), rank(ranked[1])
+    if a[1] != b[1]:
+        return "last-round count"
+    return "independent count" if a[2] != b[2] else "latest round, lowest agent id"
 
 
 def _first(group: list[_Cell]) -> _Cell:

@@ -413,3 +413,28 @@ def test_skip_stale_passes_over_alike_in_run_stream_astream_and_a_durable_sessio
     for name, result in runs.items():
         assert [s.executed for s in result.steps] == [Click("B"), Click("C")], name
         assert result.steps[1].team_step.vote.passed_over == "click('B')", name
+
+
+def _by_source(request):
+    """Agents 1 and 2 (the DAG's sources below) click C; agents 0 and 3 (who read them) click B."""
+    element = "C" if request.adapter in ("a1", "a2") else "B"
+    return f'Action: {{"action": "click", "element_id": "{element}"}}'
+
+
+@pytest.mark.parametrize("tie_break", ["lowest-id", "independent"])
+def test_tie_break_independent_sides_with_the_sources(tmp_path, tie_break):
+    # A 6-6 tie, even in every round: only the tie rule decides between the sink's B and the sources' C.
+    team = CollabAgentTeam(ScriptedChatModel(_by_source), n_agents=N, rounds=M, topology="edges:1-0,2-0,1-3,2-3",
+                           adapters=tuple(f"a{i}" for i in range(N)), tie_break=tie_break)
+    assert [i for i in range(N) if not team.topology.predecessors(i)] == [1, 2]
+    step = team.step("Click Submit.", OBS)
+    if tie_break == "lowest-id":
+        assert step.action == Click("B") and step.vote.tie_break == "latest round, lowest agent id"
+    else:
+        assert step.action == Click("C") and step.vote.tie_break == "independent count"
+    assert step.vote.votes == 6
+
+
+def test_unknown_tie_break_is_refused_with_the_choices():
+    with pytest.raises(ConfigError, match="tie_break 'coin'.*lowest-id"):
+        CollabAgentTeam(ScriptedChatModel(_by_source), n_agents=N, rounds=M, tie_break="coin")

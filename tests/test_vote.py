@@ -2,7 +2,7 @@ import pytest
 
 from collabui.actions import Unknown
 from collabui.actions.web import Click, Finish, ScrollPage, TypeString
-from collabui.vote import arbitrate, majority_vote, vote_decided
+from collabui.vote import arbitrate, majority_vote, pass_over, vote_decided
 
 
 def test_majority_over_whole_matrix_not_last_round():
@@ -108,6 +108,47 @@ def test_lowest_agent_id_is_counted_in_the_latest_round_only():
     assert vote.action == Click("B")
     assert vote.votes == 2 and vote.tie_break == "latest round, lowest agent id"
 
+
+
+def _multi_layouts_tie():
+    """A 6-6 tie seen in v73's validation (multi-layouts): sources 1 and 2 (they read no peer)
+    type the genre each round; agent 0 (the DAG's sink) and agent 3 click Submit each round."""
+    typed = TypeString("R", "thriller")
+    return [[Click("C")] * 3, [typed] * 3, [typed] * 3, [Click("C")] * 3]
+
+
+def test_independent_proposals_break_a_tie_before_the_agent_id():
+    matrix = _multi_layouts_tie()
+    assert majority_vote(matrix).action == Click("C")  # lowest id: agent 0 clicks
+    vote = majority_vote(matrix, independent=(1, 2))
+    assert vote.action == TypeString("R", "thriller")
+    assert vote.votes == 6 and vote.tie_break == "independent count"
+    # Sources on both sides, one each: the count of theirs is even, the agent id decides again.
+    vote = majority_vote(matrix, independent=(0, 1))
+    assert vote.action == Click("C") and vote.tie_break == "latest round, lowest agent id"
+
+
+def test_independent_proposals_come_after_the_last_round_count():
+    # B leads the last round (2 vs 0); C has both of the source's entries: the last round decides.
+    matrix = [[Click("C"), Click("B")], [Click("C"), Click("B")]]
+    vote = majority_vote(matrix, independent=(0,))
+    assert vote.action == Click("B") and vote.tie_break == "last-round count"
+
+
+def test_independent_agents_never_outvote_a_count():
+    # The sources all propose B, but C has more votes overall: the count stands.
+    matrix = [[Click("B"), Click("B")], [Click("C"), Click("C")], [Click("C"), Click("C")]]
+    vote = majority_vote(matrix, independent=(0,))
+    assert vote.action == Click("C") and vote.tie_break is None
+
+
+def test_pass_over_breaks_the_remaining_tie_by_independent_proposals():
+    # Stale submit set aside: the two other proposals tie 3-3; the source's one wins.
+    matrix = [[Click("S")] * 3, [Click("X")] * 3, [Click("S")] * 3, [TypeString("R", "a")] * 3]
+    result = majority_vote(matrix, independent=(3,))
+    again = pass_over(result, matrix, lambda a: a == Click("S"), independent=(3,))
+    assert again.action == TypeString("R", "a") and again.passed_over == "click('S')"
+    assert pass_over(result, matrix, lambda a: a == Click("S")).action == Click("X")
 
 
 def _login_split():
