@@ -37,7 +37,7 @@ _SFT_FLAGS = ("num_train_epochs", "learning_rate", "per_device_train_batch_size"
               "lora_from_layer", "length_window", "full_finetune", "seed", "bf16")
 _EVAL_FLAGS = ("episodes", "serve", "serve_dtype", "serve_agents", "serve_backend")
 #: Fields of the evaluation's team with flags (added apart: flags reach one level of nesting).
-_EVAL_TEAM_FLAGS = ("seed", "max_steps", "stop_when_decided", "skip_stale")
+_EVAL_TEAM_FLAGS = ("seed", "max_steps", "stop_when_decided", "skip_stale", "tie_break")
 #: Flags spelled otherwise than their fields: the recipe's flags from before the config existed.
 _RENAME = {"minutes": "demo_minutes", "workers": "demo_workers", "seeds": "demo_seeds", "num_train_epochs": "sft_epochs",
            "learning_rate": "lr", "per_device_train_batch_size": "batch", "seed": "sft_seed", "teams": "team",
@@ -57,6 +57,9 @@ _HELPS = {
     "skip_stale": "the 4 x 3 teams (held-out team rows, team validations) pass over a voted action that repeats "
                   "the last one when it left the page unchanged, for the most-voted other proposal (TeamConfig."
                   "skip_stale; MARL's rollouts only with --marl-skip-stale; --no-skip-stale: the paper's vote, every row before v57)",
+    "tie_break": "the 4 x 3 teams (held-out team rows, team validations) break a tie the last-round count leaves by "
+                 "the proposals of the DAG's sources, agents that read no peer (TeamConfig.tie_break; MARL's rollouts "
+                 "only with --marl-skip-stale; lowest-id: the latest round's lowest agent id, every row before v75)",
     "demo.minutes": "search time budget",
     "demo.workers": "browsers searching at once",
     "demo.seeds": "seeds searched per training task, round-robin over the tasks 8 seeds at a time; the search "
@@ -114,7 +117,9 @@ def _evaluation_template() -> MiniWoBEvalConfig:
                              # Decided votes stop (the team rows only): the same actions in ~2/3 of the time (v49v).
                              # Stale repeats are passed over (the teams): validation 40/60 against 38, none
                              # lost; held out 55/104 against 39 on v55's draw (section v57).
-                             team=TeamConfig(seed=0, max_steps=6, stop_when_decided=True, skip_stale=True))
+                             # Ties go to the sources' proposals: team validation 234/300 against 228 (v75t).
+                             team=TeamConfig(seed=0, max_steps=6, stop_when_decided=True, skip_stale=True,
+                                             tie_break="independent"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -215,7 +220,7 @@ class RecipeConfig:
         "metavar": "E", "help": "MARL: DPO epochs over each agent's pairs per iteration"})
     marl_skip_stale: bool = field(default=False, metadata={
         "help": "MARL's rollouts vote as the evaluated teams do (--skip-stale: a voted repeat of an action that "
-        "left the page unchanged is passed over), so the team that plays the training episodes is the team "
+        "left the page unchanged is passed over; --tie-break), so the team that plays the training episodes is the team "
         "evaluated; default: the paper's vote"})
     marl_rollouts_from: str | None = field(default=None, metadata={
         "metavar": "RUN", "help": "MARL: take iteration 0's rollouts (and labels) from the recipe run folder RUN, "

@@ -140,6 +140,8 @@ def eval_config(config: RecipeConfig, fields: dict[str, Any]) -> MiniWoBEvalConf
     team_options = {"stop_when_decided": True} if decided else {}
     if base.team.skip_stale and shape.get("n_agents", 1) > 1:
         team_options["skip_stale"] = True
+    if shape.get("n_agents", 1) > 1:
+        team_options["tie_break"] = base.team.tie_break
     team = default_team(fields["model"], seed=base.team.seed, max_steps=base.team.max_steps, **team_options, **shape)
     row = dataclasses.replace(base, serve=False, serve_dtype="auto", serve_agents="lora", serve_backend="vllm",
                               element_format=_format(config, fields["model"]), team=team, **fields)

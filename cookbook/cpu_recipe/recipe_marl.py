@@ -54,11 +54,12 @@ def marl_template() -> MARLConfig:
 
 def marl_config(config: RecipeConfig, start: Path, out: Path, **change: Any) -> MARLConfig:
     """The MARL run of the trained team (``change``: an ablation's): ``config.marl`` (its flags)
-    with the 4 x 3 team of the held-out rows (their vote with ``--marl-skip-stale``, else the
+    with the 4 x 3 team of the held-out rows (their vote and tie rule with ``--marl-skip-stale``, else the
     paper's), the SFT bundle's prompt style and format, and the evaluation's serving."""
     team = TeamConfig(n_agents=4, rounds=3, max_new_tokens=128, prompt_style="auto",
                       max_steps=config.evaluation.team.max_steps, seed=config.evaluation.team.seed,
-                      skip_stale=config.marl_skip_stale)
+                      skip_stale=config.marl_skip_stale,
+                      tie_break=config.evaluation.team.tie_break if config.marl_skip_stale else "lowest-id")
     dpo = {**config.marl.dpo, "learning_rate": config.dpo_lr, "num_train_epochs": config.marl_epochs}
     serving = config.evaluation
     if config.marl.rehearse:

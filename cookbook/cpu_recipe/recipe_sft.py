@@ -96,7 +96,8 @@ def on_training_tasks(config: RecipeConfig, trained: Path, *, seed: int, episode
     return MiniWoBEvalConfig(tasks=",".join(tasks), episodes=episodes, shuffle_elements=True,
                              element_format=config.element_format, concurrency=2, model=f"trained:{trained}",
                              team=TeamConfig(**shape, seed=seed, max_steps=config.evaluation.team.max_steps,
-                                             skip_stale=team and config.evaluation.team.skip_stale))
+                                             skip_stale=team and config.evaluation.team.skip_stale,
+                                             tie_break=config.evaluation.team.tie_break if team else "lowest-id"))
 
 
 def onpolicy_round(config: RecipeConfig, trained: Path, demo: Path, sft_dir: Path, out: Path) -> Path:

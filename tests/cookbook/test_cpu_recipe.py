@@ -391,7 +391,7 @@ DEFAULT_ARGS = {"out": "runs/recipe", "from_bundle": None, "demo_minutes": 10.0,
                 "synthetic_pages": False, "team_share": 0.5, "team_other_kind": 0.0, "stateless_share": 0.5, "stateless_fields": "filled", "sft_epochs": 1.0, "balance": True, "balance_steps": True, "hindsight": 0, "lr": 1e-4, "lora_r": 32,
                 "batch": 8, "lora_dropout": 0.0, "lora_from_layer": 0, "length_window": 32, "full_finetune": True, "sft_seed": 0, "sft_draws": 1,
                 "extract_rank": 48, "extract_embedding_rank": 32, "element_format": "text-first", "style": "terse", "episodes": 13,
-                "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "stop_when_decided": True, "skip_stale": True, "critic_episodes": 6, "team": False,
+                "baseline_episodes": 25, "max_steps": 6, "eval_seed": 0, "stop_when_decided": True, "skip_stale": True, "tie_break": "independent", "critic_episodes": 6, "team": False,
                 "serve": False, "serve_dtype": "auto", "serve_agents": "lora", "serve_backend": "vllm", "systems": None, "onpolicy_episodes": 0, "round2_demo_rows": 400, "onpolicy_dpo": True,
                 "dpo_lr": 5e-5, "marl_iterations": 0, "marl_episodes": 2, "marl_task_episodes": (), "marl_pairs": 0, "marl_right_pairs": False,
                 "marl_lost_only": False, "marl_repeat_clicks": False, "marl_skip_stale": False, "marl_swap_texts": False,
@@ -1190,6 +1190,25 @@ def test_skip_stale_reaches_every_team_row_and_the_team_validations_but_not_sing
     assert not MARL_STAGE.marl_config(args, tmp_path / "b", tmp_path / "m").team.skip_stale  # rollouts as trained
     plain = recipe.parse_args(["--team", "--no-skip-stale"])
     assert not any(EVAL_STAGE.eval_config(plain, f).team.skip_stale for f in recipe.systems(plain, tmp_path / "m").values())
+
+
+def test_tie_break_reaches_every_team_row_and_the_team_validations_but_not_singles_or_marl(tmp_path):
+    recipe = _recipe()
+    args = recipe.parse_args(["--team", "--marl-iterations", "1", "--validate", "1", "--validate-forms", "1"])  # the default
+    rows = {name: EVAL_STAGE.eval_config(args, fields) for name, fields in recipe.systems(args, tmp_path / "m").items()}
+    teams = {name for name, c in rows.items() if c.team.n_agents > 1}
+    assert {name for name, c in rows.items() if c.team.tie_break == "independent"} == teams
+    assert {"trained_team", "trained_team_arbiter", "base_team"} <= teams
+    assert EVAL_STAGE.validation_config(args, tmp_path, team=True).team.tie_break == "independent"
+    assert EVAL_STAGE.validation_config(args, tmp_path, team=True, forms=True).team.tie_break == "independent"
+    assert EVAL_STAGE.validation_config(args, tmp_path).team.tie_break == "lowest-id"
+    assert MARL_STAGE.marl_config(args, tmp_path / "b", tmp_path / "m").team.tie_break == "lowest-id"
+    voted = recipe.parse_args(["--team", "--marl-iterations", "1", "--marl-skip-stale"])
+    assert MARL_STAGE.marl_config(voted, tmp_path / "b", tmp_path / "m").team.tie_break == "independent"
+    plain = recipe.parse_args(["--team", "--tie-break", "lowest-id"])
+    assert {c.team.tie_break for c in (EVAL_STAGE.eval_config(plain, f) for f in recipe.systems(plain, tmp_path / "m").values())} == {"lowest-id"}
+    with pytest.raises(SystemExit):
+        recipe.parse_args(["--tie-break", "coin"])
 
 
 def test_marl_update_flags_reach_the_marl_config(tmp_path):
