@@ -72,6 +72,16 @@ HERE = Path(__file__).resolve().parent
 SHIPPED = HERE.parents[1] / "sdk" / "trained" / "smollm2"
 
 
+def _stop_if_signalled() -> None:
+    """Stop at a stage's edge when a SIGINT/SIGTERM came and its Interrupted was swallowed inside
+    the stage (an import lock's callback ignores exceptions: seen in CI) and nothing failed after:
+    the recipe has no watchdog, so without this check it would run on to its end."""
+    from collabui.cli import stopping
+
+    if (signum := stopping.received()) is not None:
+        raise stopping.Interrupted(signum)
+
+
 class _Clock:
     """Seconds per stage, kept in ``recipe.json`` across resumed runs."""
 
@@ -84,6 +94,7 @@ class _Clock:
         """Run a stage and add its seconds. ``once``: the stage's output is final once made
         (a trained model), so a resumed run that finds it only reloads it and adds no time;
         an interrupted stage's seconds count either way (the resumed run finishes it)."""
+        _stop_if_signalled()
         finished = once and name in self.data.setdefault("finished", [])
         print(f"[recipe] {name} ...", file=sys.stderr, flush=True)
         started = time.perf_counter()
@@ -98,6 +109,7 @@ class _Clock:
             self.path.write_text(json.dumps(self.data, indent=1))
         print(f"[recipe] {name}: {spent:.0f} s{' (finished earlier; not counted)' if finished else ''}",
               file=sys.stderr, flush=True)
+        _stop_if_signalled()
         return result
 
     def minutes(self, *prefixes: str) -> float:

@@ -1367,6 +1367,32 @@ def test_a_failure_after_a_swallowed_signal_is_a_stop_not_a_crash(tmp_path, monk
     assert f"stopped (SIGTERM); the same command resumes the run in {tmp_path}" in err
 
 
+def test_a_swallowed_signal_stops_the_recipe_at_the_next_stage_edge(tmp_path, monkeypatch, capsys):
+    """A SIGTERM whose Interrupted was swallowed inside a stage that then finished (nothing failed
+    after it) stops the recipe before its next stage, keeping the finished stage's seconds: the
+    recipe has no watchdog to end it otherwise."""
+    from collabui.cli import stopping
+
+    recipe = _recipe()
+    ran = []
+
+    def swallowed() -> None:
+        ran.append("search")
+        stopping._first.append(signal.SIGTERM)  # what the handler records before raising Interrupted
+
+    def stages(config, out, names) -> None:
+        clock = recipe._Clock(out / "recipe.json", config)
+        clock.run("1 search", swallowed)
+        clock.run("2 sft", lambda: ran.append("sft"))
+
+    monkeypatch.setattr(stopping, "_first", [])
+    monkeypatch.setattr(recipe, "_run", stages)
+    assert recipe.main(["--out", str(tmp_path), "--systems", "none"]) == 143
+    assert ran == ["search"]
+    assert "1 search" in json.loads((tmp_path / "recipe.json").read_text())["seconds"]
+    assert f"stopped (SIGTERM); the same command resumes the run in {tmp_path}" in capsys.readouterr().err
+
+
 def test_rows_keep_each_episodes_outcome_and_pair_from_them_as_their_folders_do(tmp_path, capsys):
     """A row keeps its episodes' outcomes (real MiniWoB++ runs of the two baselines), so two rows
     pair from results.json exactly as their run folders pair (`collabui eval compare`) after the
