@@ -11,17 +11,17 @@ Rule, in order:
    by the lowest agent id in that round. The rule is deterministic: the same matrix always
    yields the same winner.
 
-With ``independent`` agents named (``TeamConfig.tie_break="independent"``: the DAG's sources,
-which read no peer), a tie the last-round count leaves goes first to the action more of *their*
-proposals name. Entries that read a peer may repeat it; a source's entries are the team's own
-evidence, so they decide before the agent id does.
-
 That is the paper's rule (``rule="exact"``, the default). ``rule="target"`` first decides *what*
 to do and then *how*: proposals are grouped by ``Action.target()`` (the action without its
 wording: typed text, an answer), the target group wins by the same ranking, and within it the
 exact rule picks the wording. Sampled agents that agree on typing into the password field but
 differ in one character then outvote a minority that agrees on clicking Login, where the exact
 rule splits them into small groups and lets the minority win.
+
+With ``independent`` agents named (``TeamConfig.tie_break="independent"``: the DAG's sources,
+which read no peer), a tie the last-round count leaves goes first to the action more of *their*
+proposals name. Entries that read a peer may repeat it; a source's entries are the team's own
+evidence, so they decide before the agent id does.
 
 An *arbiter* (``arbitrate``; ``TeamConfig.arbiter``) may overrule the count: a second policy
 answers the step on its own, and when its action is one of the proposals, that proposal is

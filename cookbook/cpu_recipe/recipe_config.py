@@ -59,7 +59,7 @@ _HELPS = {
                   "skip_stale; MARL's rollouts only with --marl-skip-stale; --no-skip-stale: the paper's vote, every row before v57)",
     "tie_break": "the 4 x 3 teams (held-out team rows, team validations) break a tie the last-round count leaves by "
                  "the proposals of the DAG's sources, agents that read no peer (TeamConfig.tie_break; MARL's rollouts "
-                 "only with --marl-skip-stale; lowest-id: the latest round's lowest agent id, every row before v75)",
+                 "only with --marl-skip-stale; lowest-id: the latest round's lowest agent id, every row before v75t)",
     "demo.minutes": "search time budget",
     "demo.workers": "browsers searching at once",
     "demo.seeds": "seeds searched per training task, round-robin over the tasks 8 seeds at a time; the search "
