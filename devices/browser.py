@@ -52,6 +52,9 @@ DEFAULT_CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ("--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run", "--disable-sync",
                  "--disable-quic")
+#: Longest wait (ms) before a read for the images that size elements (``js/images.js``): an icon
+#: still loading has no width and the walk would drop it.
+_IMAGE_WAIT_MS = 2000
 _CLOSED_MARKERS = ("has been closed", "Target closed", "Browser closed", "browser has disconnected",
                    "Connection closed")
 
@@ -619,6 +622,7 @@ class BrowserDevice(Device):
 
         try:
             await page.wait_for_load_state("domcontentloaded")
+            await page.evaluate(simplify.images_script(), _IMAGE_WAIT_MS)
             return await page.evaluate(script, options)
         except PlaywrightError as exc:
             self._raise_if_dead(exc)

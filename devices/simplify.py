@@ -112,6 +112,12 @@ def walk_script() -> str:
     return _js("simplify.js")
 
 
+def images_script() -> str:
+    """The function that waits (bounded, ``page.evaluate(images_script(), ms)``) for the images
+    that give elements their size, so the walk does not drop an icon still loading."""
+    return _js("images.js")
+
+
 def conceal_script() -> str:
     """The function that hides text for a screenshot and restores it (see ``devices._screen``)."""
     return _js("conceal.js")

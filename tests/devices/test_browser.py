@@ -55,11 +55,37 @@ DISABLED = ("<html><head><title>Locked</title></head><body><input placeholder='n
 MANY = "<html><body>" + "".join(f"<button onclick=\"document.title='b{i}'\">b{i}</button>"
                                 for i in range(30)) + "</body></html>"
 
+# MiniWoB's email icons: spans sized by a CSS image, made by script after load; the image comes
+# 0.8 s late (the site's /slow redirect), as a loaded machine's first read of a fresh page saw.
+ICONS = """<html><head><style>.star { content: url(/slow?s=0.8&to=star.png); height: 12px; }</style></head>
+<body><div id="list"></div><script>
+window.addEventListener('load', () => {
+  const list = document.getElementById('list');
+  list.appendChild(Object.assign(document.createElement('button'), {textContent: 'Reply'}));
+  list.appendChild(Object.assign(document.createElement('span'), {className: 'star', onclick: () => {}}));
+});
+</script></body></html>"""
+
+
+def _png(side: int) -> bytes:
+    """A real ``side`` x ``side`` PNG (opaque red), so the browser decodes it and sizes the icon."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + b"\xff\x00\x00\xff" * side for _ in range(side))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 6, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Iterator[LocalSite]:
     root = tmp_path_factory.mktemp("site")
-    for name, html in (("form.html", FORM), ("second.html", SECOND), ("many.html", MANY), ("disabled.html", DISABLED)):
+    (root / "star.png").write_bytes(_png(12))
+    for name, html in (("form.html", FORM), ("second.html", SECOND), ("many.html", MANY), ("disabled.html", DISABLED),
+                       ("icons.html", ICONS)):
         (root / name).write_text(html)
     with serve(root) as local:  # pages load over http(s) only (the navigation guard)
         yield local
@@ -80,6 +106,13 @@ def _open(device, site, name="form.html"):
 
 def _id(observation, text):
     return next(e.id for e in parse_elements(observation.text) if e.id and e.full_text == text)
+
+
+@pytest.mark.browser
+def test_an_icon_whose_image_is_still_loading_is_read_once_it_has_loaded(device, site):
+    # Without the wait the walk read the span before its image gave it a width and dropped it.
+    obs = _open(device, site, "icons.html")
+    assert [e.full_text for e in parse_elements(obs.text) if e.id] == ["Reply", ".star"]
 
 
 @pytest.mark.browser

@@ -20,7 +20,9 @@ class _Page:
     async def wait_for_load_state(self, state: str) -> None:
         assert state == "domcontentloaded"
 
-    async def evaluate(self, script: str, options: object) -> dict[str, str]:
+    async def evaluate(self, script: str, options: object) -> dict[str, str] | int:
+        if script != "walk":  # the wait for images still loading (js/images.js) that comes first
+            return 0
         self.reads += 1
         if self.reads <= self.failures:
             raise PlaywrightError(self.message)
