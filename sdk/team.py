@@ -443,7 +443,7 @@ class CollabAgentTeam:
         sources, which read no peer; none under the default rule."""
         if self.config.tie_break != "independent":
             return ()
-        return tuple(i for i in range(self.config.n_agents) if not self._topology.predecessors(i))
+        return self._topology.layers()[0]  # depth 0: no predecessor
 
     def _matrix(self, state: _StepState) -> list[list[Action | None]]:
         """The actions so far; ``None`` where an entry has not run or was skipped."""
