@@ -69,15 +69,13 @@ window.addEventListener('load', () => {
 
 def _png(side: int) -> bytes:
     """A real ``side`` x ``side`` PNG (opaque red), so the browser decodes it and sizes the icon."""
-    import struct
-    import zlib
+    import io
 
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    from PIL import Image  # the android extra (pillow), which make test installs
 
-    rows = b"".join(b"\x00" + b"\xff\x00\x00\xff" * side for _ in range(side))
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 6, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+    out = io.BytesIO()
+    Image.new("RGBA", (side, side), (255, 0, 0, 255)).save(out, "PNG")
+    return out.getvalue()
 
 
 @pytest.fixture(scope="module")
